@@ -1,0 +1,74 @@
+// The max-batch search, as pure logic over a probe function so it is testable without a GPU.
+//
+// The largest batch for which a full training step (two steps, so optimizer state exists) runs
+// without running out of memory. A cheap probe measures the memory that stays (weights,
+// gradients, optimizer state) and the peak; a second, larger probe gives the slope of peak
+// memory against batch; the line predicts the limit. Probes then land on the prediction,
+// refit the line through the two largest batches that fit (a short, accurate extrapolation), and
+// close the bracket [largest fit, smallest failure] with predicted points, falling back to
+// bisection whenever a prediction does not halve the bracket. A few probes, not a doubling
+// ladder from 1.
+#pragma once
+
+#include "gpubench/config.h"
+#include "gpubench/json.h"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpubench {
+
+/// What one probe observed.
+struct ProbeOutcome {
+  bool fits = false;           ///< two full steps ran without running out of memory
+  int64_t peak_bytes = 0;      ///< peak memory the probe held (the allocator's reservation)
+  int64_t resident_bytes = 0;  ///< memory still held after the steps (weights, grads, state)
+  std::string error;           ///< why it did not fit ("out of memory: ...")
+};
+
+/// One probe as recorded.
+struct ProbeRecord {
+  int64_t batch = 0;
+  bool fits = false;
+  int64_t peak_bytes = 0;
+  int64_t resident_bytes = 0;
+  double seconds = 0;  ///< wall time of the probe (build, two steps, release)
+  std::string phase;   ///< "scout", "predict", "bracket", "bisect"
+  std::string error;
+};
+
+/// The search's answer and how it got there.
+struct SearchRecord {
+  int64_t max_batch = 0;          ///< largest batch that fits; 0 when not even min_batch fits
+  int64_t largest_pow2 = 0;       ///< largest power of two <= max_batch (the 2020 post's habit)
+  int64_t peak_bytes_at_max = 0;  ///< peak memory of the probe at max_batch
+  double bytes_per_sample = 0;    ///< slope of the fitted line [bytes per batch unit]
+  double fixed_bytes = 0;         ///< intercept of the fitted line [bytes]
+  int64_t capacity_bytes = 0;     ///< memory the search aimed to fill
+  std::vector<ProbeRecord> probes;
+  std::string stop_reason;  ///< "bracket closed", "limited by search.max_batch=...", ...
+  double seconds = 0;       ///< wall time of the whole search
+
+  Json to_json() const;
+  static SearchRecord from_json(const Json& json);
+};
+
+/// Called after every probe (for progress lines).
+using ProbeCallback = std::function<void(const ProbeRecord& probe, int index)>;
+/// Runs one probe at a batch size. Must release everything it built before returning.
+using ProbeFunction = std::function<ProbeOutcome(int64_t batch)>;
+
+/// Finds the largest batch in [settings.min_batch, settings.max_batch], a multiple of
+/// settings.granularity (or min_batch itself), for which `probe` fits. `capacity_bytes` is the
+/// memory available to the allocator (for predictions only; the probes decide). Assumes that a
+/// batch fits whenever a larger one does.
+SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_bytes,
+                            const ProbeFunction& probe, const ProbeCallback& on_probe = {});
+
+/// Largest power of two <= value (0 for value < 1).
+int64_t largest_power_of_two_at_most(int64_t value);
+
+}  // namespace gpubench

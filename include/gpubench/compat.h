@@ -1,0 +1,118 @@
+// Every difference between the libtorch versions gpubench builds against (1.13 on Debian 12,
+// 2.x from the PyTorch wheel on the GPU machine) lives here and nowhere else.
+#pragma once
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <optional>
+
+#if GPUBENCH_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+/// True when the libtorch being compiled against is at least version major.minor.
+#define GPUBENCH_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= (major)*100 + (minor))
+
+namespace gpubench::compat {
+
+/// libtorch version as major * 100 + minor (1.13 -> 113, 2.11 -> 211).
+constexpr int kTorchVersion = TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR;
+
+/// True where CPU autocast handles mixed-dtype layer_norm (bf16 input, fp32 weight); libtorch
+/// 1.13's CPU kernel rejects it, CUDA autocast always ran layer_norm in fp32.
+constexpr bool kCpuAutocastLayerNorm = kTorchVersion >= 201;
+
+/// True where libtorch has at::scaled_dot_product_attention (fused flash / memory-efficient
+/// kernels); 1.13 has only the composite math path.
+constexpr bool kHasFusedAttention = kTorchVersion >= 200;
+
+// ---- autocast: 1.13 has per-backend functions, 2.x takes a device type ----
+inline bool autocast_enabled(torch::DeviceType type) {
+#if GPUBENCH_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(type);
+#else
+  return type == torch::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+#endif
+}
+
+inline torch::ScalarType autocast_dtype(torch::DeviceType type) {
+#if GPUBENCH_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(type);
+#else
+  return type == torch::kCUDA ? at::autocast::get_autocast_gpu_dtype()
+                              : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+inline void set_autocast(torch::DeviceType type, bool enabled, torch::ScalarType dtype) {
+#if GPUBENCH_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(type, enabled);
+  at::autocast::set_autocast_dtype(type, dtype);
+#else
+  if (type == torch::kCUDA) {
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+#endif
+}
+
+/// softmax(q k^T * scale + mask) v with dropout on the probabilities; q, k, v are
+/// [batch, heads, length, head_dim]. `mask` is additive (0 or -inf/-large), broadcastable to
+/// [batch, heads, q_len, k_len]. Uses the fused kernel where libtorch has one.
+inline torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                                  const torch::Tensor& v,
+                                                  const std::optional<torch::Tensor>& mask,
+                                                  double dropout_p, bool is_causal = false) {
+#if GPUBENCH_TORCH_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal);
+#else
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  if (is_causal) {
+    const auto length = q.size(-2);
+    auto causal = torch::ones({length, k.size(-2)}, q.options().dtype(torch::kBool)).triu(1);
+    scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
+  }
+  if (mask) scores = scores + *mask;
+  auto probs = torch::softmax(scores, -1);
+  if (dropout_p > 0) probs = torch::dropout(probs, dropout_p, /*train=*/true);
+  return torch::matmul(probs, v);
+#endif
+}
+
+/// tensors[i] *= scalar for a 0-dim tensor `scalar`, without reading it on the host.
+inline void foreach_mul_(std::vector<torch::Tensor>& tensors, const torch::Tensor& scalar) {
+#if GPUBENCH_TORCH_AT_LEAST(2, 1)
+  at::_foreach_mul_(tensors, scalar);
+#else
+  for (auto& t : tensors) t.mul_(scalar);
+#endif
+}
+
+#if GPUBENCH_WITH_CUDA
+/// Caching-allocator statistics of one device (aggregate over pools), in bytes.
+struct AllocatorStats {
+  int64_t allocated_current = 0;
+  int64_t allocated_peak = 0;
+  int64_t reserved_current = 0;
+  int64_t reserved_peak = 0;
+};
+
+inline AllocatorStats allocator_stats(int device) {
+  // Index 0 is StatType::AGGREGATE in every version; the enum moved namespaces in 2.x.
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+  AllocatorStats out;
+  out.allocated_current = stats.allocated_bytes[0].current;
+  out.allocated_peak = stats.allocated_bytes[0].peak;
+  out.reserved_current = stats.reserved_bytes[0].current;
+  out.reserved_peak = stats.reserved_bytes[0].peak;
+  return out;
+}
+#endif
+
+}  // namespace gpubench::compat

@@ -1,0 +1,93 @@
+// Devices: what they are (for `info` and the environment block of every result), their memory
+// (caching-allocator statistics, caps, release), synchronization and step timing. The CUDA code
+// compiles only against a CUDA libtorch; a CPU build answers "no CUDA devices".
+#pragma once
+
+#include "gpubench/json.h"
+
+#include <torch/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpubench {
+
+/// One device as `info` and the results describe it.
+struct DeviceInfo {
+  std::string type = "cpu";        ///< "cuda" | "cpu"
+  int index = -1;                  ///< CUDA ordinal; -1 for the CPU
+  std::string name;                ///< "NVIDIA H200"
+  int64_t memory_bytes = 0;        ///< total device memory
+  int multiprocessors = 0;         ///< SMs (CUDA) or hardware threads (CPU)
+  std::string compute_capability;  ///< "9.0"; empty for the CPU
+  std::string pci_bus_id;          ///< "0000:19:00.0"; empty for the CPU
+
+  Json to_json() const;
+  static DeviceInfo from_json(const Json& json);
+};
+
+/// True when this binary was built against a CUDA libtorch.
+bool built_with_cuda();
+/// Number of visible CUDA devices (0 in a CPU build or without a driver). Creates no context.
+int cuda_device_count();
+/// Properties of CUDA device `index`.
+DeviceInfo cuda_device_info(int index);
+/// The host CPU.
+DeviceInfo cpu_device_info();
+
+/// Software versions: libtorch, CUDA runtime (compiled), cuDNN, driver (via NVML).
+Json software_versions();
+/// The environment block of a result: host, the device used, software versions, gpubench.
+Json environment_json(const DeviceInfo& device);
+
+/// Caching-allocator statistics in bytes (all zero on the CPU).
+struct MemoryStats {
+  int64_t allocated_current = 0;
+  int64_t allocated_peak = 0;
+  int64_t reserved_current = 0;
+  int64_t reserved_peak = 0;
+};
+MemoryStats memory_stats(const torch::Device& device);
+void reset_peak_memory(const torch::Device& device);
+/// Returns cached blocks to the driver (after a probe, after an out-of-memory error).
+void release_cached_memory(const torch::Device& device);
+/// Free and total device memory as the driver reports them.
+std::pair<int64_t, int64_t> device_memory_info(const torch::Device& device);
+/// Caps the caching allocator at `bytes` (setMemoryFraction) to emulate a smaller card.
+void set_memory_cap(const torch::Device& device, int64_t bytes);
+/// Waits for all work queued on the device.
+void synchronize(const torch::Device& device);
+/// Makes `device` current for the calling thread.
+void set_current_device(const torch::Device& device);
+
+/// True for out-of-memory: c10::OutOfMemoryError, and the cuDNN/cuBLAS allocation failures
+/// (CUDNN_STATUS_ALLOC_FAILED, CUBLAS_STATUS_ALLOC_FAILED, "out of memory") that mean the same.
+bool is_out_of_memory(const std::exception& error);
+
+/// Marks points on the device's stream (CUDA events with timing; host clock on the CPU) and
+/// reports the intervals between consecutive marks.
+class StepClock {
+ public:
+  explicit StepClock(const torch::Device& device);
+  ~StepClock();
+  StepClock(const StepClock&) = delete;
+  StepClock& operator=(const StepClock&) = delete;
+
+  /// Records a point after the work queued so far.
+  void mark();
+  /// Waits for the last mark and returns the intervals between marks [ms].
+  std::vector<double> intervals_ms();
+  /// Forgets all marks.
+  void clear();
+  int marks() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpubench

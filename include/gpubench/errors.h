@@ -1,0 +1,75 @@
+// Error types that carry the process exit code (CLI11 style), and the checks that throw them.
+//
+// Exit codes (also in README.md):
+//   0  everything ran
+//   1  a job failed (out of memory at the smallest batch, a crash, a timeout); the other jobs
+//      still ran and were saved
+//   2  bad input: unknown model, bad flag value, malformed or wrong-typed config, unwritable path
+//   3  no usable device: --gpu past the device count, or a CUDA device asked of a CPU-only build
+#pragma once
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace gpubench {
+
+/// Exit codes of the `gpubench` process.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitJobFailed = 1,
+  kExitBadInput = 2,
+  kExitNoDevice = 3,
+};
+
+/// Base of every error a user can see; knows the exit code it maps to.
+class Error : public std::runtime_error {
+ public:
+  Error(const std::string& message, int exit_code)
+      : std::runtime_error(message), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
+/// Bad input: a flag, a config file or key, a path. Exit code 2.
+class ConfigError : public Error {
+ public:
+  explicit ConfigError(const std::string& message) : Error(message, kExitBadInput) {}
+};
+
+/// An unknown workload name; the message names the closest match. Exit code 2.
+class UnknownWorkloadError : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
+
+/// No usable device. Exit code 3.
+class DeviceError : public Error {
+ public:
+  explicit DeviceError(const std::string& message) : Error(message, kExitNoDevice) {}
+};
+
+/// A job (one model on one device) failed for a reason other than bad input. Exit code 1.
+class JobError : public Error {
+ public:
+  explicit JobError(const std::string& message) : Error(message, kExitJobFailed) {}
+};
+
+}  // namespace gpubench
+
+/// Throws `ErrorType(fmt::format(...))` unless `cond` holds.
+#define GPUBENCH_CHECK(cond, ErrorType, ...)                \
+  do {                                                      \
+    if (!(cond)) throw ErrorType(fmt::format(__VA_ARGS__)); \
+  } while (false)
+
+/// Internal invariant: a failure is a gpubench bug, reported with file and line.
+#define GPUBENCH_ASSERT(cond)                                                     \
+  do {                                                                            \
+    if (!(cond))                                                                  \
+      throw std::logic_error(                                                     \
+          fmt::format("internal error at {}:{}: {}", __FILE__, __LINE__, #cond)); \
+  } while (false)

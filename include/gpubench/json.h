@@ -1,0 +1,59 @@
+// The JSON type used for configs, records and reports, and typed readers for config trees that
+// produce messages naming the file, the key, the bad value and the fix.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace gpubench {
+
+/// Insertion-ordered JSON: configs and records keep the order they were written in.
+using Json = nlohmann::ordered_json;
+
+/// Where a value sits: the file it came from and its dotted key path ("run.min_steps").
+struct Where {
+  std::string file;  ///< "configs/models/bert-base.yaml (built in)", "my.yaml", "--batch"
+  std::string path;  ///< dotted key path; empty for the document root
+
+  /// The location of `key` inside this one.
+  Where at(const std::string& key) const;
+  /// "file: path" (or just "file" at the root).
+  std::string str() const;
+};
+
+/// A value as it appeared in the file, for messages: strings quoted, others as JSON.
+std::string quote_value(const Json& value);
+
+/// Throws ConfigError "<where>: expected <expected>, got <value>[ (<fix>)]".
+[[noreturn]] void throw_bad_value(const Where& where, const std::string& expected, const Json& got,
+                                  const std::string& fix = "");
+
+/// Throws ConfigError unless `value` is an object whose keys are all in `allowed`; an unknown
+/// key is named with the closest allowed key and the full list.
+void check_keys(const Json& value, const Where& where, const std::vector<std::string>& allowed);
+
+/// The value of a required key; throws ConfigError "<where>: missing required key '<key>'".
+const Json& require_key(const Json& object, const std::string& key, const Where& where);
+
+/// Typed readers: each throws ConfigError naming `where` when the value has the wrong type or is
+/// out of range.
+int64_t read_int(const Json& value, const Where& where,
+                 int64_t min = std::numeric_limits<int64_t>::min(),
+                 int64_t max = std::numeric_limits<int64_t>::max());
+double read_number(const Json& value, const Where& where,
+                   double min = -std::numeric_limits<double>::infinity(),
+                   double max = std::numeric_limits<double>::infinity());
+bool read_bool(const Json& value, const Where& where);
+std::string read_string(const Json& value, const Where& where);
+/// A string that must be one of `choices` (the message lists them, with a did-you-mean).
+std::string read_choice(const Json& value, const Where& where,
+                        const std::vector<std::string>& choices);
+
+/// Overlays `patch` onto `base`: objects merge key by key, everything else replaces.
+void merge_into(Json& base, const Json& patch);
+
+}  // namespace gpubench

@@ -1,0 +1,26 @@
+// Child processes: run a command with a timeout, its stdout and stderr passed through.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gpubench {
+
+struct ProcessResult {
+  int exit_code = -1;      ///< the child's exit status; -1 if it did not exit normally
+  int signal = 0;          ///< the signal that ended it (0 if none)
+  bool timed_out = false;  ///< killed because it ran past the timeout
+  double seconds = 0;      ///< wall time
+
+  /// "exited with code 3", "killed by signal 11 (Segmentation fault)", "timed out after 30 s".
+  std::string describe() const;
+};
+
+/// Runs argv[0] with arguments argv[1..] and waits up to `timeout_s` seconds (<= 0: no limit);
+/// past it the child's whole process group gets SIGTERM, then SIGKILL.
+ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s);
+
+/// Path of the running executable (/proc/self/exe).
+std::string current_executable();
+
+}  // namespace gpubench

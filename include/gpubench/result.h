@@ -1,0 +1,90 @@
+// Result records: one JobRecord per model run, a versioned ResultDocument per `gpubench run`,
+// and atomic writing. Reporters only read these.
+#pragma once
+
+#include "gpubench/batch_search.h"
+#include "gpubench/device.h"
+#include "gpubench/json.h"
+#include "gpubench/timing.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpubench {
+
+/// Version of the result schema. Bump when a field changes meaning or is removed.
+constexpr int kResultSchemaVersion = 1;
+
+/// Throughput relative to the 2020 baseline GPU on the same model.
+struct NormalizedScore {
+  std::string reference_row;       ///< "BERT Base"
+  std::string baseline_gpu;        ///< "Quadro RTX 8000"'s id
+  double baseline_throughput = 0;  ///< the baseline's 2020 throughput
+  double baseline_max_batch = 0;   ///< the baseline's 2020 max batch
+  double score = 0;                ///< throughput / baseline_throughput
+};
+
+/// One model on one device at one precision: the search, the timed run and their context.
+struct JobRecord {
+  std::string model;            ///< "bert-base"
+  std::string family;           ///< "image" | "language"
+  std::string precision;        ///< "fp32", "amp-bf16", ...
+  std::string batch_unit;       ///< "sequences"
+  std::string throughput_unit;  ///< "examples/s"
+  DeviceInfo device;
+  std::string status = "ok";  ///< "ok" | "no-fit" | "failed" | "timeout" | "crashed"
+  std::string message;        ///< why it did not succeed
+  bool emulated = false;      ///< run under --memory-cap
+  std::optional<double> memory_cap_gib;
+  int64_t batch = 0;                 ///< batch of the timed run, in batch_unit
+  std::string batch_source;          ///< "search" | "flag" | "cpu"
+  Json batch_info = Json::object();  ///< what the workload reports of its batch
+  std::optional<SearchRecord> search;
+  Json confirm = Json::array();  ///< timed-run attempts: [{batch, fits, error}]
+  Json warmup = Json::object();  ///< {steps, reason, step_time_ms: [...]}
+  TimingStats timing;
+  std::vector<double> step_time_ms;  ///< every timed step
+  double units_per_step = 0;         ///< mean throughput units per step
+  double throughput = 0;             ///< throughput_unit, over the timed window
+  int64_t peak_memory_bytes = 0;     ///< peak reserved by the allocator in the timed run
+  int64_t peak_allocated_bytes = 0;
+  std::map<std::string, int64_t> trainable_params;  ///< as built, by network
+  Json losses = Json::object();                     ///< loss values after the timed window
+  Json clocks = Json::object();                     ///< NVML samples over the window
+  std::optional<NormalizedScore> normalized;
+  Json config = Json::object();       ///< the resolved model config
+  Json environment = Json::object();  ///< host, device, software, gpubench
+  double wall_seconds = 0;            ///< the whole job, process starts included
+  std::string created_utc;
+
+  bool ok() const { return status == "ok"; }
+  Json to_json() const;
+  static JobRecord from_json(const Json& json);
+};
+
+/// The file `gpubench run --json` writes.
+struct ResultDocument {
+  std::string created_utc;
+  std::vector<std::string> command_line;
+  Json run_settings = Json::object();
+  Json environment = Json::object();
+  std::vector<JobRecord> jobs;
+
+  Json to_json() const;
+  /// Throws ConfigError naming `file` for a wrong schema or version.
+  static ResultDocument from_json(const Json& json, const std::string& file);
+};
+
+/// Writes `content` to `path` through a temporary file in the same folder and a rename, so a
+/// reader never sees half a file. Throws ConfigError when the folder is not writable.
+void write_file_atomically(const std::string& path, const std::string& content);
+/// Throws ConfigError now if `path` could not be written later (so a run fails before it
+/// measures anything, not after).
+void check_writable(const std::string& path, const std::string& flag);
+
+/// Current UTC time as ISO 8601 ("2026-11-30T02:37:00Z").
+std::string utc_now();
+
+}  // namespace gpubench

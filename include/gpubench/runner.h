@@ -1,0 +1,90 @@
+// Running jobs. The parent (the CLI) plans one job per model and runs each phase in a worker
+// process of the same binary: the search in one, the timed run in a fresh one that confirms the
+// batch (stepping down if it does not fit). A crash, a sticky CUDA error or a hang costs one
+// job, and every job starts with a fresh caching allocator.
+#pragma once
+
+#include "gpubench/batch_search.h"
+#include "gpubench/config.h"
+#include "gpubench/result.h"
+#include "gpubench/workload.h"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpubench {
+
+/// One config document applied on top of the shipped configs: {file label, document}.
+using ConfigOverlay = std::pair<std::string, Json>;
+
+/// What a worker is asked to do.
+struct JobSpec {
+  std::string model;                    ///< workload name
+  std::string phase = "time";           ///< "search" | "time"
+  int64_t batch = 0;                    ///< batch of the timed run (phase "time")
+  std::string device = "cpu";           ///< "cpu" | "cuda:N"
+  std::vector<ConfigOverlay> overlays;  ///< user config file, then the command line
+
+  Json to_json() const;
+  static JobSpec from_json(const Json& json);
+};
+
+/// Rebuilds the config store a job runs with: the shipped configs plus the overlays.
+ConfigStore resolve_store(const std::vector<ConfigOverlay>& overlays);
+
+/// One search probe: builds the step at ctx.batch, runs two full steps (so optimizer state
+/// exists), reads the peak memory, and releases everything. Out-of-memory (and the cuDNN/cuBLAS
+/// failures that mean the same) is caught and reported as not fitting; other errors propagate.
+ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx);
+
+/// Runs one phase in this process: what `gpubench worker` does. Never throws for a failure of
+/// the model (out of memory, a libtorch error): the record's status says what happened.
+JobRecord run_phase(const JobSpec& spec, const ConfigStore& store);
+
+/// Runs a phase somewhere (a worker process, or this process in tests) and returns its record.
+class PhaseLauncher {
+ public:
+  virtual ~PhaseLauncher() = default;
+  virtual JobRecord launch(const JobSpec& spec, double timeout_s) = 0;
+};
+
+/// Runs each phase in `gpubench worker` (a fresh process): the default.
+class WorkerLauncher : public PhaseLauncher {
+ public:
+  /// `executable`: the gpubench binary (default: this one).
+  explicit WorkerLauncher(std::string executable = "");
+  JobRecord launch(const JobSpec& spec, double timeout_s) override;
+
+ private:
+  std::string executable_;
+};
+
+/// Runs each phase in this process (tests, debugging).
+class InProcessLauncher : public PhaseLauncher {
+ public:
+  JobRecord launch(const JobSpec& spec, double timeout_s) override;
+};
+
+/// One model's job as the parent runs it.
+struct JobPlan {
+  std::string model;
+  std::string device = "cpu";          ///< "cpu" | "cuda:N"
+  std::optional<int64_t> fixed_batch;  ///< --batch: no search
+  std::vector<ConfigOverlay> overlays;
+};
+
+/// Runs a job: search (on a GPU without --batch), then the timed run with step-down, then the
+/// normalized score. `log` receives progress lines (stderr in the CLI).
+JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& launcher,
+                  const std::function<void(const std::string&)>& log);
+
+/// Fills record.normalized from the workload's 2020 row (no-op for twins or failed jobs).
+void normalize(JobRecord& record, const ModelConfig& config, const ReferenceTable& reference);
+
+/// `gpubench worker --spec FILE --out FILE`: runs one phase and writes its record atomically.
+int worker_main(const std::string& spec_path, const std::string& out_path);
+
+}  // namespace gpubench

@@ -1,0 +1,38 @@
+// Small string helpers shared by the config loader, the registry and the reporters.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpubench {
+
+/// Levenshtein distance between two strings.
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+/// The candidate closest to `name`, if it is close enough to be a plausible typo.
+std::optional<std::string> closest_match(std::string_view name,
+                                         const std::vector<std::string>& candidates);
+
+/// " (did you mean 'x'?)" when a close candidate exists, else "".
+std::string did_you_mean(std::string_view name, const std::vector<std::string>& candidates);
+
+/// Joins with a separator: join({"a","b"}, ", ") == "a, b".
+std::string join(const std::vector<std::string>& parts, std::string_view separator);
+
+/// 1234567 -> "1,234,567".
+std::string with_thousands(int64_t value);
+
+/// Bytes in binary units: 1536 -> "1.5 KiB", 3 << 30 -> "3.00 GiB".
+std::string format_bytes(double bytes);
+
+/// Shortest decimal form of a double that reads back to it, for messages ("0.1", "1e-06").
+std::string format_number(double value);
+
+/// A value for a table cell: three significant digits, at least the integer part
+/// (1234.5 -> "1234", 12.345 -> "12.3", 0.4567 -> "0.457").
+std::string format_significant(double value, int digits = 3);
+
+}  // namespace gpubench

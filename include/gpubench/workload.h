@@ -1,0 +1,73 @@
+// The workload interface: an architecture builds a TrainStep (model, optimizer and one synthetic
+// batch on the device) for a batch size and precision; the runner times TrainStep::run().
+#pragma once
+
+#include "gpubench/json.h"
+#include "gpubench/params.h"
+#include "gpubench/precision.h"
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gpubench {
+
+struct ModelConfig;
+
+/// Everything an architecture needs to prepare one training step.
+struct StepContext {
+  const ModelConfig* config = nullptr;  ///< the workload (name, units, ...)
+  Params model;                         ///< architecture parameters (full or smoke size)
+  Params optimizer;                     ///< optimizer parameters
+  int64_t batch = 0;                    ///< in the workload's batch unit; > 0
+  Precision precision = Precision::kFp32;
+  torch::Device device = torch::kCPU;
+  uint64_t seed = 0;  ///< weights and synthetic data
+};
+
+/// A prepared training step. Owns the model, the optimizer and the synthetic batch on the
+/// device; destroying it releases all of that memory (the batch search relies on this).
+class TrainStep {
+ public:
+  virtual ~TrainStep() = default;
+
+  /// One training iteration as the reference runs it: zero grads, forward, the real loss,
+  /// backward, optimizer step (a GAN runs its D and G steps). Enqueues device work only: never
+  /// .item(), .cpu() or a synchronize, since the runner owns timing. Returns the throughput
+  /// units this iteration processed (examples, images, target tokens), known on the host.
+  virtual double run() = 0;
+
+  /// The losses of the last run(), by name ("loss", "mlm", "nsp", "d", "g", ...). Reading them
+  /// synchronizes, so only tests and the end of a timed run call this.
+  virtual std::map<std::string, torch::Tensor> losses() const = 0;
+
+  /// Every trainable parameter, by network ("model", or "generator" and "discriminator").
+  virtual std::map<std::string, std::vector<torch::Tensor>> parameters() const = 0;
+
+  /// Facts about the synthetic batch for the record ({"sentences": 528, ...}).
+  virtual Json batch_info() const { return Json::object(); }
+};
+
+/// Code that builds a workload's training step. Named configs (configs/models/*.yaml) select an
+/// architecture and set its parameters, so twins share code.
+struct Architecture {
+  std::string name;              ///< registry key: "bert"
+  std::string summary;           ///< one line for `gpubench list --json`
+  ParamSchema model_schema;      ///< keys of the `model:` section
+  ParamSchema optimizer_schema;  ///< keys of the `optimizer:` section
+  /// Builds the step on ctx.device. Throws c10::OutOfMemoryError when it does not fit.
+  std::function<std::unique_ptr<TrainStep>(const StepContext& ctx)> prepare;
+  /// Trainable parameters of the model(s) as built with these parameters, by network
+  /// ("total", or "generator" and "discriminator"). Builds the model on the CPU.
+  std::function<std::map<std::string, int64_t>(const Params& model)> count_parameters;
+};
+
+/// Number of elements over tensors that require gradients.
+int64_t count_trainable(const std::vector<torch::Tensor>& parameters);
+
+}  // namespace gpubench

@@ -1,0 +1,391 @@
+#include "src/cli/app.h"
+
+#include "gpubench/config.h"
+#include "gpubench/device.h"
+#include "gpubench/errors.h"
+#include "gpubench/registry.h"
+#include "gpubench/report/reporter.h"
+#include "gpubench/runner.h"
+#include "gpubench/strings.h"
+#include "gpubench/version.h"
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <sstream>
+
+namespace gpubench::cli {
+
+namespace {
+
+ConfigStore load_store(const std::string& config_file) {
+  ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  if (!config_file.empty()) store.apply_file(config_file);
+  return store;
+}
+
+int64_t total_target(const ModelConfig& m) {
+  int64_t total = 0;
+  for (const auto& [network, count] : m.trainable_params) total += count;
+  return total;
+}
+
+std::string params_text(const ModelConfig& m) {
+  if (m.trainable_params.size() == 1) return with_thousands(total_target(m));
+  std::vector<std::string> parts;
+  for (const auto& [network, count] : m.trainable_params) {
+    parts.push_back(fmt::format("{} {}", network, with_thousands(count)));
+  }
+  return join(parts, " + ");
+}
+
+}  // namespace
+
+// ---- list ----
+
+void setup_list(CLI::App& app, ListOptions& o) {
+  auto* cmd = app.add_subcommand("list", "List the workloads with units and parameter counts");
+  cmd->add_flag("--json", o.json, "Print JSON");
+  cmd->add_option("--config", o.config_file, "Overlay a YAML or JSON config first");
+  cmd->add_option("--config-dump", o.config_dump,
+                  "Print the resolved config of one workload (what a run uses)");
+}
+
+int run_list(const ListOptions& o, std::ostream& out, std::ostream& /*err*/) {
+  const ConfigStore store = load_store(o.config_file);
+  if (!o.config_dump.empty()) {
+    out << store.model(o.config_dump).to_json().dump(2) << '\n';
+    return kExitOk;
+  }
+  if (o.json) {
+    Json list = Json::array();
+    for (const auto& name : store.model_names()) {
+      const ModelConfig& m = store.model(name);
+      Json params = Json::object();
+      for (const auto& [network, count] : m.trainable_params) params[network] = count;
+      list.push_back(
+          {{"name", m.name},
+           {"family", m.family},
+           {"architecture", m.architecture},
+           {"batch_unit", m.batch_unit},
+           {"throughput_unit", m.throughput_unit},
+           {"trainable_params", params},
+           {"trainable_params_total", total_target(m)},
+           {"reference_2020", m.reference_2020 ? Json(m.reference_2020->row) : Json(nullptr)},
+           {"description", m.description}});
+    }
+    out << list.dump(2) << '\n';
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& name : store.model_names()) {
+    const ModelConfig& m = store.model(name);
+    rows.push_back({m.name, m.family, m.batch_unit, m.throughput_unit,
+                    m.reference_2020 ? m.reference_2020->row : "(peer twin)", params_text(m)});
+  }
+  render_grid(out,
+              {"model", "family", "batch unit", "throughput unit", "2020 row", "trainable params"},
+              rows, 5, GridStyle::kPlain);
+  return kExitOk;
+}
+
+// ---- info ----
+
+void setup_info(CLI::App& app, InfoOptions& o) {
+  auto* cmd = app.add_subcommand(
+      "info", "Show the devices and the driver, CUDA, cuDNN and libtorch versions");
+  cmd->add_flag("--json", o.json, "Print JSON");
+}
+
+int run_info(const InfoOptions& o, std::ostream& out, std::ostream& /*err*/) {
+  std::vector<DeviceInfo> devices;
+  for (int i = 0; i < cuda_device_count(); ++i) devices.push_back(cuda_device_info(i));
+  devices.push_back(cpu_device_info());
+  const Json software = software_versions();
+  const Json gpubench = {{"version", version_info::kVersion},
+                         {"git_commit", version_info::kGitCommit}};
+  if (o.json) {
+    Json list = Json::array();
+    for (const auto& d : devices) list.push_back(d.to_json());
+    out << Json{{"gpubench", gpubench}, {"software", software}, {"devices", list}}.dump(2) << '\n';
+    return kExitOk;
+  }
+  auto text = [](const Json& v) { return v.is_string() ? v.get<std::string>() : std::string("-"); };
+  out << fmt::format("gpubench {} (commit {})\n", version_info::kVersion, version_info::kGitCommit);
+  out << fmt::format("libtorch {}, CUDA runtime {}, cuDNN {}, driver {}{}\n\n",
+                     text(software["libtorch"]), text(software["cuda_runtime"]),
+                     text(software["cudnn"]), text(software["driver"]),
+                     built_with_cuda() ? "" : " (CPU-only build)");
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& d : devices) {
+    rows.push_back({d.type == "cuda" ? fmt::format("cuda:{}", d.index) : "cpu", d.name,
+                    format_bytes(static_cast<double>(d.memory_bytes)),
+                    std::to_string(d.multiprocessors),
+                    d.compute_capability.empty() ? "-" : d.compute_capability});
+  }
+  render_grid(out, {"device", "name", "memory", "SMs / threads", "compute capability"}, rows, 2,
+              GridStyle::kPlain);
+  return kExitOk;
+}
+
+// ---- run ----
+
+void setup_run(CLI::App& app, RunOptions& o) {
+  auto* cmd = app.add_subcommand(
+      "run", "Find the largest batch that trains, time it, and compare with the 2020 GPUs");
+  cmd->add_option("--model,-m", o.models, "Workloads to run (see 'gpubench list')");
+  cmd->add_option("--suite", o.suites, "Named lists of workloads: all, image, language, twins");
+  cmd->add_option("--gpu", o.gpu, "CUDA device index (default: 0 when a GPU is present)");
+  cmd->add_option("--device", o.device, "cpu or cuda (default: cuda when present, else cpu)");
+  cmd->add_option("--config", o.config_file, "YAML or JSON config over the built-in defaults");
+  cmd->add_option("--batch", o.batch, "Fixed batch in the workload's unit (no search)");
+  cmd->add_option("--precision", o.precision, "fp32 (default, strict), tf32, amp-bf16, amp-fp16");
+  cmd->add_option("--memory-cap", o.memory_cap_gib,
+                  "Cap the caching allocator at this many GiB to emulate a smaller card");
+  cmd->add_option("--warmup-steps", o.warmup_steps, "Minimum warm-up steps");
+  cmd->add_option("--min-steps", o.min_steps, "Minimum timed steps");
+  cmd->add_option("--min-seconds", o.min_seconds, "Minimum timed seconds");
+  cmd->add_option("--timeout", o.timeout_s, "Seconds before a worker process is killed");
+  cmd->add_option("--json", o.json_path, "Write the results as JSON (rewritten after each job)");
+  cmd->add_option("--csv", o.csv_path, "Write the results as CSV (rewritten after each job)");
+  cmd->add_flag("--in-process", o.in_process, "Run jobs in this process (debugging)")
+      ->group("");  // hidden
+}
+
+namespace {
+
+/// The command-line flags as a config overlay, each checked with a message naming the flag.
+Json flag_overlay(const RunOptions& o) {
+  Json run = Json::object();
+  Json timing = Json::object();
+  if (!o.precision.empty())
+    run["precision"] = to_string(parse_precision(o.precision, "--precision"));
+  if (o.memory_cap_gib) {
+    GPUBENCH_CHECK(*o.memory_cap_gib >= 0.25, ConfigError,
+                   "--memory-cap: expected a size in GiB of at least 0.25, got '{}'",
+                   format_number(*o.memory_cap_gib));
+    run["memory_cap_gib"] = *o.memory_cap_gib;
+  }
+  if (o.warmup_steps) {
+    GPUBENCH_CHECK(*o.warmup_steps >= 0, ConfigError,
+                   "--warmup-steps: expected an integer >= 0, got '{}'", *o.warmup_steps);
+    timing["warmup_steps"] = *o.warmup_steps;
+  }
+  if (o.min_steps) {
+    GPUBENCH_CHECK(*o.min_steps >= 1, ConfigError,
+                   "--min-steps: expected an integer >= 1, got '{}'", *o.min_steps);
+    timing["min_steps"] = *o.min_steps;
+  }
+  if (o.min_seconds) {
+    GPUBENCH_CHECK(*o.min_seconds >= 0, ConfigError,
+                   "--min-seconds: expected a number >= 0, got '{}'",
+                   format_number(*o.min_seconds));
+    timing["min_seconds"] = *o.min_seconds;
+  }
+  if (o.timeout_s) {
+    GPUBENCH_CHECK(*o.timeout_s >= 1, ConfigError, "--timeout: expected seconds >= 1, got '{}'",
+                   format_number(*o.timeout_s));
+    run["job_timeout_s"] = *o.timeout_s;
+  }
+  if (!timing.empty()) {
+    // A flag means what it says on either device.
+    run["timing"] = timing;
+    run["cpu_timing"] = timing;
+  }
+  return run.empty() ? Json::object() : Json{{"run", run}};
+}
+
+/// "cpu" or "cuda:N", or DeviceError/ConfigError.
+std::string select_device(const RunOptions& o, std::ostream& err) {
+  if (!o.device.empty() && o.device != "cpu" && o.device != "cuda") {
+    throw ConfigError(fmt::format("--device: expected cpu or cuda, got '{}'{}", o.device,
+                                  did_you_mean(o.device, {"cpu", "cuda"})));
+  }
+  if (o.device == "cpu") {
+    GPUBENCH_CHECK(!o.gpu, ConfigError, "--gpu and --device cpu contradict each other; give one");
+    return "cpu";
+  }
+  GPUBENCH_CHECK(!o.gpu || *o.gpu >= 0, ConfigError, "--gpu: expected an index >= 0, got '{}'",
+                 o.gpu.value_or(0));
+  const int count = cuda_device_count();
+  if (o.gpu || o.device == "cuda") {
+    const int index = o.gpu.value_or(0);
+    GPUBENCH_CHECK(built_with_cuda(), DeviceError,
+                   "--gpu {}: this gpubench was built against a CPU-only libtorch; build it "
+                   "against a CUDA libtorch (README: Build against CUDA) or use --device cpu",
+                   index);
+    GPUBENCH_CHECK(index < count, DeviceError,
+                   "--gpu {}: only {} CUDA device{} visible (see 'gpubench info')", index, count,
+                   count == 1 ? " is" : "s are");
+    return fmt::format("cuda:{}", index);
+  }
+  if (count > 0) return "cuda:0";
+  err << "gpubench: no CUDA device found; running on the CPU at each model's small fixed batch "
+         "(no max-batch search). Results are marked cpu.\n";
+  return "cpu";
+}
+
+std::vector<std::string> expand_models(const RunOptions& o, const ConfigStore& store) {
+  std::vector<std::string> models;
+  auto add = [&](const std::string& name) {
+    store.model(name);  // throws UnknownWorkloadError with a did-you-mean
+    if (std::find(models.begin(), models.end(), name) == models.end()) models.push_back(name);
+  };
+  std::vector<std::string> suite_names;
+  for (const auto& [name, list] : store.suites()) suite_names.push_back(name);
+  for (const auto& suite : o.suites) {
+    auto found = store.suites().find(suite);
+    if (found == store.suites().end()) {
+      throw ConfigError(fmt::format("--suite: unknown suite '{}'{}; choose one of {}", suite,
+                                    did_you_mean(suite, suite_names), join(suite_names, ", ")));
+    }
+    for (const auto& name : found->second) add(name);
+  }
+  for (const auto& name : o.models) add(name);
+  GPUBENCH_CHECK(!models.empty(), ConfigError,
+                 "no workload given: use --model NAME (see 'gpubench list') or --suite all");
+  return models;
+}
+
+void write_outputs(const RunOptions& o, const ResultDocument& document,
+                   const ReferenceTable& reference) {
+  if (!o.json_path.empty()) write_file_atomically(o.json_path, document.to_json().dump(2) + "\n");
+  if (!o.csv_path.empty()) {
+    std::ostringstream csv;
+    make_reporter("csv", csv)->report(document.jobs, reference);
+    write_file_atomically(o.csv_path, csv.str());
+  }
+}
+
+}  // namespace
+
+int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostream& out,
+            std::ostream& err) {
+  // Everything that can be wrong with the input is found before anything is measured.
+  ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  std::vector<ConfigOverlay> overlays;
+  if (!o.config_file.empty()) {
+    Json document = load_config_file(o.config_file);
+    store.apply_document(document, o.config_file);
+    overlays.emplace_back(o.config_file, std::move(document));
+  }
+  const Json flags = flag_overlay(o);
+  if (!flags.empty()) {
+    store.apply_document(flags, "command line");
+    overlays.emplace_back("command line", flags);
+  }
+  GPUBENCH_CHECK(!o.batch || *o.batch > 0, ConfigError,
+                 "--batch: expected a positive integer, got '{}'", o.batch.value_or(0));
+  const std::vector<std::string> models = expand_models(o, store);
+  if (!o.json_path.empty()) check_writable(o.json_path, "--json");
+  if (!o.csv_path.empty()) check_writable(o.csv_path, "--csv");
+  const std::string device = select_device(o, err);
+  if (device == "cpu" && store.run().memory_cap_gib) {
+    err << "gpubench: --memory-cap applies to a CUDA device; ignored on the CPU\n";
+  }
+
+  ResultDocument document;
+  document.created_utc = utc_now();
+  document.command_line = argv;
+  document.run_settings = store.run().to_json();
+  WorkerLauncher workers;
+  InProcessLauncher in_process;
+  PhaseLauncher& launcher = o.in_process ? static_cast<PhaseLauncher&>(in_process) : workers;
+  auto log = [&err](const std::string& line) { err << "gpubench: " << line << '\n' << std::flush; };
+
+  int failed = 0;
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    log(fmt::format("job {} of {}: {} ({}, {})", i + 1, models.size(), models[i], device,
+                    to_string(store.run().precision)));
+    JobPlan plan;
+    plan.model = models[i];
+    plan.device = device;
+    plan.fixed_batch = o.batch;
+    plan.overlays = overlays;
+    JobRecord record = run_job(plan, store, launcher, log);
+    if (record.status != "ok" && record.status != "no-fit") {
+      ++failed;
+      log(fmt::format("{} {}: {}", models[i], record.status, record.message));
+    }
+    if (document.environment.empty()) document.environment = record.environment;
+    document.jobs.push_back(std::move(record));
+    write_outputs(o, document, store.reference());  // nothing measured is lost to a later crash
+  }
+  make_reporter("table", out)->report(document.jobs, store.reference());
+  if (failed) log(fmt::format("{} of {} jobs failed", failed, models.size()));
+  return failed ? kExitJobFailed : kExitOk;
+}
+
+// ---- report ----
+
+void setup_report(CLI::App& app, ReportOptions& o) {
+  auto* cmd = app.add_subcommand("report", "Print result files beside the 2020 GPUs");
+  cmd->add_option("files", o.files, "Result files written by 'gpubench run --json'")->required();
+  cmd->add_option("--format,-f", o.format, "table (default), md, csv, json");
+}
+
+int run_report(const ReportOptions& o, std::ostream& out, std::ostream& /*err*/) {
+  auto reporter = make_reporter(o.format, out);  // a bad format fails before reading files
+  const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  reporter->report(read_results(o.files), store.reference());
+  return kExitOk;
+}
+
+// ---- worker ----
+
+void setup_worker(CLI::App& app, WorkerOptions& o) {
+  auto* cmd = app.add_subcommand("worker", "Run one phase of one job (started by 'run')");
+  cmd->group("");  // internal: not in --help
+  cmd->add_option("--spec", o.spec, "Job spec (JSON)")->required();
+  cmd->add_option("--out", o.out, "Where to write the job record")->required();
+}
+
+// ---- dispatch ----
+
+int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{"gpubench: GPU training benchmark of the 2020 Lambda workloads, rebuilt in C++"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", fmt::format("gpubench {} ({})", version_info::kVersion,
+                                                version_info::kGitCommit));
+  ListOptions list;
+  InfoOptions info;
+  RunOptions run;
+  ReportOptions report;
+  WorkerOptions worker;
+  setup_list(app, list);
+  setup_info(app, info);
+  setup_run(app, run);
+  setup_report(app, report);
+  setup_worker(app, worker);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e, out, err);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e, out, err);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e, out, err);
+  } catch (const CLI::ParseError& e) {
+    err << "error: " << e.what() << " (run 'gpubench --help')\n";
+    return kExitBadInput;
+  }
+
+  try {
+    const std::vector<std::string> args(argv, argv + argc);
+    if (app.got_subcommand("list")) return run_list(list, out, err);
+    if (app.got_subcommand("info")) return run_info(info, out, err);
+    if (app.got_subcommand("run")) return run_run(run, args, out, err);
+    if (app.got_subcommand("report")) return run_report(report, out, err);
+    if (app.got_subcommand("worker")) return worker_main(worker.spec, worker.out);
+  } catch (const Error& e) {
+    err << "error: " << e.what() << '\n';
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    err << "error: " << e.what() << '\n';
+    return kExitJobFailed;
+  }
+  return kExitBadInput;
+}
+
+}  // namespace gpubench::cli

@@ -1,0 +1,76 @@
+// The command line: one options struct and one setup/run pair per subcommand (CLI11 style).
+// All parsing and dispatch lives here so tests can drive it in-process.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace gpubench::cli {
+
+/// `gpubench list`
+struct ListOptions {
+  bool json = false;        ///< machine-readable output
+  std::string config_file;  ///< --config: overlay before listing
+  std::string config_dump;  ///< --config-dump NAME: print one resolved config
+};
+
+/// `gpubench info`
+struct InfoOptions {
+  bool json = false;
+};
+
+/// `gpubench run`
+struct RunOptions {
+  std::vector<std::string> models;       ///< --model NAME...
+  std::vector<std::string> suites;       ///< --suite NAME...
+  std::optional<int> gpu;                ///< --gpu N
+  std::string device;                    ///< --device cpu|cuda
+  std::string config_file;               ///< --config FILE
+  std::optional<int64_t> batch;          ///< --batch N: fixed batch, no search
+  std::string precision;                 ///< --precision
+  std::optional<double> memory_cap_gib;  ///< --memory-cap GiB
+  std::optional<int> warmup_steps;       ///< --warmup-steps N
+  std::optional<int> min_steps;          ///< --min-steps N
+  std::optional<double> min_seconds;     ///< --min-seconds S
+  std::optional<double> timeout_s;       ///< --timeout S per worker
+  std::string json_path;                 ///< --json PATH
+  std::string csv_path;                  ///< --csv PATH
+  bool in_process = false;               ///< --in-process: no worker processes (debugging)
+};
+
+/// `gpubench report`
+struct ReportOptions {
+  std::vector<std::string> files;
+  std::string format = "table";
+};
+
+/// `gpubench worker` (internal: one phase of one job, started by `run`)
+struct WorkerOptions {
+  std::string spec;
+  std::string out;
+};
+
+void setup_list(CLI::App& app, ListOptions& options);
+void setup_info(CLI::App& app, InfoOptions& options);
+void setup_run(CLI::App& app, RunOptions& options);
+void setup_report(CLI::App& app, ReportOptions& options);
+void setup_worker(CLI::App& app, WorkerOptions& options);
+
+int run_list(const ListOptions& options, std::ostream& out, std::ostream& err);
+int run_info(const InfoOptions& options, std::ostream& out, std::ostream& err);
+int run_run(const RunOptions& options, const std::vector<std::string>& argv, std::ostream& out,
+            std::ostream& err);
+int run_report(const ReportOptions& options, std::ostream& out, std::ostream& err);
+
+/// Parses the command line and runs the subcommand. Returns the process exit code (errors.h):
+/// tables to `out`, progress, warnings and errors to `err`.
+int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
+
+}  // namespace gpubench::cli

@@ -1,0 +1,293 @@
+#include "gpubench/device.h"
+
+#include "gpubench/compat.h"
+#include "gpubench/nvml.h"
+#include "gpubench/version.h"
+
+#include <torch/cuda.h>
+
+#include <fmt/format.h>
+#include <torch/version.h>
+
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#if GPUBENCH_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <cuda_runtime_api.h>
+#endif
+
+namespace gpubench {
+
+Json DeviceInfo::to_json() const {
+  return {{"type", type},
+          {"index", index},
+          {"name", name},
+          {"memory_bytes", memory_bytes},
+          {"multiprocessors", multiprocessors},
+          {"compute_capability", compute_capability},
+          {"pci_bus_id", pci_bus_id}};
+}
+
+DeviceInfo DeviceInfo::from_json(const Json& json) {
+  DeviceInfo d;
+  d.type = json.value("type", std::string("cpu"));
+  d.index = json.value("index", -1);
+  d.name = json.value("name", std::string());
+  d.memory_bytes = json.value("memory_bytes", int64_t{0});
+  d.multiprocessors = json.value("multiprocessors", 0);
+  d.compute_capability = json.value("compute_capability", std::string());
+  d.pci_bus_id = json.value("pci_bus_id", std::string());
+  return d;
+}
+
+bool built_with_cuda() { return GPUBENCH_WITH_CUDA != 0; }
+
+int cuda_device_count() {
+#if GPUBENCH_WITH_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver or no device: clear the sticky error
+    return 0;
+  }
+  return count;
+#else
+  return 0;
+#endif
+}
+
+DeviceInfo cuda_device_info(int index) {
+  DeviceInfo d;
+  d.type = "cuda";
+  d.index = index;
+#if GPUBENCH_WITH_CUDA
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) == cudaSuccess) {
+    d.name = prop.name;
+    d.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+    d.multiprocessors = prop.multiProcessorCount;
+    d.compute_capability = std::to_string(prop.major) + "." + std::to_string(prop.minor);
+    char bus[32] = {};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, index) == cudaSuccess) d.pci_bus_id = bus;
+  }
+#endif
+  return d;
+}
+
+namespace {
+std::string read_first_field(const char* path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.compare(0, key.size(), key) != 0) continue;
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    auto value = line.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    return value;
+  }
+  return "";
+}
+}  // namespace
+
+DeviceInfo cpu_device_info() {
+  DeviceInfo d;
+  d.type = "cpu";
+  d.name = read_first_field("/proc/cpuinfo", "model name");
+  if (d.name.empty()) d.name = "CPU";
+  const std::string mem_kb = read_first_field("/proc/meminfo", "MemTotal");
+  if (!mem_kb.empty()) d.memory_bytes = std::stoll(mem_kb) * 1024;
+  d.multiprocessors = static_cast<int>(std::thread::hardware_concurrency());
+  return d;
+}
+
+Json software_versions() {
+  Json v = {{"libtorch", TORCH_VERSION}, {"built_with_cuda", built_with_cuda()}};
+#if GPUBENCH_WITH_CUDA
+  int runtime = 0, driver_api = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver_api);
+  auto dotted = [](int version) {
+    return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
+  };
+  v["cuda_runtime"] = runtime ? Json(dotted(runtime)) : Json(nullptr);
+  v["cuda_driver_api"] = driver_api ? Json(dotted(driver_api)) : Json(nullptr);
+  const long cudnn =
+      at::detail::getCUDAHooks().hasCuDNN() ? at::detail::getCUDAHooks().versionCuDNN() : 0;
+  // cuDNN 9 encodes major*10000 + minor*100 + patch; 8 and older major*1000 + minor*100 + patch.
+  if (cudnn >= 90000) {
+    v["cudnn"] = fmt::format("{}.{}.{}", cudnn / 10000, (cudnn % 10000) / 100, cudnn % 100);
+  } else if (cudnn > 0) {
+    v["cudnn"] = fmt::format("{}.{}.{}", cudnn / 1000, (cudnn % 1000) / 100, cudnn % 100);
+  } else {
+    v["cudnn"] = nullptr;
+  }
+#else
+  v["cuda_runtime"] = nullptr;
+  v["cuda_driver_api"] = nullptr;
+  v["cudnn"] = nullptr;
+#endif
+  const auto driver = nvml_driver_version();
+  v["driver"] = driver ? Json(*driver) : Json(nullptr);
+  return v;
+}
+
+Json environment_json(const DeviceInfo& device) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  struct utsname uts {};
+  uname(&uts);
+  const DeviceInfo cpu = cpu_device_info();
+  return {{"host", host},
+          {"os", std::string(uts.sysname) + " " + uts.release},
+          {"cpu", cpu.name},
+          {"cpu_threads", cpu.multiprocessors},
+          {"device", device.to_json()},
+          {"software", software_versions()},
+          {"gpubench",
+           {{"version", version_info::kVersion}, {"git_commit", version_info::kGitCommit}}}};
+}
+
+MemoryStats memory_stats(const torch::Device& device) {
+  MemoryStats s;
+#if GPUBENCH_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto a = compat::allocator_stats(device.index());
+    s.allocated_current = a.allocated_current;
+    s.allocated_peak = a.allocated_peak;
+    s.reserved_current = a.reserved_current;
+    s.reserved_peak = a.reserved_peak;
+  }
+#endif
+  return s;
+}
+
+void reset_peak_memory(const torch::Device& device) {
+#if GPUBENCH_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#endif
+}
+
+void release_cached_memory(const torch::Device& device) {
+#if GPUBENCH_WITH_CUDA
+  if (device.is_cuda()) {
+    synchronize(device);
+    c10::cuda::CUDACachingAllocator::emptyCache();
+  }
+#endif
+}
+
+std::pair<int64_t, int64_t> device_memory_info(const torch::Device& device) {
+#if GPUBENCH_WITH_CUDA
+  if (device.is_cuda()) {
+    size_t free = 0, total = 0;
+    set_current_device(device);
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      return {static_cast<int64_t>(free), static_cast<int64_t>(total)};
+    }
+  }
+#endif
+  return {0, 0};
+}
+
+void set_memory_cap(const torch::Device& device, int64_t bytes) {
+#if GPUBENCH_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto [free, total] = device_memory_info(device);
+    (void)free;
+    const double fraction = std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total));
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device.index());
+  }
+#endif
+}
+
+void synchronize(const torch::Device& device) {
+#if GPUBENCH_WITH_CUDA
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+#endif
+}
+
+void set_current_device(const torch::Device& device) {
+#if GPUBENCH_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::set_device(static_cast<c10::DeviceIndex>(device.index()));
+#endif
+}
+
+bool is_out_of_memory(const std::exception& error) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&error)) return true;
+  const std::string what = error.what();
+  for (const char* marker : {"CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED",
+                             "CUDA out of memory", "out of memory"}) {
+    if (what.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// ---- StepClock ----
+
+struct StepClock::Impl {
+  torch::Device device;
+  std::vector<std::chrono::steady_clock::time_point> host_marks;
+#if GPUBENCH_WITH_CUDA
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> events;
+#endif
+};
+
+StepClock::StepClock(const torch::Device& device) : impl_(new Impl{device, {}}) {}
+StepClock::~StepClock() = default;
+
+void StepClock::mark() {
+#if GPUBENCH_WITH_CUDA
+  if (impl_->device.is_cuda()) {
+    auto event = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+    event->record(at::cuda::getCurrentCUDAStream(impl_->device.index()));
+    impl_->events.push_back(std::move(event));
+    return;
+  }
+#endif
+  impl_->host_marks.push_back(std::chrono::steady_clock::now());
+}
+
+std::vector<double> StepClock::intervals_ms() {
+  std::vector<double> out;
+#if GPUBENCH_WITH_CUDA
+  if (impl_->device.is_cuda()) {
+    auto& events = impl_->events;
+    if (events.empty()) return out;
+    events.back()->synchronize();
+    for (std::size_t i = 1; i < events.size(); ++i) {
+      out.push_back(static_cast<double>(events[i - 1]->elapsed_time(*events[i])));
+    }
+    return out;
+  }
+#endif
+  const auto& marks = impl_->host_marks;
+  for (std::size_t i = 1; i < marks.size(); ++i) {
+    out.push_back(std::chrono::duration<double, std::milli>(marks[i] - marks[i - 1]).count());
+  }
+  return out;
+}
+
+void StepClock::clear() {
+#if GPUBENCH_WITH_CUDA
+  impl_->events.clear();
+#endif
+  impl_->host_marks.clear();
+}
+
+int StepClock::marks() const {
+#if GPUBENCH_WITH_CUDA
+  if (impl_->device.is_cuda()) return static_cast<int>(impl_->events.size());
+#endif
+  return static_cast<int>(impl_->host_marks.size());
+}
+
+}  // namespace gpubench

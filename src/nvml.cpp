@@ -1,0 +1,158 @@
+#include "gpubench/nvml.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+
+namespace gpubench {
+
+namespace {
+
+// The few NVML entry points gpubench uses; their C ABI has been stable for a decade.
+using nvmlReturn_t = int;
+using nvmlDevice_t = void*;
+constexpr nvmlReturn_t kNvmlSuccess = 0;
+constexpr int kNvmlClockSm = 1;
+constexpr int kNvmlTemperatureGpu = 0;
+
+struct NvmlApi {
+  nvmlReturn_t (*init)() = nullptr;
+  nvmlReturn_t (*driver_version)(char*, unsigned) = nullptr;
+  nvmlReturn_t (*handle_by_pci)(const char*, nvmlDevice_t*) = nullptr;
+  nvmlReturn_t (*clock)(nvmlDevice_t, int, unsigned*) = nullptr;
+  nvmlReturn_t (*power)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned*) = nullptr;
+  nvmlReturn_t (*reasons)(nvmlDevice_t, unsigned long long*) = nullptr;
+  bool ok = false;
+};
+
+template <typename F>
+void bind(void* lib, const char* name, F& fn) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+}
+
+const NvmlApi& nvml() {
+  static const NvmlApi api = [] {
+    NvmlApi a;
+    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return a;
+    bind(lib, "nvmlInit_v2", a.init);
+    bind(lib, "nvmlSystemGetDriverVersion", a.driver_version);
+    bind(lib, "nvmlDeviceGetHandleByPciBusId_v2", a.handle_by_pci);
+    bind(lib, "nvmlDeviceGetClockInfo", a.clock);
+    bind(lib, "nvmlDeviceGetPowerUsage", a.power);
+    bind(lib, "nvmlDeviceGetTemperature", a.temperature);
+    bind(lib, "nvmlDeviceGetCurrentClocksEventReasons", a.reasons);
+    if (!a.reasons) bind(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", a.reasons);
+    a.ok = a.init && a.init() == kNvmlSuccess;
+    return a;
+  }();
+  return api;
+}
+
+struct ReasonBit {
+  unsigned long long bit;
+  const char* name;
+  bool slowdown;
+};
+constexpr ReasonBit kReasons[] = {
+    {0x1, "gpu_idle", false},
+    {0x2, "applications_clocks", false},
+    {0x4, "sw_power_cap", true},
+    {0x8, "hw_slowdown", true},
+    {0x10, "sync_boost", false},
+    {0x20, "sw_thermal_slowdown", true},
+    {0x40, "hw_thermal_slowdown", true},
+    {0x80, "hw_power_brake_slowdown", true},
+    {0x100, "display_clock_setting", false},
+};
+
+}  // namespace
+
+std::optional<std::string> nvml_driver_version() {
+  const NvmlApi& api = nvml();
+  if (!api.ok || !api.driver_version) return std::nullopt;
+  char buffer[96] = {};
+  if (api.driver_version(buffer, sizeof buffer) != kNvmlSuccess) return std::nullopt;
+  return std::string(buffer);
+}
+
+std::vector<std::string> throttle_reason_names(unsigned long long mask) {
+  std::vector<std::string> out;
+  for (const auto& r : kReasons) {
+    if (mask & r.bit) out.emplace_back(r.name);
+  }
+  return out;
+}
+
+bool is_slowdown(unsigned long long mask) {
+  for (const auto& r : kReasons) {
+    if ((mask & r.bit) && r.slowdown) return true;
+  }
+  return false;
+}
+
+ClockSampler::ClockSampler(const std::string& pci_bus_id, double interval_s)
+    : interval_s_(interval_s) {
+  const NvmlApi& api = nvml();
+  if (api.ok && api.handle_by_pci && !pci_bus_id.empty()) {
+    nvmlDevice_t device = nullptr;
+    if (api.handle_by_pci(pci_bus_id.c_str(), &device) == kNvmlSuccess) device_ = device;
+  }
+}
+
+ClockSampler::~ClockSampler() {
+  if (running_) stop();
+}
+
+void ClockSampler::start() {
+  if (!device_ || running_) return;
+  samples_.clear();
+  running_ = true;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void ClockSampler::loop() {
+  const NvmlApi& api = nvml();
+  while (running_) {
+    Sample s;
+    if (api.clock) api.clock(device_, kNvmlClockSm, &s.sm_mhz);
+    if (api.power) api.power(device_, &s.power_mw);
+    if (api.temperature) api.temperature(device_, kNvmlTemperatureGpu, &s.temperature_c);
+    if (api.reasons) api.reasons(device_, &s.reasons);
+    samples_.push_back(s);
+    std::this_thread::sleep_for(std::chrono::duration<double>(interval_s_));
+  }
+}
+
+Json ClockSampler::stop() {
+  if (running_) {
+    running_ = false;
+    thread_.join();
+  }
+  Json out = {{"available", device_ != nullptr}, {"samples", samples_.size()}};
+  if (samples_.empty()) return out;
+  std::vector<unsigned> clocks;
+  double power_sum = 0, power_max = 0;
+  unsigned temperature_max = 0;
+  unsigned long long reasons = 0;
+  for (const auto& s : samples_) {
+    clocks.push_back(s.sm_mhz);
+    power_sum += s.power_mw / 1000.0;
+    power_max = std::max(power_max, s.power_mw / 1000.0);
+    temperature_max = std::max(temperature_max, s.temperature_c);
+    reasons |= s.reasons;
+  }
+  std::sort(clocks.begin(), clocks.end());
+  out["sm_clock_mhz"] = {
+      {"min", clocks.front()}, {"median", clocks[clocks.size() / 2]}, {"max", clocks.back()}};
+  out["power_w"] = {{"mean", power_sum / static_cast<double>(samples_.size())}, {"max", power_max}};
+  out["temperature_c_max"] = temperature_max;
+  out["throttle_reasons"] = throttle_reason_names(reasons);
+  out["throttled"] = is_slowdown(reasons);
+  return out;
+}
+
+}  // namespace gpubench

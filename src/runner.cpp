@@ -1,0 +1,398 @@
+#include "gpubench/runner.h"
+
+#include "gpubench/device.h"
+#include "gpubench/errors.h"
+#include "gpubench/nvml.h"
+#include "gpubench/process.h"
+#include "gpubench/registry.h"
+#include "gpubench/strings.h"
+
+#include <torch/torch.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace gpubench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+/// The first line of an error message, without libtorch's C++ stack trace.
+std::string short_message(const std::string& what) {
+  std::string line = what.substr(0, what.find('\n'));
+  const auto trace = line.find(" (Triggered internally at");
+  if (trace != std::string::npos) line = line.substr(0, trace);
+  return line.size() > 400 ? line.substr(0, 400) + "..." : line;
+}
+
+void worker_log(const std::string& model, const std::string& text) {
+  std::cerr << fmt::format("  [{}] {}\n", model, text) << std::flush;
+}
+
+JobRecord base_record(const ModelConfig& config, const RunSettings& run) {
+  JobRecord r;
+  r.model = config.name;
+  r.family = config.family;
+  r.precision = to_string(run.precision);
+  r.batch_unit = config.batch_unit;
+  r.throughput_unit = config.throughput_unit;
+  r.memory_cap_gib = run.memory_cap_gib;
+  r.emulated = run.memory_cap_gib.has_value();
+  r.config = config.to_json();
+  r.created_utc = utc_now();
+  return r;
+}
+
+StepContext make_context(const ModelConfig& config, const RunSettings& run,
+                         const torch::Device& device, int64_t batch) {
+  StepContext ctx;
+  ctx.config = &config;
+  ctx.model = config.model;
+  ctx.optimizer = config.optimizer;
+  ctx.batch = batch;
+  ctx.precision = run.precision;
+  ctx.device = device;
+  ctx.seed = run.seed;
+  return ctx;
+}
+
+}  // namespace
+
+ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx) {
+  ProbeOutcome outcome;
+  const torch::Device& device = ctx.device;
+  release_cached_memory(device);
+  reset_peak_memory(device);
+  try {
+    auto step = arch.prepare(ctx);
+    // Two steps: the first allocates the optimizer state, the second peaks with it in place.
+    step->run();
+    step->run();
+    synchronize(device);
+    const MemoryStats stats = memory_stats(device);
+    outcome.fits = true;
+    outcome.peak_bytes = stats.reserved_peak;
+    outcome.resident_bytes = stats.allocated_current;
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    outcome.fits = false;
+    outcome.error = "out of memory: " + short_message(e.what());
+  }
+  release_cached_memory(device);
+  return outcome;
+}
+
+namespace {
+
+void time_phase(JobRecord& record, const Architecture& arch, const StepContext& ctx,
+                const RunSettings& run) {
+  const torch::Device& device = ctx.device;
+  const TimingSettings& t = device.is_cuda() ? run.timing : run.cpu_timing;
+  auto step = arch.prepare(ctx);
+  record.batch_info = step->batch_info();
+  for (const auto& [network, params] : step->parameters()) {
+    record.trainable_params[network] = count_trainable(params);
+  }
+  reset_peak_memory(device);
+
+  // Warm-up: until cuDNN autotuning and allocator growth are over and step times are steady.
+  StepClock clock(device);
+  std::vector<double> warm_ms;
+  std::string reason;
+  const auto warm_start = Clock::now();
+  while (true) {
+    const auto decision = warmup_done(warm_ms, seconds_since(warm_start), t);
+    if (decision.done) {
+      reason = decision.reason;
+      break;
+    }
+    clock.clear();
+    clock.mark();
+    step->run();
+    clock.mark();
+    warm_ms.push_back(clock.intervals_ms().front());
+  }
+  record.warmup = {{"steps", warm_ms.size()}, {"reason", reason}, {"step_time_ms", warm_ms}};
+  worker_log(record.model, fmt::format("warm-up: {} steps ({})", warm_ms.size(), reason));
+
+  // Timed window: each step between device events; the host may run ahead, so the window is
+  // checked against device time once the host thinks it is long enough.
+  ClockSampler sampler(device.is_cuda() ? cuda_device_info(device.index()).pci_bus_id : "");
+  sampler.start();
+  clock.clear();
+  clock.mark();
+  double units = 0;
+  int steps = 0;
+  std::vector<double> times;
+  const auto window_start = Clock::now();
+  constexpr int kMaxSteps = 1000000;
+  while (true) {
+    units += step->run();
+    clock.mark();
+    ++steps;
+    if (window_done(steps, seconds_since(window_start), t) || steps >= kMaxSteps) {
+      times = clock.intervals_ms();
+      double device_seconds = 0;
+      for (double ms : times) device_seconds += ms / 1000.0;
+      if (window_done(steps, device_seconds, t) || steps >= kMaxSteps) break;
+    }
+  }
+  record.clocks = sampler.stop();
+  double window_seconds = 0;
+  for (double ms : times) window_seconds += ms / 1000.0;
+  record.step_time_ms = times;
+  record.timing = summarize_steps(times, window_seconds);
+  record.units_per_step = units / steps;
+  record.throughput = window_seconds > 0 ? units / window_seconds : 0;
+  const MemoryStats stats = memory_stats(device);
+  record.peak_memory_bytes = stats.reserved_peak;
+  record.peak_allocated_bytes = stats.allocated_peak;
+  for (const auto& [name, loss] : step->losses()) {
+    const double value = loss.detach().to(torch::kCPU).to(torch::kDouble).item<double>();
+    record.losses[name] = std::isfinite(value) ? Json(value) : Json(nullptr);
+    if (!std::isfinite(value)) {
+      record.message = fmt::format("warning: loss '{}' is not finite after the timed window", name);
+    }
+  }
+  worker_log(record.model,
+             fmt::format("timed: {} steps in {:.2f} s, {} {}", steps, window_seconds,
+                         format_significant(record.throughput, 4), record.throughput_unit));
+}
+
+}  // namespace
+
+Json JobSpec::to_json() const {
+  Json overlays_json = Json::array();
+  for (const auto& [file, document] : overlays) {
+    overlays_json.push_back({{"file", file}, {"document", document}});
+  }
+  return {{"model", model},
+          {"phase", phase},
+          {"batch", batch},
+          {"device", device},
+          {"overlays", overlays_json}};
+}
+
+JobSpec JobSpec::from_json(const Json& json) {
+  JobSpec spec;
+  spec.model = json.at("model").get<std::string>();
+  spec.phase = json.at("phase").get<std::string>();
+  spec.batch = json.at("batch").get<int64_t>();
+  spec.device = json.at("device").get<std::string>();
+  for (const auto& overlay : json.at("overlays")) {
+    spec.overlays.emplace_back(overlay.at("file").get<std::string>(), overlay.at("document"));
+  }
+  return spec;
+}
+
+ConfigStore resolve_store(const std::vector<ConfigOverlay>& overlays) {
+  ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  for (const auto& [file, document] : overlays) store.apply_document(document, file);
+  return store;
+}
+
+JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
+  const ModelConfig& config = store.model(spec.model);
+  const RunSettings& run = store.run();
+  JobRecord record = base_record(config, run);
+  const torch::Device device(spec.device);
+  record.device = device.is_cuda() ? cuda_device_info(device.index()) : cpu_device_info();
+  record.environment = environment_json(record.device);
+  try {
+    int64_t capacity = 0;
+    if (device.is_cuda()) {
+      set_current_device(device);
+      capacity = device_memory_info(device).first;  // free memory once the context exists
+      if (run.memory_cap_gib) {
+        const auto cap = static_cast<int64_t>(*run.memory_cap_gib * double(int64_t{1} << 30));
+        set_memory_cap(device, cap);
+        capacity = std::min(capacity, cap);
+      }
+    }
+    apply_math_mode(run.precision, run.cudnn_benchmark);
+    torch::manual_seed(static_cast<uint64_t>(run.seed));
+    const Architecture& arch = builtin_registry().get(config.architecture);
+
+    if (spec.phase == "search") {
+      auto probe = [&](int64_t batch) {
+        return probe_step(arch, make_context(config, run, device, batch));
+      };
+      auto on_probe = [&](const ProbeRecord& p, int index) {
+        worker_log(config.name, fmt::format("search probe {}: batch {} {} (peak {}, {:.1f} s)",
+                                            index, p.batch, p.fits ? "fits" : "does not fit",
+                                            format_bytes(p.peak_bytes), p.seconds));
+      };
+      SearchRecord search = find_max_batch(config.search, capacity, probe, on_probe);
+      record.batch = search.max_batch;
+      record.batch_source = "search";
+      record.status = search.max_batch > 0 ? "ok" : "no-fit";
+      if (search.max_batch == 0) {
+        record.message = fmt::format("does not fit at batch {} ({})", config.search.min_batch,
+                                     search.stop_reason);
+      }
+      record.search = std::move(search);
+    } else {
+      GPUBENCH_ASSERT(spec.batch > 0);
+      record.batch = spec.batch;
+      time_phase(record, arch, make_context(config, run, device, spec.batch), run);
+    }
+  } catch (const std::exception& e) {
+    record.status = is_out_of_memory(e) ? "oom" : "failed";
+    record.message = short_message(e.what());
+    release_cached_memory(device);
+  }
+  return record;
+}
+
+// ---- Launchers ----
+
+WorkerLauncher::WorkerLauncher(std::string executable)
+    : executable_(executable.empty() ? current_executable() : std::move(executable)) {}
+
+namespace {
+std::string temp_path(const char* tag) {
+  const char* dir = std::getenv("TMPDIR");
+  std::string pattern = fmt::format("{}/gpubench-{}-XXXXXX", dir && *dir ? dir : "/tmp", tag);
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  const int fd = mkstemp(buffer.data());
+  if (fd < 0)
+    throw JobError("cannot create a temporary file in " + std::string(dir ? dir : "/tmp"));
+  close(fd);
+  return buffer.data();
+}
+}  // namespace
+
+JobRecord WorkerLauncher::launch(const JobSpec& spec, double timeout_s) {
+  const std::string spec_path = temp_path("spec");
+  const std::string out_path = temp_path("out");
+  write_file_atomically(spec_path, spec.to_json().dump());
+  std::remove(out_path.c_str());
+  const ProcessResult process =
+      run_process({executable_, "worker", "--spec", spec_path, "--out", out_path}, timeout_s);
+  JobRecord record;
+  std::ifstream in(out_path);
+  if (in.good() && process.exit_code == 0) {
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    record = JobRecord::from_json(Json::parse(buffer.str()));
+  } else {
+    record.model = spec.model;
+    record.status = process.timed_out ? "timeout" : process.signal ? "crashed" : "failed";
+    record.message = fmt::format("{} worker {}", spec.phase, process.describe());
+  }
+  std::remove(spec_path.c_str());
+  std::remove(out_path.c_str());
+  return record;
+}
+
+JobRecord InProcessLauncher::launch(const JobSpec& spec, double /*timeout_s*/) {
+  return run_phase(spec, resolve_store(spec.overlays));
+}
+
+int worker_main(const std::string& spec_path, const std::string& out_path) {
+  const JobSpec spec = JobSpec::from_json(load_config_file(spec_path));
+  const JobRecord record = run_phase(spec, resolve_store(spec.overlays));
+  write_file_atomically(out_path, record.to_json().dump());
+  return kExitOk;
+}
+
+// ---- Parent side ----
+
+void normalize(JobRecord& record, const ModelConfig& config, const ReferenceTable& reference) {
+  record.normalized.reset();
+  if (!record.ok() || !config.reference_2020 || config.modified) return;
+  const ReferenceRow* row = reference.find_row(config.reference_2020->row);
+  if (!row) return;
+  NormalizedScore s;
+  s.reference_row = row->model;
+  s.baseline_gpu = reference.baseline().id;
+  s.baseline_throughput = reference.baseline_throughput(*row);
+  s.baseline_max_batch = row->max_batch.at(reference.baseline_index());
+  s.score = normalized_score(record.throughput, s.baseline_throughput);
+  record.normalized = s;
+}
+
+namespace {
+int64_t step_down(int64_t batch, const SearchSettings& search) {
+  const int64_t g = search.granularity;
+  const auto one_percent = static_cast<int64_t>(std::ceil(0.01 * static_cast<double>(batch)));
+  const int64_t delta = std::max(g, (one_percent + g - 1) / g * g);
+  return batch - delta;
+}
+}  // namespace
+
+JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& launcher,
+                  const std::function<void(const std::string&)>& log) {
+  const auto started = Clock::now();
+  const ModelConfig& config = store.model(plan.model);
+  const RunSettings& run = store.run();
+  JobSpec spec;
+  spec.model = plan.model;
+  spec.device = plan.device;
+  spec.overlays = plan.overlays;
+
+  std::optional<SearchRecord> search;
+  std::string source;
+  int64_t batch = 0;
+  if (plan.fixed_batch) {
+    batch = *plan.fixed_batch;
+    source = "flag";
+  } else if (plan.device == "cpu") {
+    batch = config.cpu_batch;
+    source = "cpu";
+  } else {
+    log(fmt::format("{}: searching for the largest batch on {}", plan.model, plan.device));
+    spec.phase = "search";
+    JobRecord found = launcher.launch(spec, run.job_timeout_s);
+    if (!found.ok()) {
+      found.wall_seconds = seconds_since(started);
+      if (found.status == "oom") found.status = "failed";
+      return found;
+    }
+    search = found.search;
+    batch = found.batch;
+    source = "search";
+  }
+
+  spec.phase = "time";
+  Json attempts = Json::array();
+  JobRecord record;
+  constexpr int kMaxStepDowns = 4;
+  for (int attempt = 0;; ++attempt) {
+    spec.batch = batch;
+    log(fmt::format("{}: timing at batch {} ({})", plan.model, batch, config.batch_unit));
+    record = launcher.launch(spec, run.job_timeout_s);
+    attempts.push_back({{"batch", batch}, {"status", record.status}, {"message", record.message}});
+    if (record.status != "oom" || source != "search" || attempt >= kMaxStepDowns) break;
+    const int64_t next = step_down(batch, config.search);
+    if (next < config.search.min_batch) break;
+    log(fmt::format("{}: batch {} did not fit in a fresh process; stepping down to {}", plan.model,
+                    batch, next));
+    batch = next;
+  }
+  if (record.status == "oom") {
+    record.status = "failed";
+    record.message = fmt::format("out of memory at batch {}: {}", batch, record.message);
+  }
+  record.search = search;
+  record.batch_source = source;
+  record.confirm = attempts;
+  record.wall_seconds = seconds_since(started);
+  normalize(record, config, store.reference());
+  return record;
+}
+
+}  // namespace gpubench

@@ -1,0 +1,85 @@
+#include "gpubench/timing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace gpubench {
+
+namespace {
+double median_of(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+}  // namespace
+
+TimingStats summarize_steps(const std::vector<double>& step_ms, double window_seconds) {
+  TimingStats s;
+  s.steps = static_cast<int>(step_ms.size());
+  s.window_seconds = window_seconds;
+  if (step_ms.empty()) return s;
+  s.median_ms = median_of(step_ms);
+  s.mean_ms = std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / static_cast<double>(s.steps);
+  s.min_ms = *std::min_element(step_ms.begin(), step_ms.end());
+  s.max_ms = *std::max_element(step_ms.begin(), step_ms.end());
+  if (s.steps > 1) {
+    double sum = 0;
+    for (double t : step_ms) sum += (t - s.mean_ms) * (t - s.mean_ms);
+    s.stddev_ms = std::sqrt(sum / static_cast<double>(s.steps - 1));
+  }
+  return s;
+}
+
+bool is_steady(const std::vector<double>& step_ms, double tolerance) {
+  constexpr std::size_t kWindow = 3;
+  if (step_ms.size() < kWindow) return false;
+  const std::vector<double> last(step_ms.end() - kWindow, step_ms.end());
+  const double m = median_of(last);
+  if (m <= 0) return false;
+  return std::all_of(last.begin(), last.end(),
+                     [&](double t) { return std::fabs(t - m) <= tolerance * m; });
+}
+
+WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_seconds,
+                           const TimingSettings& settings) {
+  const int steps = static_cast<int>(step_ms.size());
+  if (steps < settings.warmup_steps) return {false, ""};
+  if (is_steady(step_ms, settings.steady_tolerance)) return {true, "steady"};
+  if (steps >= std::max(settings.max_warmup_steps, settings.warmup_steps)) {
+    return {true, "step limit"};
+  }
+  if (elapsed_seconds >= settings.max_warmup_seconds) return {true, "time limit"};
+  // Fewer than three steps cannot show steadiness; a minimum below three is taken as asked.
+  if (steps < 3 && steps >= settings.warmup_steps) return {true, "minimum steps"};
+  return {false, ""};
+}
+
+bool window_done(int steps, double elapsed_seconds, const TimingSettings& settings) {
+  return steps >= settings.min_steps && elapsed_seconds >= settings.min_seconds;
+}
+
+Json TimingStats::to_json() const {
+  return {{"steps", steps},
+          {"step_time_ms_median", median_ms},
+          {"step_time_ms_mean", mean_ms},
+          {"step_time_ms_min", min_ms},
+          {"step_time_ms_max", max_ms},
+          {"step_time_ms_stddev", stddev_ms},
+          {"window_seconds", window_seconds}};
+}
+
+TimingStats TimingStats::from_json(const Json& json) {
+  TimingStats s;
+  s.steps = json.value("steps", 0);
+  s.median_ms = json.value("step_time_ms_median", 0.0);
+  s.mean_ms = json.value("step_time_ms_mean", 0.0);
+  s.min_ms = json.value("step_time_ms_min", 0.0);
+  s.max_ms = json.value("step_time_ms_max", 0.0);
+  s.stddev_ms = json.value("step_time_ms_stddev", 0.0);
+  s.window_seconds = json.value("window_seconds", 0.0);
+  return s;
+}
+
+}  // namespace gpubench

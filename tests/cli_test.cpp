@@ -1,0 +1,189 @@
+// The command line: subcommands in-process (exit codes and messages), and end to end through
+// the real executable with worker processes.
+#include "gpubench/device.h"
+#include "gpubench/json.h"
+#include "src/cli/app.h"
+#include "tests/testing.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace gpubench {
+namespace {
+
+using testing::TempDir;
+
+struct CliResult {
+  int code;
+  std::string out, err;
+};
+
+CliResult cli(std::vector<std::string> args) {
+  args.insert(args.begin(), "gpubench");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = cli::run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+#define EXPECT_ERROR(result, expected_code, text)                            \
+  do {                                                                       \
+    const CliResult r_ = (result);                                           \
+    EXPECT_EQ(r_.code, expected_code) << r_.err;                             \
+    EXPECT_NE(r_.err.find(text), std::string::npos) << "stderr: " << r_.err; \
+  } while (false)
+
+TEST(CliTest, ListShowsEveryWorkloadWithUnitsAndParameters) {
+  const auto r = cli({"list"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("bert-base      language  sequences   examples/s       BERT Base"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("110,106,428"), std::string::npos);
+  const Json list = Json::parse(cli({"list", "--json"}).out);
+  ASSERT_TRUE(list.is_array());
+  EXPECT_EQ(list[0]["name"], "bert-base");
+  EXPECT_EQ(list[0]["trainable_params_total"], 110106428);
+  EXPECT_EQ(list[0]["throughput_unit"], "examples/s");
+}
+
+TEST(CliTest, ConfigDumpShowsTheResolvedConfig) {
+  TempDir dir;
+  testing::write_file(dir.file("c.yaml"), "models: {bert-base: {cpu_batch: 5}}\n");
+  const auto r = cli({"list", "--config", dir.file("c.yaml"), "--config-dump", "bert-base"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json dump = Json::parse(r.out);
+  EXPECT_EQ(dump["cpu_batch"], 5);
+  EXPECT_EQ(dump["model"]["hidden_size"], 768);
+  EXPECT_EQ(dump["sources"].back(), dir.file("c.yaml"));
+  EXPECT_ERROR(cli({"list", "--config-dump", "bert-bas"}), 2, "did you mean 'bert-base'?");
+}
+
+TEST(CliTest, InfoDescribesDevicesAndVersions) {
+  const auto r = cli({"info", "--json"});
+  ASSERT_EQ(r.code, 0);
+  const Json info = Json::parse(r.out);
+  EXPECT_FALSE(info["software"]["libtorch"].get<std::string>().empty());
+  EXPECT_EQ(info["devices"].back()["type"], "cpu");
+  EXPECT_EQ(static_cast<int>(info["devices"].size()), cuda_device_count() + 1);
+  EXPECT_NE(cli({"info"}).out.find("libtorch"), std::string::npos);
+}
+
+TEST(CliTest, BadInputIsExitCodeTwoWithAClearMessage) {
+  EXPECT_ERROR(cli({"run", "--model", "bert-bsae"}), 2,
+               "unknown model 'bert-bsae' (did you mean 'bert-base'?)");
+  EXPECT_ERROR(cli({"run"}), 2, "no workload given");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--batch", "0"}), 2,
+               "--batch: expected a positive integer, got '0'");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--batch", "-4"}), 2, "--batch");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--batch", "many"}), 2, "--batch");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--precision", "fp16"}), 2,
+               "--precision: unknown precision 'fp16'");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--min-steps", "0"}), 2,
+               "--min-steps: expected an integer >= 1, got '0'");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--memory-cap", "0"}), 2, "--memory-cap");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--config", "/nonexistent/c.yaml"}), 2,
+               "config file '/nonexistent/c.yaml' cannot be read");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--device", "gpu"}), 2,
+               "--device: expected cpu or cuda, got 'gpu'");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--device", "cpu", "--gpu", "0"}), 2,
+               "contradict");
+  EXPECT_ERROR(cli({"run", "--suite", "imagee"}), 2,
+               "unknown suite 'imagee' (did you mean 'image'?)");
+  EXPECT_ERROR(cli({"frobnicate"}), 2, "error:");
+  EXPECT_ERROR(cli({"report", "x.json", "--format", "xml"}), 2, "unknown format 'xml'");
+  EXPECT_ERROR(cli({"report", "/nonexistent/r.json"}), 2, "cannot be read");
+}
+
+TEST(CliTest, MalformedConfigIsExitCodeTwoNamingTheLine) {
+  TempDir dir;
+  testing::write_file(dir.file("bad.yaml"), "run:\n  timing: [\n");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--config", dir.file("bad.yaml")}), 2,
+               "bad.yaml:");
+  testing::write_file(dir.file("typed.yaml"), "run:\n  timing: {min_steps: lots}\n");
+  EXPECT_ERROR(
+      cli({"run", "--model", "bert-base", "--config", dir.file("typed.yaml")}), 2,
+      "typed.yaml: run.timing.min_steps: expected an integer from 1 to 1000000, got 'lots'");
+}
+
+TEST(CliTest, UnwritableOutputFailsBeforeMeasuringAndWritesNothing) {
+  TempDir dir;
+  const std::string json = dir.file("missing-folder/r.json");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--device", "cpu", "--json", json}), 2,
+               "--json '" + json + "': folder '" + dir.file("missing-folder") + "' does not exist");
+  EXPECT_FALSE(testing::file_exists(json));
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--device", "cpu", "--csv", dir.path()}), 2,
+               "is a folder");
+}
+
+TEST(CliTest, GpuPastTheDeviceCountIsExitCodeThree) {
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--gpu", "64"}), 3, "--gpu 64");
+}
+
+// ---- End to end through the real executable (worker processes) ----
+
+TEST(CliTest, RunOnTheCpuWritesJsonAndCsvAndTheReportReadsThemBack) {
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const auto run = testing::run_gpubench(
+      "run --model bert-base --device cpu --config '" + dir.file("smoke.json") + "' --json '" +
+      dir.file("r.json") + "' --csv '" + dir.file("r.csv") + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("Training throughput normalized to the RTX 8000"), std::string::npos);
+  EXPECT_NE(run.out.find("bert-base  examples/s       n/a  0.362 (8)"), std::string::npos)
+      << run.out;
+  EXPECT_NE(run.err.find("job 1 of 1: bert-base (cpu, fp32)"), std::string::npos) << run.err;
+
+  const Json doc = Json::parse(testing::read_file(dir.file("r.json")));
+  EXPECT_EQ(doc["schema"], "gpubench-result");
+  EXPECT_EQ(doc["schema_version"], 1);
+  EXPECT_EQ(doc["command_line"][1], "run");
+  ASSERT_EQ(doc["jobs"].size(), 1u);
+  const Json& job = doc["jobs"][0];
+  EXPECT_EQ(job["status"], "ok");
+  EXPECT_EQ(job["device"]["type"], "cpu");
+  EXPECT_EQ(job["batch_source"], "cpu");
+  EXPECT_GT(job["throughput"].get<double>(), 0);
+  EXPECT_TRUE(job["normalized"].is_null());  // a reduced model is not the 2020 workload
+  EXPECT_FALSE(doc["environment"]["software"]["libtorch"].get<std::string>().empty());
+
+  const std::string csv = testing::read_file(dir.file("r.csv"));
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 2);
+  const auto report = testing::run_gpubench("report '" + dir.file("r.json") + "' --format md");
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_NE(report.out.find("| bert-base"), std::string::npos) << report.out;
+  // No temporary files are left beside the outputs.
+  const auto listing = testing::run_gpubench("report '" + dir.file("r.json") + "' --format csv");
+  EXPECT_EQ(listing.out, csv);
+}
+
+TEST(CliTest, AFailingJobIsExitCodeOneAndStillRecorded) {
+  TempDir dir;
+  Json config = Json::parse(testing::smoke_config_json("bert-base"));
+  config["models"]["bert-base"]["model"]["heads"] = 3;  // 64 is not divisible by 3
+  testing::write_file(dir.file("broken.json"), config.dump());
+  const auto run =
+      testing::run_gpubench("run --model bert-base --device cpu --config '" +
+                            dir.file("broken.json") + "' --json '" + dir.file("r.json") + "'");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  const Json doc = Json::parse(testing::read_file(dir.file("r.json")));
+  EXPECT_EQ(doc["jobs"][0]["status"], "failed");
+  EXPECT_NE(doc["jobs"][0]["message"].get<std::string>().find("multiple of heads"),
+            std::string::npos);
+}
+
+TEST(CliTest, WithoutAGpuRunSaysSoAndUsesTheCpu) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const auto run =
+      testing::run_gpubench("run --model bert-base --config '" + dir.file("smoke.json") + "'");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("no CUDA device found; running on the CPU"), std::string::npos);
+  EXPECT_NE(run.out.find("CPU fp32"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpubench

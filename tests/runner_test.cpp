@@ -1,0 +1,211 @@
+// The runner: phases in this process on the CPU, the parent's search/confirm/step-down logic
+// against a fake launcher, and worker processes that crash, hang or fail.
+#include "gpubench/runner.h"
+
+#include "gpubench/errors.h"
+#include "gpubench/registry.h"
+#include "tests/testing.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <cmath>
+
+namespace gpubench {
+namespace {
+
+using testing::TempDir;
+
+std::vector<ConfigOverlay> smoke_overlays(const std::string& model) {
+  return {{"smoke.json", Json::parse(testing::smoke_config_json(model))}};
+}
+
+TEST(RunnerTest, TimePhaseOnTheCpuProducesACompleteRecord) {
+  JobSpec spec;
+  spec.model = "bert-base";
+  spec.phase = "time";
+  spec.batch = 2;
+  spec.overlays = smoke_overlays("bert-base");
+  const ConfigStore store = resolve_store(spec.overlays);
+  const JobRecord r = run_phase(spec, store);
+  ASSERT_EQ(r.status, "ok") << r.message;
+  EXPECT_EQ(r.batch, 2);
+  EXPECT_EQ(r.device.type, "cpu");
+  EXPECT_EQ(r.timing.steps, 2);
+  EXPECT_EQ(r.step_time_ms.size(), 2u);
+  EXPECT_GT(r.throughput, 0);
+  EXPECT_DOUBLE_EQ(r.units_per_step, 2);  // examples per step
+  EXPECT_NEAR(r.throughput, 2.0 * r.timing.steps / r.timing.window_seconds, 1e-6 * r.throughput);
+  EXPECT_EQ(r.warmup["steps"], 1);
+  EXPECT_TRUE(r.losses.contains("mlm"));
+  EXPECT_TRUE(std::isfinite(r.losses["loss"].get<double>()));
+  EXPECT_GT(r.trainable_params.at("model"), 0);
+  EXPECT_EQ(r.batch_info["sequences"], 2);
+  EXPECT_TRUE(r.config["modified"].get<bool>());
+  EXPECT_EQ(r.environment["software"]["built_with_cuda"], built_with_cuda());
+}
+
+TEST(RunnerTest, JobSpecRoundTripsThroughJson) {
+  JobSpec spec;
+  spec.model = "bert-base";
+  spec.phase = "search";
+  spec.batch = 7;
+  spec.device = "cuda:1";
+  spec.overlays = smoke_overlays("bert-base");
+  const JobSpec back = JobSpec::from_json(spec.to_json());
+  EXPECT_EQ(back.to_json(), spec.to_json());
+}
+
+/// A launcher that answers from a script: the search finds `found`; a timed run fits at or
+/// below `fits_up_to`.
+class FakeLauncher : public PhaseLauncher {
+ public:
+  FakeLauncher(int64_t found, int64_t fits_up_to) : found_(found), fits_up_to_(fits_up_to) {}
+  JobRecord launch(const JobSpec& spec, double) override {
+    calls.push_back(spec.phase + ":" + std::to_string(spec.batch));
+    JobRecord r;
+    r.model = spec.model;
+    r.device.type = "cuda";
+    if (spec.phase == "search") {
+      SearchRecord s;
+      s.max_batch = found_;
+      r.search = s;
+      r.batch = found_;
+      r.status = found_ > 0 ? "ok" : "no-fit";
+      return r;
+    }
+    r.batch = spec.batch;
+    if (spec.batch > fits_up_to_) {
+      r.status = "oom";
+      r.message = "CUDA out of memory";
+      return r;
+    }
+    r.throughput = 94.0 * 2;
+    return r;
+  }
+  std::vector<std::string> calls;
+
+ private:
+  int64_t found_, fits_up_to_;
+};
+
+const ConfigStore& builtin() {
+  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
+  return s;
+}
+
+void quiet(const std::string&) {}
+
+TEST(RunnerTest, SearchThenTimeAtTheFoundBatchAndNormalize) {
+  FakeLauncher launcher(1312, 1312);
+  JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
+  const JobRecord r = run_job(plan, builtin(), launcher, quiet);
+  EXPECT_EQ(launcher.calls, (std::vector<std::string>{"search:0", "time:1312"}));
+  EXPECT_EQ(r.status, "ok");
+  EXPECT_EQ(r.batch, 1312);
+  EXPECT_EQ(r.batch_source, "search");
+  ASSERT_TRUE(r.search.has_value());
+  ASSERT_TRUE(r.normalized.has_value());
+  EXPECT_DOUBLE_EQ(r.normalized->score, 2.0);
+  EXPECT_EQ(r.confirm.size(), 1u);
+}
+
+TEST(RunnerTest, StepsDownWhenTheFreshProcessDoesNotFitTheFoundBatch) {
+  FakeLauncher launcher(1000, 975);
+  JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
+  const JobRecord r = run_job(plan, builtin(), launcher, quiet);
+  EXPECT_EQ(launcher.calls, (std::vector<std::string>{"search:0", "time:1000", "time:990",
+                                                      "time:980", "time:970"}));
+  EXPECT_EQ(r.status, "ok");
+  EXPECT_EQ(r.batch, 970);
+  ASSERT_EQ(r.confirm.size(), 4u);
+  EXPECT_EQ(r.confirm[0]["status"], "oom");
+  EXPECT_EQ(r.confirm[3]["status"], "ok");
+}
+
+TEST(RunnerTest, GivesUpAfterFourStepDownsAndFails) {
+  FakeLauncher launcher(100, 10);
+  JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
+  const JobRecord r = run_job(plan, builtin(), launcher, quiet);
+  EXPECT_EQ(r.status, "failed");
+  EXPECT_NE(r.message.find("out of memory at batch 96"), std::string::npos) << r.message;
+  EXPECT_EQ(r.confirm.size(), 5u);
+  EXPECT_FALSE(r.normalized.has_value());
+}
+
+TEST(RunnerTest, AFixedBatchIsTimedAsGivenWithoutSearchOrStepDown) {
+  FakeLauncher launcher(0, 10);
+  JobPlan plan{"bert-base", "cuda:0", 64, {}};
+  const JobRecord r = run_job(plan, builtin(), launcher, quiet);
+  EXPECT_EQ(launcher.calls, (std::vector<std::string>{"time:64"}));
+  EXPECT_EQ(r.status, "failed");
+  EXPECT_EQ(r.batch_source, "flag");
+}
+
+TEST(RunnerTest, NoFitIsAResultNotACrash) {
+  FakeLauncher launcher(0, 0);
+  JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
+  const JobRecord r = run_job(plan, builtin(), launcher, quiet);
+  EXPECT_EQ(r.status, "no-fit");
+  EXPECT_EQ(launcher.calls, (std::vector<std::string>{"search:0"}));
+}
+
+TEST(RunnerTest, CpuJobsUseTheConfigsFixedBatch) {
+  FakeLauncher launcher(0, 100);
+  JobPlan plan{"bert-base", "cpu", std::nullopt, {}};
+  const JobRecord r = run_job(plan, builtin(), launcher, quiet);
+  EXPECT_EQ(launcher.calls, (std::vector<std::string>{"time:2"}));
+  EXPECT_EQ(r.batch_source, "cpu");
+}
+
+// ---- Worker processes ----
+
+std::string script(const TempDir& dir, const std::string& name, const std::string& body) {
+  const std::string path = dir.file(name);
+  testing::write_file(path, "#!/bin/sh\n" + body + "\n");
+  chmod(path.c_str(), 0755);
+  return path;
+}
+
+JobSpec cpu_spec() {
+  JobSpec spec;
+  spec.model = "bert-base";
+  spec.batch = 2;
+  spec.overlays = smoke_overlays("bert-base");
+  return spec;
+}
+
+TEST(RunnerTest, WorkerProcessRunsAPhase) {
+  WorkerLauncher launcher(testing::gpubench_exe());
+  const JobRecord r = launcher.launch(cpu_spec(), 300);
+  EXPECT_EQ(r.status, "ok") << r.message;
+  EXPECT_GT(r.throughput, 0);
+}
+
+TEST(RunnerTest, ACrashingWorkerIsRecordedAsCrashed) {
+  TempDir dir;
+  WorkerLauncher launcher(script(dir, "crash.sh", "kill -SEGV $$"));
+  const JobRecord r = launcher.launch(cpu_spec(), 60);
+  EXPECT_EQ(r.status, "crashed");
+  EXPECT_NE(r.message.find("killed by signal 11"), std::string::npos) << r.message;
+}
+
+TEST(RunnerTest, AHangingWorkerIsKilledAtTheTimeout) {
+  TempDir dir;
+  WorkerLauncher launcher(script(dir, "hang.sh", "sleep 60"));
+  const JobRecord r = launcher.launch(cpu_spec(), 1);
+  EXPECT_EQ(r.status, "timeout");
+  EXPECT_NE(r.message.find("timed out after"), std::string::npos) << r.message;
+}
+
+TEST(RunnerTest, AWorkerThatExitsWithoutARecordFails) {
+  TempDir dir;
+  WorkerLauncher launcher(script(dir, "fail.sh", "exit 4"));
+  const JobRecord r = launcher.launch(cpu_spec(), 60);
+  EXPECT_EQ(r.status, "failed");
+  EXPECT_NE(r.message.find("exited with code 4"), std::string::npos) << r.message;
+}
+
+}  // namespace
+}  // namespace gpubench

@@ -1,0 +1,44 @@
+#include "gpubench/strings.h"
+
+#include <gtest/gtest.h>
+
+namespace gpubench {
+namespace {
+
+TEST(StringsTest, EditDistanceCountsInsertionsDeletionsAndSubstitutions) {
+  EXPECT_EQ(edit_distance("", ""), 0u);
+  EXPECT_EQ(edit_distance("bert", "bert"), 0u);
+  EXPECT_EQ(edit_distance("bert-bsae", "bert-base"), 2u);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("abc", ""), 3u);
+}
+
+TEST(StringsTest, ClosestMatchSuggestsTyposAndPrefixesButNotStrangers) {
+  const std::vector<std::string> names = {"bert-base", "bert-base-mlm", "yolov3"};
+  EXPECT_EQ(closest_match("bert-bsae", names), "bert-base");
+  EXPECT_EQ(closest_match("yolo3", names), "yolov3");
+  EXPECT_EQ(closest_match("bert", names), "bert-base");
+  EXPECT_FALSE(closest_match("stylegan", names).has_value());
+  EXPECT_EQ(did_you_mean("yolov", names), " (did you mean 'yolov3'?)");
+  EXPECT_EQ(did_you_mean("zzzzzzzz", names), "");
+}
+
+TEST(StringsTest, FormatsNumbersForTables) {
+  EXPECT_EQ(with_thousands(110106428), "110,106,428");
+  EXPECT_EQ(with_thousands(-1234), "-1,234");
+  EXPECT_EQ(with_thousands(12), "12");
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(format_bytes(3.0 * (1 << 30)), "3.00 GiB");
+  EXPECT_EQ(format_bytes(139.5 * (1 << 30)), "139.5 GiB");
+  EXPECT_EQ(format_significant(1234.5), "1234");
+  EXPECT_EQ(format_significant(12.345), "12.3");
+  EXPECT_EQ(format_significant(0.4567), "0.457");
+  EXPECT_EQ(format_significant(1.0), "1.00");
+  EXPECT_EQ(format_number(0.1), "0.1");
+  EXPECT_EQ(format_number(1e-6), "1e-06");
+  EXPECT_EQ(join({"a", "b", "c"}, ", "), "a, b, c");
+}
+
+}  // namespace
+}  // namespace gpubench

@@ -1,0 +1,93 @@
+// One test binary for the whole suite (libtorch links once). Tests that need a GPU end in
+// _CUDA and are filtered out where no CUDA device is visible.
+#include "gpubench/config.h"
+#include "gpubench/device.h"
+#include "gpubench/registry.h"
+#include "tests/testing.h"
+
+#include <torch/torch.h>
+
+#include <fmt/format.h>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace gpubench::testing {
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base && *base ? base : "/tmp") + "/gpubench-test-XXXXXX";
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  if (!mkdtemp(buffer.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = buffer.data();
+}
+
+TempDir::~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+
+void write_file(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary);
+  out << content;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string gpubench_exe() {
+  char buffer[4096];
+  const ssize_t n = readlink("/proc/self/exe", buffer, sizeof buffer - 1);
+  std::string self(buffer, n > 0 ? static_cast<std::size_t>(n) : 0);
+  return self.substr(0, self.find_last_of('/')) + "/gpubench";
+}
+
+CommandResult run_gpubench(const std::string& args) {
+  TempDir dir;
+  const std::string command =
+      fmt::format("'{}' {} > '{}' 2> '{}'", gpubench_exe(), args, dir.file("out"), dir.file("err"));
+  const int status = std::system(command.c_str());
+  CommandResult result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.out = read_file(dir.file("out"));
+  result.err = read_file(dir.file("err"));
+  return result;
+}
+
+std::string smoke_config_json(const std::string& model) {
+  const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  const ModelConfig& m = store.model(model);
+  const Json document = {
+      {"run",
+       {{"cpu_timing",
+         {{"warmup_steps", 1}, {"max_warmup_steps", 1}, {"min_steps", 2}, {"min_seconds", 0}}}}},
+      {"models", {{model, {{"cpu_batch", m.smoke_batch}, {"model", m.smoke_model.json()}}}}}};
+  return document.dump(2);
+}
+
+}  // namespace gpubench::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (gpubench::cuda_device_count() == 0) {
+    std::string filter = ::testing::GTEST_FLAG(filter);
+    filter += filter.find('-') == std::string::npos ? "-*_CUDA*" : ":*_CUDA*";
+    ::testing::GTEST_FLAG(filter) = filter;
+  }
+  torch::set_num_threads(2);
+  return RUN_ALL_TESTS();
+}

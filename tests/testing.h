@@ -1,0 +1,60 @@
+// Test helpers: temporary folders, files, running the real gpubench executable, and an
+// EXPECT_THROWS_WITH that checks an exception's type and message.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace gpubench::testing {
+
+/// A fresh folder under $TMPDIR, removed with everything in it when the object goes.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  /// path() + "/" + name
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+/// Writes `content` to `path`.
+void write_file(const std::string& path, const std::string& content);
+/// The content of `path` ("" if it does not exist).
+std::string read_file(const std::string& path);
+bool file_exists(const std::string& path);
+
+/// The gpubench executable built beside the test binary.
+std::string gpubench_exe();
+
+/// Result of running a command through the shell.
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  ///< stdout
+  std::string err;  ///< stderr
+};
+/// Runs gpubench with `args` (shell-quoted by the caller), capturing stdout and stderr.
+CommandResult run_gpubench(const std::string& args);
+
+/// A JSON config overlay that shrinks a workload to its smoke size (its config's `smoke:`
+/// section) with a short CPU timing window, so end-to-end runs on the CPU take seconds.
+std::string smoke_config_json(const std::string& model);
+
+}  // namespace gpubench::testing
+
+/// Expects `statement` to throw `type` with `substring` in its message.
+#define EXPECT_THROWS_WITH(statement, type, substring)                            \
+  do {                                                                            \
+    try {                                                                         \
+      statement;                                                                  \
+      ADD_FAILURE() << "expected " #type " containing \"" << (substring) << "\""; \
+    } catch (const type& e) {                                                     \
+      EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)         \
+          << "message: " << e.what();                                             \
+    }                                                                             \
+  } while (false)

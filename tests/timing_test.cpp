@@ -1,0 +1,53 @@
+#include "gpubench/timing.h"
+
+#include <gtest/gtest.h>
+
+namespace gpubench {
+namespace {
+
+TEST(TimingTest, SummarizesStepTimes) {
+  const TimingStats s = summarize_steps({10, 12, 11, 13, 9}, 0.055);
+  EXPECT_EQ(s.steps, 5);
+  EXPECT_DOUBLE_EQ(s.median_ms, 11);
+  EXPECT_DOUBLE_EQ(s.mean_ms, 11);
+  EXPECT_DOUBLE_EQ(s.min_ms, 9);
+  EXPECT_DOUBLE_EQ(s.max_ms, 13);
+  EXPECT_NEAR(s.stddev_ms, 1.5811388, 1e-6);  // sample standard deviation
+  EXPECT_DOUBLE_EQ(s.window_seconds, 0.055);
+  EXPECT_DOUBLE_EQ(summarize_steps({4, 2}, 0).median_ms, 3);
+  EXPECT_EQ(summarize_steps({}, 0).steps, 0);
+}
+
+TEST(TimingTest, SteadyMeansTheLastThreeStepsAgree) {
+  EXPECT_FALSE(is_steady({100, 100}, 0.05));
+  EXPECT_FALSE(is_steady({900, 300, 100, 100}, 0.05));  // autotuning still in the window
+  EXPECT_TRUE(is_steady({900, 300, 100, 102, 99}, 0.05));
+  EXPECT_FALSE(is_steady({100, 100, 120}, 0.05));
+}
+
+TEST(TimingTest, WarmupRunsUntilSteadyOrALimit) {
+  TimingSettings t;
+  t.warmup_steps = 3;
+  t.max_warmup_steps = 6;
+  t.max_warmup_seconds = 100;
+  EXPECT_FALSE(warmup_done({}, 0, t).done);
+  EXPECT_FALSE(warmup_done({500, 100}, 1, t).done);
+  EXPECT_EQ(warmup_done({500, 100, 100, 100}, 1, t).reason, "steady");
+  EXPECT_FALSE(warmup_done({500, 100, 200, 100}, 1, t).done);
+  EXPECT_EQ(warmup_done({5, 1, 2, 1, 2, 1}, 1, t).reason, "step limit");
+  EXPECT_EQ(warmup_done({5, 1, 2, 1}, 101, t).reason, "time limit");
+  t.warmup_steps = 0;
+  EXPECT_TRUE(warmup_done({}, 0, t).done);  // no warm-up asked for
+}
+
+TEST(TimingTest, WindowNeedsBothStepsAndSeconds) {
+  TimingSettings t;
+  t.min_steps = 10;
+  t.min_seconds = 5;
+  EXPECT_FALSE(window_done(9, 100, t));
+  EXPECT_FALSE(window_done(100, 4.9, t));
+  EXPECT_TRUE(window_done(10, 5, t));
+}
+
+}  // namespace
+}  // namespace gpubench
