@@ -230,9 +230,11 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
         return probe_step(arch, make_context(config, run, device, batch));
       };
       auto on_probe = [&](const ProbeRecord& p, int index) {
-        worker_log(config.name, fmt::format("search probe {}: batch {} {} (peak {}, {:.1f} s)",
-                                            index, p.batch, p.fits ? "fits" : "does not fit",
-                                            format_bytes(p.peak_bytes), p.seconds));
+        worker_log(config.name,
+                   p.fits ? fmt::format("search probe {}: batch {} fits (peak {}, {:.1f} s)",
+                                        index, p.batch, format_bytes(p.peak_bytes), p.seconds)
+                          : fmt::format("search probe {}: batch {} is out of memory ({:.1f} s)",
+                                        index, p.batch, p.seconds));
       };
       SearchRecord search = find_max_batch(config.search, capacity, probe, on_probe);
       record.batch = search.max_batch;

@@ -67,7 +67,7 @@ struct TimingSettings {
   double max_warmup_seconds = 60;  ///< ... or after this long [s]. Default: 60
   double steady_tolerance =
       0.05;                  ///< last 3 warm-up steps within this of their median. Default: 0.05
-  int min_steps = 5;         ///< timed window: at least this many steps. Default: 5
+  int min_steps = 3;         ///< timed window: at least this many steps. Default: 3
   double min_seconds = 5.0;  ///< ... and at least this long [s]. Default: 5
 };
 

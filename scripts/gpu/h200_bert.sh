@@ -35,5 +35,16 @@ for p in ${PRECISIONS:-fp32 amp-bf16}; do
   hf=$(field "$OUT/hf-bert-$p.json" "d['throughput']")
   echo "$p batch $b: gpubench bert-base $ours, gpubench hf-layout $ours_all, python HF $hf examples/s" | tee -a "$OUT/compare.txt"
 done
-build/gpubench report "$OUT"/bert-base-fp32.json "$OUT"/bert-base-amp-bf16.json > "$OUT/report.txt" 2>&1
+# The other precisions and the memory cap, at a glance: tf32 and amp-fp16 (dynamic loss
+# scaling) at a fixed batch, and the search under a 24 GiB cap (a Titan RTX / RTX 6000 size).
+build/gpubench run --gpu 0 --model bert-base --precision tf32 --batch 512 \
+  --json "$OUT/bert-base-tf32-b512.json" > /dev/null 2>> "$OUT/other.log"
+build/gpubench run --gpu 0 --model bert-base --precision amp-fp16 --batch 512 \
+  --json "$OUT/bert-base-amp-fp16-b512.json" > /dev/null 2>> "$OUT/other.log"
+build/gpubench run --gpu 0 --model bert-base --memory-cap 24 \
+  --json "$OUT/bert-base-fp32-cap24.json" > /dev/null 2>> "$OUT/other.log"
+tail -3 "$OUT/other.log"
+build/gpubench report "$OUT"/bert-base-fp32.json "$OUT"/bert-base-amp-bf16.json \
+  "$OUT"/bert-base-fp32-cap24.json > "$OUT/report.txt" 2>&1
+build/gpubench report "$OUT"/bert-base-*.json --format md > "$OUT/report-all.md" 2>&1
 cat "$OUT/report.txt"
