@@ -201,6 +201,8 @@ std::pair<int64_t, int64_t> device_memory_info(const torch::Device& device) {
 void set_memory_cap(const torch::Device& device, int64_t bytes) {
 #if GPUBENCH_WITH_CUDA
   if (device.is_cuda()) {
+    // The allocator of a device initializes on its first allocation; the cap needs it.
+    (void)torch::empty({1}, torch::TensorOptions().device(device));
     const auto [free, total] = device_memory_info(device);
     (void)free;
     const double fraction = std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total));
