@@ -2,11 +2,15 @@
 // select one of these by name; twins share code through configs.
 #include "gpubench/registry.h"
 #include "models/bert.h"
+#include "models/bert_squad.h"
+#include "models/mtdnn.h"
 
 namespace gpubench {
 
 void register_builtin_workloads(Registry& registry) {
   registry.add(models::bert_pretraining_architecture());  // bert-base, bert-base-mlm
+  registry.add(models::bert_squad_architecture());        // bert-finetune
+  registry.add(models::mtdnn_architecture());             // mt-dnn
 }
 
 }  // namespace gpubench

@@ -233,10 +233,13 @@ void validate_model_document(const Json& doc, const Where& where, const Registry
   }
   if (doc.contains("smoke")) {
     const Where smoke = where.at("smoke");
-    check_keys(doc["smoke"], smoke, {"batch", "model"});
+    check_keys(doc["smoke"], smoke, {"batch", "model", "optimizer"});
     if (doc["smoke"].contains("batch")) read_int(doc["smoke"]["batch"], smoke.at("batch"), 1);
     if (doc["smoke"].contains("model")) {
       validate_params(arch.model_schema, doc["smoke"]["model"], smoke.at("model"));
+    }
+    if (doc["smoke"].contains("optimizer")) {
+      validate_params(arch.optimizer_schema, doc["smoke"]["optimizer"], smoke.at("optimizer"));
     }
   }
   if (doc.contains("reference_2020")) {
@@ -262,12 +265,15 @@ ModelConfig build_model_config(const Json& doc, const Where& where, const Regist
   c.optimizer =
       Params(arch.optimizer_schema, doc.value("optimizer", Json::object()), where.at("optimizer"));
   Json smoke_model = model;
+  Json smoke_optimizer = doc.value("optimizer", Json::object());
   if (doc.contains("smoke")) {
     const Json& smoke = doc["smoke"];
     if (smoke.contains("batch")) c.smoke_batch = smoke["batch"].get<int64_t>();
     if (smoke.contains("model")) merge_into(smoke_model, smoke["model"]);
+    if (smoke.contains("optimizer")) merge_into(smoke_optimizer, smoke["optimizer"]);
   }
   c.smoke_model = Params(arch.model_schema, smoke_model, where.at("smoke.model"));
+  c.smoke_optimizer = Params(arch.optimizer_schema, smoke_optimizer, where.at("smoke.optimizer"));
   if (doc.contains("reference_2020")) {
     c.reference_2020 =
         read_model_reference(doc["reference_2020"], where.at("reference_2020"), reference);
@@ -377,7 +383,10 @@ Json ModelConfig::to_json() const {
                 {"max_probes", search.max_probes}}},
               {"model", model.json()},
               {"optimizer", optimizer.json()},
-              {"smoke", {{"batch", smoke_batch}, {"model", smoke_model.json()}}}};
+              {"smoke",
+               {{"batch", smoke_batch},
+                {"model", smoke_model.json()},
+                {"optimizer", smoke_optimizer.json()}}}};
   if (reference_2020) {
     Json max_batch = Json::object(), throughput = Json::object();
     for (const auto& [gpu, value] : reference_2020->max_batch) max_batch[gpu] = value;

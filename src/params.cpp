@@ -50,6 +50,17 @@ void validate_value(const ParamSpec& spec, const Json& value, const Where& where
         read_choice(value, where, spec.choices);
       }
       break;
+    case ParamKind::kStringList:
+      if (!value.is_array()) throw_bad_value(where, "a list of strings", value);
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        const Where item{where.file, where.path + "[" + std::to_string(i) + "]"};
+        if (spec.choices.empty()) {
+          read_string(value[i], item);
+        } else {
+          read_choice(value[i], item, spec.choices);
+        }
+      }
+      break;
     case ParamKind::kIntList:
     case ParamKind::kNumberList: {
       const bool ints = spec.kind == ParamKind::kIntList;
@@ -104,6 +115,12 @@ std::vector<int64_t> Params::i64s(const std::string& key) const {
   for (const auto& v : get(key)) {
     out.push_back(v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>()));
   }
+  return out;
+}
+
+std::vector<std::string> Params::strs(const std::string& key) const {
+  std::vector<std::string> out;
+  for (const auto& v : get(key)) out.push_back(v.get<std::string>());
   return out;
 }
 

@@ -99,8 +99,11 @@ namespace {
 void time_phase(JobRecord& record, const Architecture& arch, const StepContext& ctx,
                 const RunSettings& run) {
   const torch::Device& device = ctx.device;
-  const TimingSettings& t = device.is_cuda() ? run.timing : run.cpu_timing;
+  TimingSettings t = device.is_cuda() ? run.timing : run.cpu_timing;
   auto step = arch.prepare(ctx);
+  t.warmup_steps = std::max<int>(t.warmup_steps, static_cast<int>(step->warmup_steps()));
+  t.max_warmup_steps = std::max(t.max_warmup_steps, t.warmup_steps);
+  if (!step->uniform_steps()) t.steady_tolerance = -1;  // never "steady": stop at warmup_steps
   record.batch_info = step->batch_info();
   for (const auto& [network, params] : step->parameters()) {
     record.trainable_params[network] = count_trainable(params);

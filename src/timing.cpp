@@ -46,6 +46,8 @@ WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_se
                            const TimingSettings& settings) {
   const int steps = static_cast<int>(step_ms.size());
   if (steps < settings.warmup_steps) return {false, ""};
+  // A negative tolerance marks steps of varying work: every distinct batch has run once now.
+  if (settings.steady_tolerance < 0) return {true, "every batch shape ran"};
   if (is_steady(step_ms, settings.steady_tolerance)) return {true, "steady"};
   if (steps >= std::max(settings.max_warmup_steps, settings.warmup_steps)) {
     return {true, "step limit"};

@@ -38,6 +38,10 @@ TEST(TimingTest, WarmupRunsUntilSteadyOrALimit) {
   EXPECT_EQ(warmup_done({5, 1, 2, 1}, 101, t).reason, "time limit");
   t.warmup_steps = 0;
   EXPECT_TRUE(warmup_done({}, 0, t).done);  // no warm-up asked for
+  t.warmup_steps = 4;
+  t.steady_tolerance = -1;  // steps of varying work: no steadiness to wait for
+  EXPECT_FALSE(warmup_done({900, 100, 300}, 1, t).done);
+  EXPECT_EQ(warmup_done({900, 100, 300, 50}, 1, t).reason, "every batch shape ran");
 }
 
 TEST(TimingTest, WindowNeedsBothStepsAndSeconds) {

@@ -27,7 +27,7 @@ StepContext smoke_context(const ModelConfig& config, Precision precision,
   StepContext ctx;
   ctx.config = &config;
   ctx.model = config.smoke_model;
-  ctx.optimizer = config.optimizer;
+  ctx.optimizer = config.smoke_optimizer;
   ctx.batch = config.smoke_batch;
   ctx.precision = precision;
   ctx.device = device;

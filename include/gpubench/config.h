@@ -51,6 +51,9 @@ struct ModelConfig {
   Params optimizer;                  ///< optimizer parameters (the `optimizer:` section)
   int64_t smoke_batch = 2;           ///< batch of the CPU smoke test
   Params smoke_model;                ///< `model:` overlaid with `smoke.model:` (reduced size)
+  /// `optimizer:` overlaid with `smoke.optimizer:` (say, no warm-up, so that one smoke step
+  /// visibly moves every parameter).
+  Params smoke_optimizer;
   std::vector<std::string> sources;  ///< the files this config was built from, in order
   /// A user config changed the model or optimizer section: no longer the 2020 workload, so no
   /// normalized score is computed.

@@ -13,7 +13,7 @@
 namespace gpubench {
 
 /// The type of one parameter.
-enum class ParamKind { kBool, kInt, kNumber, kString, kIntList, kNumberList };
+enum class ParamKind { kBool, kInt, kNumber, kString, kIntList, kNumberList, kStringList };
 
 /// One declared parameter.
 struct ParamSpec {
@@ -21,7 +21,7 @@ struct ParamSpec {
   ParamKind kind = ParamKind::kInt;  ///< what values are accepted
   Json default_value;                ///< used when no config sets it
   std::string doc;                   ///< one line, with the unit
-  std::vector<std::string> choices;  ///< for kString: the allowed values; empty = any
+  std::vector<std::string> choices;  ///< for kString(List): the allowed values; empty = any
   std::optional<double> min;         ///< for numbers and ints: smallest allowed value
 };
 
@@ -59,6 +59,7 @@ class Params {
   std::string str(const std::string& key) const;
   std::vector<int64_t> i64s(const std::string& key) const;
   std::vector<double> f64s(const std::string& key) const;
+  std::vector<std::string> strs(const std::string& key) const;
 
   /// Every key with its resolved value, for records and `--config-dump`.
   const Json& json() const { return values_; }

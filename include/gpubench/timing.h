@@ -30,6 +30,7 @@ TimingStats summarize_steps(const std::vector<double>& step_ms, double window_se
 bool is_steady(const std::vector<double>& step_ms, double tolerance);
 
 /// Whether warm-up is done after these steps, and why ("steady", "step limit", "time limit").
+/// A negative steady_tolerance means the steps vary in work: warm-up ends at warmup_steps.
 struct WarmupDecision {
   bool done = false;
   std::string reason;

@@ -51,6 +51,16 @@ class TrainStep {
 
   /// Facts about the synthetic batch for the record ({"sentences": 528, ...}).
   virtual Json batch_info() const { return Json::object(); }
+
+  /// Steps after which every distinct batch this step cycles through has run once, so cuDNN
+  /// autotuning and allocator growth are over for all of them. The warm-up runs at least this
+  /// many. Default: 1
+  virtual int64_t warmup_steps() const { return 1; }
+
+  /// Whether every run() does the same work. When it does not (tasks or sentence lengths that
+  /// vary from step to step), warm-up ends after warmup_steps() instead of waiting for step
+  /// times to settle, and the timed window averages over the mix. Default: true
+  virtual bool uniform_steps() const { return true; }
 };
 
 /// Code that builds a workload's training step. Named configs (configs/models/*.yaml) select an

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Python eager reference for bert-base: Hugging Face transformers' BertForPreTraining on the
-same GPU, batch and precision as a gpubench result, timed the way gpubench times (warm-up until
-steady, then CUDA events around each step).
+"""Python eager references for the BERT workloads: Hugging Face transformers'
+BertForPreTraining (bert-base), BertForMaskedLM (bert-base-mlm) or BertForQuestionAnswering
+(bert-finetune) on the same GPU, batch and precision as a gpubench result, timed the way gpubench
+times (warm-up until steady, then CUDA events around each step).
 
 Like for like: strict fp32 (TF32 off in cuBLAS and cuDNN) or autocast bf16/fp16 around forward
 and loss; BERT-Base with the TF original's tanh GELU ("gelu_new"); 128-token sequences with 20
@@ -11,8 +12,11 @@ difference: HF computes masked-LM logits at all 128 positions (labels -100 elsew
 google-research/bert (gpubench bert-base) gathers the 20 masked positions first; gpubench's
 `lm_logits: all` setting is the like-for-like comparison.
 
+For squad: 384-token features shaped like gpubench's (question 6-24 WordPieces, context
+~N(160, 55), padding masked), the span loss, and the same AdamW; tanh GELU as run_squad.py.
+
 Usage: bert_reference.py --batch N --precision fp32|amp-bf16 [--json OUT] [--min-steps 10]
-       [--min-seconds 5] [--model pretraining|mlm]
+       [--min-seconds 5] [--model pretraining|mlm|squad]
 """
 import argparse
 import json
@@ -25,10 +29,33 @@ import transformers
 
 
 def build(kind, device):
-    config = transformers.BertConfig(hidden_act="gelu_new" if kind == "pretraining" else "gelu")
-    cls = transformers.BertForPreTraining if kind == "pretraining" else transformers.BertForMaskedLM
+    config = transformers.BertConfig(hidden_act="gelu" if kind == "mlm" else "gelu_new")
+    cls = {"pretraining": transformers.BertForPreTraining, "mlm": transformers.BertForMaskedLM,
+           "squad": transformers.BertForQuestionAnswering}[kind]
     model = cls(config).to(device).train()
     return model, config
+
+
+def squad_batch(config, n, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    length = 384
+    q = torch.randint(6, 25, (n, 1), generator=g)
+    room = length - 3 - q
+    c = (torch.randn(n, 1, generator=g) * 55 + 160).round().long()
+    c = torch.maximum(torch.minimum(c, room), torch.full_like(room, 25))
+    pos = torch.arange(length).expand(n, length)
+    last = q + 2 + c
+    ids = torch.randint(1000, config.vocab_size, (n, length), generator=g)
+    ids[:, 0] = 101
+    ids[pos == q + 1] = 102
+    ids[pos == last] = 102
+    ids[pos > last] = 0
+    mask = (pos <= last).long()
+    types = ((pos >= q + 2) & (pos <= last)).long()
+    span = torch.minimum(torch.randint(1, 9, (n, 1), generator=g), c)
+    start = q + 2 + (torch.rand(n, 1, generator=g) * (c - span + 1)).floor().long()
+    end = start + span - 1
+    return [t.to(device) for t in (ids, types, mask, start.squeeze(1), end.squeeze(1))]
 
 
 def batch(config, n, device, seed=0):
@@ -54,7 +81,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "amp-bf16", "amp-fp16"])
-    p.add_argument("--model", default="pretraining", choices=["pretraining", "mlm"])
+    p.add_argument("--model", default="pretraining", choices=["pretraining", "mlm", "squad"])
     p.add_argument("--min-steps", type=int, default=10)
     p.add_argument("--min-seconds", type=float, default=5.0)
     p.add_argument("--json")
@@ -72,13 +99,19 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                              {"params": no_decay, "weight_decay": 0.0}], lr=1e-4, eps=1e-6)
     scaler = torch.amp.GradScaler("cuda", enabled=amp == torch.float16)
-    inputs, types, labels, nsp = batch(config, a.batch, device)
+    if a.model == "squad":
+        inputs, types, attention, starts, ends = squad_batch(config, a.batch, device)
+    else:
+        inputs, types, labels, nsp = batch(config, a.batch, device)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
 
     def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
-            if a.model == "pretraining":
+            if a.model == "squad":
+                out = model(input_ids=inputs, token_type_ids=types, attention_mask=attention,
+                            start_positions=starts, end_positions=ends)
+            elif a.model == "pretraining":
                 out = model(input_ids=inputs, token_type_ids=types, labels=labels,
                             next_sentence_label=nsp)
             else:
@@ -108,7 +141,7 @@ def main():
         times += timed(a.min_steps)
     window = sum(times) / 1000
     result = {
-        "reference": f"transformers {transformers.__version__} Bert{'ForPreTraining' if a.model == 'pretraining' else 'ForMaskedLM'}",
+        "reference": f"transformers {transformers.__version__} {type(model).__name__}",
         "torch": torch.__version__, "device": torch.cuda.get_device_name(), "batch": a.batch,
         "precision": a.precision, "trainable_params": params, "warmup_steps": len(warm),
         "steps": len(times), "step_time_ms_median": statistics.median(times),

@@ -1,0 +1,190 @@
+#include "models/bert_squad.h"
+
+#include "gpubench/config.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace gpubench::models {
+
+namespace {
+
+constexpr int64_t kCls = 101;
+constexpr int64_t kSep = 102;
+constexpr int64_t kFirstWordId = 1000;
+
+ParamSchema squad_schema() {
+  return bert_encoder_schema().with({
+      {"seq_length", ParamKind::kInt, 384, "max_seq_length: every feature is padded to it", {}, 16},
+      {"max_query_length", ParamKind::kInt, 64, "questions are cut to this many WordPieces", {}, 1},
+      {"question_tokens",
+       ParamKind::kIntList,
+       Json::array({6, 24}),
+       "question length range [min, max] in WordPieces (guess; SQuAD questions average ~11 "
+       "words)",
+       {},
+       1},
+      {"context_tokens_mean",
+       ParamKind::kNumber,
+       160.0,
+       "mean context-window length (guess; most SQuAD 1.1 paragraphs are shorter than the window, "
+       "so most features are padded)",
+       {},
+       1},
+      {"context_tokens_std", ParamKind::kNumber, 55.0, "spread of the context length", {}, 0},
+      {"context_tokens_min", ParamKind::kInt, 25, "shortest context window", {}, 1},
+      {"answer_tokens_max", ParamKind::kInt, 8, "answer spans are 1..this many WordPieces", {}, 1},
+  });
+}
+
+SquadBatch::Lengths lengths_from(const Params& m) {
+  SquadBatch::Lengths l;
+  l.seq_length = m.i64("seq_length");
+  const auto q = m.i64s("question_tokens");
+  TORCH_CHECK(q.size() == 2 && q[0] <= q[1], "question_tokens must be [min, max]");
+  l.question_min = std::min(q[0], m.i64("max_query_length"));
+  l.question_max = std::min(q[1], m.i64("max_query_length"));
+  l.context_mean = m.f64("context_tokens_mean");
+  l.context_std = m.f64("context_tokens_std");
+  l.context_min = m.i64("context_tokens_min");
+  l.answer_max = m.i64("answer_tokens_max");
+  TORCH_CHECK(3 + l.question_max + l.context_min <= l.seq_length,
+              "seq_length too short for the question and the shortest context");
+  return l;
+}
+
+}  // namespace
+
+SquadBatch::SquadBatch(int64_t batch, const Lengths& l, int64_t vocab, const torch::Device& device,
+                       uint64_t seed) {
+  torch::manual_seed(seed + 11);
+  const auto i64 = torch::TensorOptions().dtype(torch::kLong);
+  const int64_t length = l.seq_length;
+  auto question = torch::randint(l.question_min, l.question_max + 1, {batch, 1}, i64);
+  // Context windows: a clipped normal; the window can fill what the question leaves.
+  auto room = length - 3 - question;
+  auto context =
+      (torch::randn({batch, 1}) * l.context_std + l.context_mean).round().to(torch::kLong);
+  context = torch::max(torch::min(context, room), torch::full_like(room, l.context_min));
+  const auto first_sep = question + 1;  // [CLS] q... [SEP]
+  const auto context_start = question + 2;
+  const auto last_sep = context_start + context;  // the final [SEP]
+  auto positions = torch::arange(length, i64).unsqueeze(0).expand({batch, length});
+  const int64_t first_word = std::min(kFirstWordId, vocab / 2);
+  auto ids = torch::randint(first_word, vocab, {batch, length}, i64);
+  ids = ids.masked_fill(positions == 0, kCls)
+            .masked_fill(positions == first_sep, kSep)
+            .masked_fill(positions == last_sep, kSep)
+            .masked_fill(positions > last_sep, 0);  // [PAD]
+  auto real = positions <= last_sep;
+  token_type_ids = ((positions >= context_start) & real).to(torch::kLong);
+  // The answer: a span of 1..answer_max tokens inside the context window.
+  auto span = torch::randint(1, l.answer_max + 1, {batch, 1}, i64);
+  span = torch::min(span, context);
+  auto offset =
+      (torch::rand({batch, 1}) * (context - span + 1).to(torch::kFloat)).floor().to(torch::kLong);
+  auto start = context_start + offset;
+  start_positions = start.squeeze(1);
+  end_positions = (start + span - 1).squeeze(1);
+  real_tokens = real.sum().item<int64_t>();  // host-side data, built once, before any step
+  input_ids = ids.to(device);
+  token_type_ids = token_type_ids.to(device);
+  attention_mask = real.to(device);
+  start_positions = start_positions.to(device);
+  end_positions = end_positions.to(device);
+}
+
+BertForQuestionAnsweringImpl::BertForQuestionAnsweringImpl(const BertOptions& options) {
+  bert = register_module("bert", BertModel(options));
+  qa_outputs = register_module("qa_outputs", torch::nn::Linear(options.hidden_size(), 2));
+  init_bert_weights(*this, options.init_range());
+}
+
+std::pair<torch::Tensor, torch::Tensor> BertForQuestionAnsweringImpl::forward(
+    const SquadBatch& batch) {
+  auto sequence = bert->forward(batch.input_ids, batch.token_type_ids, batch.attention_mask).first;
+  auto logits = qa_outputs(sequence);  // [B, L, 2]
+  return {logits.select(-1, 0), logits.select(-1, 1)};
+}
+
+namespace {
+
+class BertSquadStep final : public TrainStep {
+ public:
+  explicit BertSquadStep(const StepContext& ctx)
+      : precision_(ctx.precision),
+        device_(ctx.device),
+        model_(build(ctx)),
+        batch_(ctx.batch, lengths_from(ctx.model), ctx.model.i64("vocab_size"), ctx.device,
+               ctx.seed),
+        updater_(make_bert_updater(*model_, ctx.optimizer, ctx.precision, ctx.device)) {}
+
+  double run() override {
+    updater_.zero_grad();
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(precision_, device_);
+      auto [start, end] = model_->forward(batch_);
+      // run_squad.py: the mean of the start and end cross-entropies over all positions.
+      loss =
+          (torch::nn::functional::cross_entropy(start.to(torch::kFloat), batch_.start_positions) +
+           torch::nn::functional::cross_entropy(end.to(torch::kFloat), batch_.end_positions)) /
+          2;
+    }
+    loss_ = loss.detach();
+    updater_.backward_and_step(loss);
+    return static_cast<double>(batch_.input_ids.size(0));
+  }
+
+  std::map<std::string, torch::Tensor> losses() const override { return {{"loss", loss_}}; }
+
+  std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
+    return {{"model", model_->parameters()}};
+  }
+
+  Json batch_info() const override {
+    const int64_t total = batch_.input_ids.numel();
+    return Json{
+        {"sequences", batch_.input_ids.size(0)},
+        {"seq_length", batch_.input_ids.size(1)},
+        {"padding_fraction",
+         total ? 1.0 - static_cast<double>(batch_.real_tokens) / static_cast<double>(total) : 0.0}};
+  }
+
+ private:
+  static BertForQuestionAnswering build(const StepContext& ctx) {
+    torch::manual_seed(ctx.seed);
+    BertForQuestionAnswering model(bert_options(ctx.model));
+    model->to(ctx.device);
+    model->train();
+    return model;
+  }
+
+  Precision precision_;
+  torch::Device device_;
+  BertForQuestionAnswering model_;
+  SquadBatch batch_;
+  train::Updater updater_;
+  torch::Tensor loss_;
+};
+
+}  // namespace
+
+Architecture bert_squad_architecture() {
+  Architecture a;
+  a.name = "bert-squad";
+  a.summary = "BERT fine-tuning on SQuAD 1.1: span head, (start CE + end CE) / 2";
+  a.model_schema = squad_schema();
+  a.optimizer_schema = bert_optimizer_schema();
+  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
+    return std::make_unique<BertSquadStep>(ctx);
+  };
+  a.count_parameters = [](const Params& model) {
+    BertForQuestionAnswering m(bert_options(model));
+    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
+  };
+  return a;
+}
+
+}  // namespace gpubench::models

@@ -1,0 +1,415 @@
+#include "models/mtdnn.h"
+
+#include "gpubench/config.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace gpubench::models {
+
+namespace {
+
+constexpr int64_t kCls = 101;
+constexpr int64_t kSep = 102;
+constexpr int64_t kFirstWordId = 1000;
+
+ParamSchema mtdnn_schema() {
+  return bert_encoder_schema().with({
+      {"max_seq_length", ParamKind::kInt, 512, "longer training examples are dropped", {}, 8},
+      {"task_names", ParamKind::kStringList, Json::array(), "GLUE tasks, one head each"},
+      {"task_heads",
+       ParamKind::kStringList,
+       Json::array(),
+       "per task: san (answer module), linear (dropout + Linear on the pooled output), "
+       "regression (Linear to 1, MSE)",
+       {"san", "linear", "regression"}},
+      {"task_classes", ParamKind::kIntList, Json::array(), "per task: output classes", {}, 1},
+      {"task_dropout", ParamKind::kNumberList, Json::array(), "per task: dropout_p", {}, 0},
+      {"task_train_sizes",
+       ParamKind::kIntList,
+       Json::array(),
+       "per task: training examples, the sampling weight",
+       {},
+       1},
+      {"task_segments",
+       ParamKind::kIntList,
+       Json::array(),
+       "per task: 2 for sentence pairs, 1 for single sentences",
+       {},
+       1},
+      {"task_length_median",
+       ParamKind::kNumberList,
+       Json::array(),
+       "per task: median example length in WordPieces, specials included",
+       {},
+       3},
+      {"task_length_sigma",
+       ParamKind::kNumberList,
+       Json::array(),
+       "per task: spread of the log-normal length distribution",
+       {},
+       0},
+      {"san_turns", ParamKind::kInt, 5, "SAN reasoning turns (answer_num_turn)", {}, 1},
+      {"san_memory_dropout",
+       ParamKind::kNumber,
+       0.1,
+       "SAN turn dropout (answer_mem_drop_p)",
+       {},
+       0},
+      {"task_order",
+       ParamKind::kString,
+       "proportional",
+       "proportional: tasks drawn in proportion to train sizes (the recipe); cycle: in turn",
+       {"proportional", "cycle"}},
+      {"schedule_length", ParamKind::kInt, 1000, "task draws precomputed and cycled", {}, 1},
+  });
+}
+
+ParamSchema adamax_schema() {
+  return {
+      {"name",
+       ParamKind::kString,
+       "adamax",
+       "MT-DNN's BERT-style Adamax (module/bert_optim.py)",
+       {"adamax"}},
+      {"lr", ParamKind::kNumber, 5e-5, "peak learning rate", {}, 0},
+      {"beta1", ParamKind::kNumber, 0.9, "first-moment decay", {}, 0},
+      {"beta2", ParamKind::kNumber, 0.999, "infinity-norm decay", {}, 0},
+      {"eps", ParamKind::kNumber, 1e-6, "epsilon", {}, 0},
+      {"weight_decay",
+       ParamKind::kNumber,
+       0.01,
+       "decoupled decay, not on bias or LayerNorm",
+       {},
+       0},
+      {"clip_norm",
+       ParamKind::kNumber,
+       1.0,
+       "global gradient-norm clip (global_grad_clipping)",
+       {},
+       0},
+      {"warmup_steps", ParamKind::kInt, 0, "linear warm-up steps (warmup 0.1 of total)", {}, 0},
+      {"total_steps", ParamKind::kInt, 1000000, "steps of the linear decay", {}, 1},
+  };
+}
+
+}  // namespace
+
+torch::Tensor variational_dropout(const torch::Tensor& x, double p, bool training) {
+  if (!training || p == 0) return x;
+  if (x.dim() == 3) {
+    auto keep = torch::empty({x.size(0), 1, x.size(2)}, x.options()).bernoulli_(1 - p);
+    return x * keep / (1 - p);
+  }
+  return torch::dropout(x, p, training);
+}
+
+// ---- SAN ----
+
+SanClassifierImpl::SanClassifierImpl(const SanOptions& o) : options(o) {
+  const int64_t h = o.hidden();
+  query_wsum = register_module("query_wsum", torch::nn::Linear(h, 1));
+  attention = register_module("attention", torch::nn::Linear(h, h));  // bilinear x W y
+  rnn = register_module("rnn", torch::nn::GRUCell(h, h));
+  classifier = register_module("classifier", torch::nn::Linear(4 * h, o.classes()));
+}
+
+torch::Tensor SanClassifierImpl::forward(const torch::Tensor& x, const torch::Tensor& h,
+                                         const torch::Tensor& x_mask, const torch::Tensor& h_mask) {
+  const double p = options.dropout();
+  const bool training = is_training();
+  const double inf = std::numeric_limits<double>::infinity();
+  // The initial state: a linear self-attention summary of the first segment.
+  auto hd = variational_dropout(h, p, training);
+  auto alpha = torch::softmax(query_wsum(hd).squeeze(-1).masked_fill(h_mask, -inf), 1);
+  auto state = torch::bmm(alpha.unsqueeze(1), hd).squeeze(1);
+  std::vector<torch::Tensor> probs;
+  for (int64_t turn = 0; turn < options.turns(); ++turn) {
+    auto xd = variational_dropout(x, p, training);
+    auto wy = attention(variational_dropout(state, p, training));
+    auto scores = torch::bmm(xd, wy.unsqueeze(2)).squeeze(2).masked_fill(x_mask, -inf);
+    auto summary = torch::bmm(torch::softmax(scores, 1).unsqueeze(1), x).squeeze(1);
+    auto features = torch::cat({summary, state, (summary - state).abs(), summary * state}, 1);
+    probs.push_back(torch::softmax(classifier(variational_dropout(features, p, training)), 1));
+    state = rnn(summary, variational_dropout(state, p, training));
+  }
+  // answer_mem_type 1: average the turns under a random turn mask (one turn always kept).
+  const int64_t batch = x.size(0), turns = options.turns();
+  auto keep = torch::ones({batch, turns}, probs[0].options());
+  if (training && options.memory_dropout() > 0) {
+    const double q = options.memory_dropout();
+    keep = keep.bernoulli_(1 - q);
+    auto forced = torch::randint(0, turns, {batch, 1}, keep.options().dtype(torch::kLong));
+    keep = keep.scatter(1, forced, 1.0) / (1 - q);
+  }
+  auto stacked = torch::stack(probs, 2) * keep.unsqueeze(1);
+  return torch::log(stacked.mean(2));
+}
+
+// ---- Tasks and model ----
+
+std::vector<GlueTask> glue_tasks(const Params& m) {
+  const auto names = m.strs("task_names");
+  const auto heads = m.strs("task_heads");
+  const auto classes = m.i64s("task_classes");
+  const auto dropout = m.f64s("task_dropout");
+  const auto sizes = m.i64s("task_train_sizes");
+  const auto segments = m.i64s("task_segments");
+  const auto medians = m.f64s("task_length_median");
+  const auto sigmas = m.f64s("task_length_sigma");
+  const std::size_t n = names.size();
+  TORCH_CHECK(n > 0, "mt-dnn needs at least one task");
+  TORCH_CHECK(heads.size() == n && classes.size() == n && dropout.size() == n &&
+                  sizes.size() == n && segments.size() == n && medians.size() == n &&
+                  sigmas.size() == n,
+              "every task_* list needs one entry per task in task_names");
+  std::vector<GlueTask> tasks;
+  for (std::size_t i = 0; i < n; ++i) {
+    GlueTask t;
+    t.name = names[i];
+    t.head = heads[i];
+    t.classes = classes[i];
+    t.dropout = dropout[i];
+    t.train_size = sizes[i];
+    t.segments = segments[i];
+    t.length_median = medians[i];
+    t.length_sigma = sigmas[i];
+    TORCH_CHECK(t.head != "san" || t.segments == 2, t.name, ": a SAN head needs sentence pairs");
+    TORCH_CHECK(t.head != "regression" || t.classes == 1, t.name, ": regression has 1 output");
+    tasks.push_back(t);
+  }
+  return tasks;
+}
+
+MtDnnImpl::MtDnnImpl(const BertOptions& encoder, const std::vector<GlueTask>& task_list,
+                     int64_t san_turns, double san_memory_dropout)
+    : tasks(task_list) {
+  TORCH_CHECK(encoder.pooler(), "mt-dnn's linear heads read the pooled output");
+  bert = register_module("bert", BertModel(encoder));
+  heads = register_module("heads", torch::nn::ModuleList());
+  const int64_t h = encoder.hidden_size();
+  for (const auto& t : tasks) {
+    if (t.head == "san") {
+      heads->push_back(SanClassifier(SanOptions(h, t.classes)
+                                         .turns(san_turns)
+                                         .memory_dropout(san_memory_dropout)
+                                         .dropout(t.dropout)));
+    } else {
+      heads->push_back(torch::nn::Linear(h, t.classes));
+    }
+  }
+  init_bert_weights(*this, encoder.init_range());
+}
+
+torch::Tensor MtDnnImpl::forward(int64_t t, const torch::Tensor& input_ids,
+                                 const torch::Tensor& token_type_ids,
+                                 const torch::Tensor& attention_mask,
+                                 const torch::Tensor& premise_mask,
+                                 const torch::Tensor& hypothesis_mask) {
+  const GlueTask& task = tasks.at(static_cast<std::size_t>(t));
+  auto [sequence, pooled] = bert->forward(input_ids, token_type_ids, attention_mask);
+  if (task.head == "san") {
+    // matcher.py: the "hypothesis" memory is the first max-hypothesis-length positions.
+    auto first = sequence.slice(1, 0, hypothesis_mask.size(1));
+    return heads[t]->as<SanClassifier>()->forward(sequence, first, premise_mask, hypothesis_mask);
+  }
+  auto out = heads[t]->as<torch::nn::Linear>()->forward(
+      variational_dropout(pooled, task.dropout, is_training()));
+  return task.head == "regression" ? out.squeeze(-1) : out;
+}
+
+// ---- Synthetic GLUE batches ----
+
+GlueBatch::GlueBatch(const GlueTask& t, int64_t task_index, int64_t batch, int64_t max_length,
+                     int64_t vocab, const torch::Device& device, uint64_t seed)
+    : task(task_index) {
+  torch::manual_seed(seed + 100 + static_cast<uint64_t>(task_index));
+  const auto i64 = torch::TensorOptions().dtype(torch::kLong);
+  const int64_t min_length = t.segments == 2 ? 5 : 3;
+  // Example lengths: log-normal around the task's median; examples longer than max_seq_length
+  // are dropped by the reference loader, so they are clipped to it here.
+  auto lengths =
+      (torch::randn({batch}, torch::kDouble) * t.length_sigma + std::log(t.length_median))
+          .exp()
+          .round()
+          .clamp(static_cast<double>(min_length), static_cast<double>(max_length))
+          .to(torch::kLong);
+  // First segment ([CLS] s1 [SEP]): 30-70% of a pair; the whole of a single sentence.
+  auto first = lengths.clone();
+  if (t.segments == 2) {
+    auto share = torch::rand({batch}, torch::kDouble) * 0.4 + 0.3;
+    first = (lengths.to(torch::kDouble) * share).round().to(torch::kLong);
+    first = torch::max(torch::min(first, lengths - 2), torch::full_like(first, 3));
+  }
+  length = lengths.max().item<int64_t>();  // CPU tensors: host data built before any step
+  const int64_t first_max = first.max().item<int64_t>();
+  auto positions = torch::arange(length, i64).unsqueeze(0).expand({batch, length});
+  auto len = lengths.unsqueeze(1), cut = first.unsqueeze(1);
+  const int64_t first_word = std::min(kFirstWordId, vocab / 2);
+  auto ids = torch::randint(first_word, vocab, {batch, length}, i64)
+                 .masked_fill(positions == 0, kCls)
+                 .masked_fill(positions == cut - 1, kSep)
+                 .masked_fill(positions == len - 1, kSep)
+                 .masked_fill(positions >= len, 0);
+  auto real = positions < len;
+  auto second = (positions >= cut) & real;
+  input_ids = ids.to(device);
+  token_type_ids = second.to(torch::kLong).to(device);
+  attention_mask = real.to(device);
+  premise_mask = second.logical_not().to(device);
+  hypothesis_mask =
+      (torch::arange(first_max, i64).unsqueeze(0).expand({batch, first_max}) >= cut).to(device);
+  labels = t.head == "regression"
+               ? (torch::rand({batch}) * 5.0).to(device)  // STS-B similarity in [0, 5]
+               : torch::randint(0, t.classes, {batch}, i64).to(device);
+}
+
+namespace {
+
+class MtDnnStep final : public TrainStep {
+ public:
+  explicit MtDnnStep(const StepContext& ctx)
+      : precision_(ctx.precision),
+        device_(ctx.device),
+        tasks_(glue_tasks(ctx.model)),
+        model_(build(ctx, tasks_)),
+        updater_(make_updater(*model_, ctx)) {
+    for (std::size_t t = 0; t < tasks_.size(); ++t) {
+      batches_.emplace_back(tasks_[t], static_cast<int64_t>(t), ctx.batch,
+                            ctx.model.i64("max_seq_length"), ctx.model.i64("vocab_size"),
+                            ctx.device, ctx.seed);
+    }
+    order_ = draw_order(ctx);
+    warmup_steps_ = static_cast<int64_t>(tasks_.size()) + 2;
+  }
+
+  double run() override {
+    const GlueBatch& b = batches_[static_cast<std::size_t>(order_[next_ % order_.size()])];
+    ++next_;
+    updater_.zero_grad();
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(precision_, device_);
+      auto out = model_
+                     ->forward(b.task, b.input_ids, b.token_type_ids, b.attention_mask,
+                               b.premise_mask, b.hypothesis_mask)
+                     .to(torch::kFloat);
+      loss = tasks_[static_cast<std::size_t>(b.task)].head == "regression"
+                 ? torch::mse_loss(out, b.labels)
+                 : torch::nn::functional::cross_entropy(out, b.labels);
+    }
+    loss_ = loss.detach();
+    updater_.backward_and_step(loss);
+    return static_cast<double>(b.input_ids.size(0));
+  }
+
+  std::map<std::string, torch::Tensor> losses() const override { return {{"loss", loss_}}; }
+
+  std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
+    return {{"model", model_->parameters()}};
+  }
+
+  // The draw order opens with every task once (see draw_order).
+  int64_t warmup_steps() const override { return warmup_steps_; }
+  bool uniform_steps() const override { return false; }
+
+  Json batch_info() const override {
+    Json lengths = Json::object();
+    for (const auto& b : batches_)
+      lengths[tasks_[static_cast<std::size_t>(b.task)].name] = b.length;
+    Json draws = Json::object();
+    for (std::size_t t = 0; t < tasks_.size(); ++t) {
+      draws[tasks_[t].name] = std::count(order_.begin(), order_.end(), static_cast<int64_t>(t));
+    }
+    return Json{{"sequences", batches_.front().input_ids.size(0)},
+                {"padded_length_by_task", lengths},
+                {"draws_by_task", draws}};
+  }
+
+ private:
+  static MtDnn build(const StepContext& ctx, const std::vector<GlueTask>& tasks) {
+    torch::manual_seed(ctx.seed);
+    MtDnn model(bert_options(ctx.model), tasks, ctx.model.i64("san_turns"),
+                ctx.model.f64("san_memory_dropout"));
+    model->to(ctx.device);
+    model->train();
+    return model;
+  }
+
+  static train::Updater make_updater(const torch::nn::Module& model, const StepContext& ctx) {
+    const Params& o = ctx.optimizer;
+    train::AdamaxOptions adamax{o.f64("lr"), o.f64("beta1"), o.f64("beta2"), o.f64("eps")};
+    // mt-dnn excludes bias, gamma, beta and LayerNorm from decay; ours are named *bias / *norm*.
+    auto groups = train::decay_groups(model, o.f64("weight_decay"), {"bias", "norm"});
+    return train::Updater(
+        std::make_unique<train::Adamax>(std::move(groups), adamax), ctx.precision, ctx.device,
+        o.f64("clip_norm"),
+        train::warmup_linear_decay(adamax.lr, o.i64("warmup_steps"), o.i64("total_steps")));
+  }
+
+  /// The task of every step, cycled. Proportional draws as mt-dnn's shuffled batch list makes
+  /// them (mix_opt 0), after an opening: the first two steps take the longest batch, so the
+  /// max-batch search's two-step probes see the memory peak the run will reach, then every
+  /// task runs once, so the warm-up sees every shape.
+  std::vector<int64_t> draw_order(const StepContext& ctx) const {
+    const int64_t n = static_cast<int64_t>(tasks_.size());
+    std::vector<int64_t> order;
+    const int64_t length = ctx.model.i64("schedule_length");
+    if (ctx.model.str("task_order") == "cycle") {
+      for (int64_t i = 0; i < length; ++i) order.push_back(i % n);
+      return order;
+    }
+    std::vector<double> weights;
+    for (const auto& t : tasks_) weights.push_back(static_cast<double>(t.train_size));
+    std::mt19937_64 rng(ctx.seed + 7);
+    std::discrete_distribution<int64_t> pick(weights.begin(), weights.end());
+    for (int64_t i = 0; i < length; ++i) order.push_back(pick(rng));
+    int64_t heaviest = 0;
+    for (int64_t t = 1; t < n; ++t) {
+      if (batches_[static_cast<std::size_t>(t)].length >
+          batches_[static_cast<std::size_t>(heaviest)].length) {
+        heaviest = t;
+      }
+    }
+    // Then every task once, so warm-up autotunes every shape before the timed window.
+    std::vector<int64_t> opening = {heaviest, heaviest};
+    for (int64_t t = 0; t < n; ++t) opening.push_back(t);
+    order.insert(order.begin(), opening.begin(), opening.end());
+    return order;
+  }
+
+  Precision precision_;
+  torch::Device device_;
+  std::vector<GlueTask> tasks_;
+  MtDnn model_;
+  train::Updater updater_;
+  std::vector<GlueBatch> batches_;
+  std::vector<int64_t> order_;
+  std::size_t next_ = 0;
+  int64_t warmup_steps_ = 1;
+  torch::Tensor loss_;
+};
+
+}  // namespace
+
+Architecture mtdnn_architecture() {
+  Architecture a;
+  a.name = "mt-dnn";
+  a.summary = "MT-DNN: BERT-Large shared encoder, 8 GLUE heads (SAN on 5), tasks drawn per batch";
+  a.model_schema = mtdnn_schema();
+  a.optimizer_schema = adamax_schema();
+  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
+    return std::make_unique<MtDnnStep>(ctx);
+  };
+  a.count_parameters = [](const Params& model) {
+    MtDnn m(bert_options(model), glue_tasks(model), model.i64("san_turns"),
+            model.f64("san_memory_dropout"));
+    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
+  };
+  return a;
+}
+
+}  // namespace gpubench::models

@@ -1,0 +1,153 @@
+// mt-dnn: the head layout against the spec's count, the SAN module, the GLUE batches and the
+// task sampling (every head trains when its task is drawn).
+#include "models/mtdnn.h"
+
+#include "gpubench/config.h"
+#include "gpubench/registry.h"
+
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+namespace gpubench::models {
+namespace {
+
+const ConfigStore& store() {
+  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
+  return s;
+}
+
+int64_t count(const torch::nn::Module& m) { return count_trainable(m.parameters()); }
+
+TEST(MtDnnTest, HeadsMatchTheSpecsCount) {
+  // spec §6.3: BERT-Large 335,141,888 + heads 36,791,317. A SAN head with h = 1024 and n
+  // classes: Linear(h, 1) + bilinear Linear(h, h) + GRUCell(h, h) + Linear(4h, n)
+  // = (h + 1) + (h^2 + h) + (6h^2 + 6h) + (4hn + n).
+  const Params& m = store().model("mt-dnn").model;
+  BertModel large(bert_options(m));
+  EXPECT_EQ(count(*large), 335141888);
+  const auto tasks = glue_tasks(m);
+  ASSERT_EQ(tasks.size(), 8u);
+  const int64_t h = 1024;
+  auto san = [&](int64_t n) {
+    return (h + 1) + (h * h + h) + (6 * h * h + 6 * h) + (4 * h * n + n);
+  };
+  int64_t heads = 0;
+  for (const auto& t : tasks) {
+    heads += t.head == "san" ? san(t.classes) : h * t.classes + t.classes;
+  }
+  EXPECT_EQ(heads, 36791317);
+  SanClassifier mnli(SanOptions(h, 3));
+  EXPECT_EQ(count(*mnli), san(3));
+  EXPECT_EQ(san(3), 7360516);
+}
+
+TEST(MtDnnTest, SanReturnsLogProbabilitiesAndIgnoresMaskedPositions) {
+  torch::manual_seed(0);
+  SanClassifier san(SanOptions(8, 3).turns(3).dropout(0.0).memory_dropout(0.0));
+  san->eval();
+  auto x = torch::randn({2, 6, 8});
+  auto h = torch::randn({2, 4, 8});
+  auto x_mask = torch::zeros({2, 6}, torch::kBool);
+  x_mask.index_put_({torch::indexing::Slice(), torch::indexing::Slice(4, 6)}, true);
+  auto h_mask = torch::zeros({2, 4}, torch::kBool);
+  h_mask.index_put_({1, 3}, true);
+  const auto out = san->forward(x, h, x_mask, h_mask);
+  EXPECT_TRUE(torch::allclose(out.exp().sum(1), torch::ones({2}), 1e-5, 1e-5));
+  // Changing masked-out memory changes nothing.
+  auto x2 = x.clone();
+  x2.index_put_({torch::indexing::Slice(), torch::indexing::Slice(4, 6)}, 7.0);
+  auto h2 = h.clone();
+  h2.index_put_({1, 3}, -5.0);
+  EXPECT_TRUE(torch::allclose(san->forward(x2, h2, x_mask, h_mask), out, 1e-5, 1e-5));
+}
+
+TEST(MtDnnTest, TrainingTurnMaskKeepsAtLeastOneTurn) {
+  torch::manual_seed(1);
+  SanClassifier san(SanOptions(8, 2).turns(5).dropout(0.0).memory_dropout(0.99));
+  san->train();
+  const auto out =
+      san->forward(torch::randn({64, 5, 8}), torch::randn({64, 3, 8}),
+                   torch::zeros({64, 5}, torch::kBool), torch::zeros({64, 3}, torch::kBool));
+  EXPECT_TRUE(torch::isfinite(out).all().item<bool>());  // never log(0): one turn always kept
+}
+
+TEST(MtDnnTest, GlueBatchesPadToTheLongestPairWithTheBatchersMasks) {
+  GlueTask mnli;
+  mnli.name = "mnli";
+  mnli.head = "san";
+  mnli.classes = 3;
+  mnli.length_median = 37;
+  mnli.length_sigma = 0.45;
+  const GlueBatch b(mnli, 0, 32, 512, 30522, torch::kCPU, 0);
+  ASSERT_EQ(b.input_ids.size(1), b.length);
+  const auto lengths = b.attention_mask.sum(1);
+  EXPECT_EQ(lengths.max().item<int64_t>(), b.length);
+  EXPECT_LT(lengths.min().item<int64_t>(), b.length);  // shorter pairs are padded
+  for (int64_t i = 0; i < 32; ++i) {
+    const int64_t n = lengths[i].item<int64_t>();
+    const int64_t first = n - b.token_type_ids[i].sum().item<int64_t>();
+    EXPECT_EQ(b.input_ids[i][first - 1].item<int64_t>(), 102);  // [SEP] closes segment 0
+    EXPECT_EQ(b.input_ids[i][n - 1].item<int64_t>(), 102);
+    // hypothesis mask: the first segment is attended; premise mask: the second segment is.
+    EXPECT_EQ(b.hypothesis_mask[i].logical_not().sum().item<int64_t>(), first);
+    EXPECT_EQ(b.premise_mask[i].logical_not().sum().item<int64_t>(), n - first);
+  }
+  EXPECT_EQ(b.hypothesis_mask.size(1), (lengths - b.token_type_ids.sum(1)).max().item<int64_t>());
+  EXPECT_TRUE(b.labels.ge(0).logical_and(b.labels.lt(3)).all().item<bool>());
+}
+
+TEST(MtDnnTest, EveryHeadTrainsWhenItsTaskIsDrawn) {
+  const ModelConfig& config = store().model("mt-dnn");  // smoke size cycles through the tasks
+  ASSERT_EQ(config.smoke_model.str("task_order"), "cycle");
+  StepContext ctx;
+  ctx.config = &config;
+  ctx.model = config.smoke_model;
+  ctx.optimizer = config.smoke_optimizer;
+  ctx.batch = 3;
+  auto step = builtin_registry().get("mt-dnn").prepare(ctx);
+  const auto params = step->parameters().at("model");
+  // The same layout, built alone, tells which parameters belong to which head.
+  MtDnn layout(bert_options(ctx.model), glue_tasks(ctx.model), ctx.model.i64("san_turns"),
+               ctx.model.f64("san_memory_dropout"));
+  std::size_t offset = layout->bert->parameters().size();
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  for (const auto& head : *layout->heads) {
+    ranges.emplace_back(offset, offset + head->parameters().size());
+    offset = ranges.back().second;
+  }
+  ASSERT_EQ(offset, params.size());
+  for (std::size_t t = 0; t < ranges.size(); ++t) {
+    std::vector<torch::Tensor> before;
+    for (const auto& p : params) before.push_back(p.detach().clone());
+    step->run();
+    for (std::size_t h = 0; h < ranges.size(); ++h) {
+      bool changed = false;
+      for (std::size_t i = ranges[h].first; i < ranges[h].second; ++i) {
+        changed |= !torch::equal(params[i], before[i]);
+      }
+      EXPECT_EQ(changed, h == t) << "step " << t << ", head " << layout->tasks[h].name;
+    }
+    EXPECT_TRUE(torch::isfinite(step->losses().at("loss")).item<bool>());
+  }
+}
+
+TEST(MtDnnTest, ProportionalDrawsFollowTheTrainSizesAndStartWithTheLongestBatch) {
+  const ModelConfig& config = store().model("mt-dnn");
+  StepContext ctx;
+  ctx.config = &config;
+  Json small = config.smoke_model.json();
+  small["task_order"] = "proportional";
+  ctx.model = Params(builtin_registry().get("mt-dnn").model_schema, small, {"test", ""});
+  ctx.optimizer = config.smoke_optimizer;
+  ctx.batch = 4;
+  auto step = builtin_registry().get("mt-dnn").prepare(ctx);
+  const Json info = step->batch_info();
+  const Json& draws = info["draws_by_task"];
+  EXPECT_GT(draws["mnli"].get<int>(), draws["sst"].get<int>());
+  EXPECT_GT(draws["qqp"].get<int>(), 10 * draws["rte"].get<int>() / 2);
+  EXPECT_EQ(info["padded_length_by_task"].size(), 8u);
+}
+
+}  // namespace
+}  // namespace gpubench::models
