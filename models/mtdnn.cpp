@@ -6,7 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
+#include <numeric>
 
 namespace gpubench::models {
 
@@ -223,8 +223,29 @@ torch::Tensor MtDnnImpl::forward(int64_t t, const torch::Tensor& input_ids,
 
 // ---- Synthetic GLUE batches ----
 
+int64_t longest_example(const GlueTask& t, int64_t max_length) {
+  // z at 1 - 1/n of the standard normal: sqrt(2) erfinv(1 - 2/n).
+  const double p = 1.0 - 2.0 / static_cast<double>(std::max<int64_t>(t.train_size, 3));
+  const double z = std::sqrt(2.0) * torch::erfinv(torch::tensor(p, torch::kDouble)).item<double>();
+  const double length = std::round(t.length_median * std::exp(t.length_sigma * z));
+  return std::min<int64_t>(max_length, static_cast<int64_t>(length));
+}
+
+std::vector<int64_t> proportional_schedule(const std::vector<double>& weights, int64_t length) {
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  std::vector<double> credit(weights.size(), 0.0);
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < length; ++i) {
+    for (std::size_t t = 0; t < weights.size(); ++t) credit[t] += weights[t];
+    const auto best = std::max_element(credit.begin(), credit.end()) - credit.begin();
+    credit[static_cast<std::size_t>(best)] -= total;
+    order.push_back(best);
+  }
+  return order;
+}
+
 GlueBatch::GlueBatch(const GlueTask& t, int64_t task_index, int64_t batch, int64_t max_length,
-                     int64_t vocab, const torch::Device& device, uint64_t seed)
+                     int64_t vocab, const torch::Device& device, uint64_t seed, int64_t longest)
     : task(task_index) {
   torch::manual_seed(seed + 100 + static_cast<uint64_t>(task_index));
   const auto i64 = torch::TensorOptions().dtype(torch::kLong);
@@ -237,6 +258,10 @@ GlueBatch::GlueBatch(const GlueTask& t, int64_t task_index, int64_t batch, int64
           .round()
           .clamp(static_cast<double>(min_length), static_cast<double>(max_length))
           .to(torch::kLong);
+  if (longest > 0) {
+    lengths = lengths.clamp_max(longest);
+    lengths[0] = longest;
+  }
   // First segment ([CLS] s1 [SEP]): 30-70% of a pair; the whole of a single sentence.
   auto first = lengths.clone();
   if (t.segments == 2) {
@@ -277,11 +302,24 @@ class MtDnnStep final : public TrainStep {
         tasks_(glue_tasks(ctx.model)),
         model_(build(ctx, tasks_)),
         updater_(make_updater(*model_, ctx)) {
+    const int64_t max_length = ctx.model.i64("max_seq_length");
+    const int64_t vocab = ctx.model.i64("vocab_size");
     for (std::size_t t = 0; t < tasks_.size(); ++t) {
-      batches_.emplace_back(tasks_[t], static_cast<int64_t>(t), ctx.batch,
-                            ctx.model.i64("max_seq_length"), ctx.model.i64("vocab_size"),
+      batches_.emplace_back(tasks_[t], static_cast<int64_t>(t), ctx.batch, max_length, vocab,
                             ctx.device, ctx.seed);
     }
+    // The batch with the most memory: the task whose epoch holds the longest example, padded to
+    // it. Its length does not grow with the batch size, so peak memory is linear in the batch
+    // and the search can predict it.
+    std::size_t heaviest = 0;
+    for (std::size_t t = 1; t < tasks_.size(); ++t) {
+      if (longest_example(tasks_[t], max_length) > longest_example(tasks_[heaviest], max_length)) {
+        heaviest = t;
+      }
+    }
+    batches_.emplace_back(tasks_[heaviest], static_cast<int64_t>(heaviest), ctx.batch, max_length,
+                          vocab, ctx.device, ctx.seed + 1,
+                          longest_example(tasks_[heaviest], max_length));
     order_ = draw_order(ctx);
     warmup_steps_ = static_cast<int64_t>(tasks_.size()) + 2;
   }
@@ -312,21 +350,26 @@ class MtDnnStep final : public TrainStep {
     return {{"model", model_->parameters()}};
   }
 
-  // The draw order opens with every task once (see draw_order).
+  // The draw order opens with the peak batch twice and every task once (see draw_order).
   int64_t warmup_steps() const override { return warmup_steps_; }
   bool uniform_steps() const override { return false; }
+  int64_t representative_steps() const override { return representative_steps_; }
 
   Json batch_info() const override {
     Json lengths = Json::object();
-    for (const auto& b : batches_)
-      lengths[tasks_[static_cast<std::size_t>(b.task)].name] = b.length;
+    for (std::size_t t = 0; t < tasks_.size(); ++t) lengths[tasks_[t].name] = batches_[t].length;
     Json draws = Json::object();
     for (std::size_t t = 0; t < tasks_.size(); ++t) {
       draws[tasks_[t].name] = std::count(order_.begin(), order_.end(), static_cast<int64_t>(t));
     }
+    const GlueBatch& peak = batches_.back();
     return Json{{"sequences", batches_.front().input_ids.size(0)},
                 {"padded_length_by_task", lengths},
-                {"draws_by_task", draws}};
+                {"peak_batch",
+                 {{"task", tasks_[static_cast<std::size_t>(peak.task)].name},
+                  {"padded_length", peak.length}}},
+                {"draws_by_task", draws},
+                {"representative_steps", representative_steps_}};
   }
 
  private:
@@ -350,34 +393,35 @@ class MtDnnStep final : public TrainStep {
         train::warmup_linear_decay(adamax.lr, o.i64("warmup_steps"), o.i64("total_steps")));
   }
 
-  /// The task of every step, cycled. Proportional draws as mt-dnn's shuffled batch list makes
-  /// them (mix_opt 0), after an opening: the first two steps take the longest batch, so the
-  /// max-batch search's two-step probes see the memory peak the run will reach, then every
-  /// task runs once, so the warm-up sees every shape.
-  std::vector<int64_t> draw_order(const StepContext& ctx) const {
+  /// The batch of every step (an index into batches_), cycled: an opening of the peak batch
+  /// twice (the max-batch search's two-step probes meet the memory peak the run will reach)
+  /// and every task once (warm-up sees every shape), then the tasks in proportion to their
+  /// training sets (mix_opt 0), spread evenly so a short window holds the epoch's mix.
+  std::vector<int64_t> draw_order(const StepContext& ctx) {
     const int64_t n = static_cast<int64_t>(tasks_.size());
-    std::vector<int64_t> order;
+    const int64_t peak = n;  // the extra batch built last
     const int64_t length = ctx.model.i64("schedule_length");
+    std::vector<int64_t> order = {peak, peak};
+    for (int64_t t = 0; t < n; ++t) order.push_back(t);
     if (ctx.model.str("task_order") == "cycle") {
       for (int64_t i = 0; i < length; ++i) order.push_back(i % n);
+      representative_steps_ = n;
       return order;
     }
     std::vector<double> weights;
     for (const auto& t : tasks_) weights.push_back(static_cast<double>(t.train_size));
-    std::mt19937_64 rng(ctx.seed + 7);
-    std::discrete_distribution<int64_t> pick(weights.begin(), weights.end());
-    for (int64_t i = 0; i < length; ++i) order.push_back(pick(rng));
-    int64_t heaviest = 0;
-    for (int64_t t = 1; t < n; ++t) {
-      if (batches_[static_cast<std::size_t>(t)].length >
-          batches_[static_cast<std::size_t>(heaviest)].length) {
-        heaviest = t;
-      }
+    const auto schedule = proportional_schedule(weights, length);
+    order.insert(order.end(), schedule.begin(), schedule.end());
+    // Enough steps for every task in the most frequent 95% of the mass to come up once.
+    std::vector<double> shares = weights;
+    const double total = std::accumulate(shares.begin(), shares.end(), 0.0);
+    std::sort(shares.rbegin(), shares.rend());
+    double covered = 0;
+    for (double w : shares) {
+      covered += w / total;
+      representative_steps_ = static_cast<int64_t>(std::ceil(total / w));
+      if (covered >= 0.95) break;
     }
-    // Then every task once, so warm-up autotunes every shape before the timed window.
-    std::vector<int64_t> opening = {heaviest, heaviest};
-    for (int64_t t = 0; t < n; ++t) opening.push_back(t);
-    order.insert(order.begin(), opening.begin(), opening.end());
     return order;
   }
 
@@ -390,6 +434,7 @@ class MtDnnStep final : public TrainStep {
   std::vector<int64_t> order_;
   std::size_t next_ = 0;
   int64_t warmup_steps_ = 1;
+  int64_t representative_steps_ = 1;
   torch::Tensor loss_;
 };
 

@@ -69,6 +69,15 @@ struct GlueTask {
 /// The tasks of a resolved `model:` section.
 std::vector<GlueTask> glue_tasks(const Params& model);
 
+/// The longest example one epoch of the task holds: the length distribution's quantile at
+/// 1 - 1/train_size, capped at max_length. The batch with the most memory pads to it.
+int64_t longest_example(const GlueTask& task, int64_t max_length);
+
+/// Task draws in proportion to `weights`, spread evenly (smooth weighted round robin): every prefix
+/// holds each task within one draw of its share and any run of consecutive draws within two, so
+/// a short timed window sees the epoch's mix. Deterministic.
+std::vector<int64_t> proportional_schedule(const std::vector<double>& weights, int64_t length);
+
 /// The shared encoder and one head per task.
 class MtDnnImpl : public torch::nn::Module {
  public:
@@ -90,8 +99,10 @@ TORCH_MODULE(MtDnn);
 /// the batch's longest, segment ids, the attention mask, and the masks the SAN reads (the
 /// "hypothesis" is the first segment, the "premise" the second; true = not attended).
 struct GlueBatch {
+  /// `longest` > 0 puts one example of exactly that length in the batch (and caps the others
+  /// at it): the batch then pads to `longest` whatever its size.
   GlueBatch(const GlueTask& task, int64_t task_index, int64_t batch, int64_t max_length,
-            int64_t vocab, const torch::Device& device, uint64_t seed);
+            int64_t vocab, const torch::Device& device, uint64_t seed, int64_t longest = 0);
 
   int64_t task = 0;
   int64_t length = 0;  ///< padded length of this batch

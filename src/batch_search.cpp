@@ -71,9 +71,12 @@ struct Line {
 Line fit_line(const std::vector<FitPoint>& points) {
   Line line;
   if (points.size() >= 2) {
-    // The two largest batches: the shortest extrapolation to the limit.
-    const FitPoint& a = points[points.size() - 2];
-    const FitPoint& b = points[points.size() - 1];
+    // The largest batch and the largest one at least 10% below it: the shortest extrapolation
+    // to the limit, on a lever long enough that allocator noise barely tilts the line.
+    const FitPoint& b = points.back();
+    std::size_t k = points.size() - 2;
+    while (k > 0 && static_cast<double>(points[k].batch) > 0.9 * static_cast<double>(b.batch)) --k;
+    const FitPoint& a = points[k];
     if (b.batch != a.batch) {
       line.per_sample = (b.peak - a.peak) / static_cast<double>(b.batch - a.batch);
       line.fixed = b.peak - line.per_sample * static_cast<double>(b.batch);
@@ -137,13 +140,12 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
     return line.batch_at(static_cast<double>(capacity_bytes));
   };
 
-  // kScout: cheap probes that give the line. kPredict: just under the line's limit.
-  // kConfirm: the line's limit itself. kUp / kDown: steps away from the prediction, doubling,
+  // kScout: cheap probes that give the line. kPredict: just under the line's limit, again after
+  // every fit (refitting the line). kConfirm: the line's limit itself. kUp / kDown: steps away from the prediction, doubling,
   // until the outcome flips. kBisect: halve the bracket [lo, hi] to one batch.
   enum class Mode { kScout, kPredict, kConfirm, kUp, kDown, kBisect };
   Mode mode = Mode::kScout;
   int64_t step = settings.granularity;
-  int64_t line_limit = 0;  // the line's limit, once predicted
   const int64_t first = settings.first_probe > 0
                             ? candidates.align_down(static_cast<double>(settings.first_probe))
                             : candidates.align_down(4.0 * static_cast<double>(settings.min_batch));
@@ -187,7 +189,8 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
         continue;
       }
     } else if (mode == Mode::kPredict) {
-      line_limit = candidates.align_down(*prediction);
+      // Each predicted probe that fits is a point near the limit: the line through it and the
+      // previous one extrapolates only a little, so the next prediction is sharper.
       step = std::max(settings.granularity,
                       candidates.align_down(kBracketFraction * *prediction));
       batch = candidates.align_down(*prediction * (1 - kPredictionBias));
@@ -197,11 +200,14 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
         continue;
       }
     } else if (mode == Mode::kConfirm) {
-      batch = line_limit;
+      batch = candidates.align_down(*prediction);  // the line's own limit
       phase = "predict";
       if (batch <= lo) {
-        mode = Mode::kUp;  // already past the line: test the next batch up
-        step = settings.granularity;
+        // Already at the line's limit: the truth is within its error, a few tenths of a
+        // percent, so step up by that much.
+        mode = Mode::kUp;
+        step = std::max(settings.granularity,
+                        candidates.align_down(kBracketFraction * static_cast<double>(lo)));
         continue;
       }
     } else if (mode == Mode::kUp) {
@@ -221,7 +227,7 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
     if (std::string(phase) == "bisect" || std::string(phase) == "scout") continue;
     switch (mode) {
       case Mode::kPredict:
-        mode = fit ? Mode::kConfirm : Mode::kDown;
+        if (!fit) mode = Mode::kDown;  // else predict again from the sharper line
         break;
       case Mode::kConfirm:
         mode = fit ? Mode::kUp : Mode::kBisect;

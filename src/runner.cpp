@@ -104,6 +104,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   t.warmup_steps = std::max<int>(t.warmup_steps, static_cast<int>(step->warmup_steps()));
   t.max_warmup_steps = std::max(t.max_warmup_steps, t.warmup_steps);
   if (!step->uniform_steps()) t.steady_tolerance = -1;  // never "steady": stop at warmup_steps
+  t.min_steps = std::max<int>(t.min_steps, static_cast<int>(step->representative_steps()));
   record.batch_info = step->batch_info();
   for (const auto& [network, params] : step->parameters()) {
     record.trainable_params[network] = count_trainable(params);
@@ -234,8 +235,8 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
       };
       auto on_probe = [&](const ProbeRecord& p, int index) {
         worker_log(config.name,
-                   p.fits ? fmt::format("search probe {}: batch {} fits (peak {}, {:.1f} s)",
-                                        index, p.batch, format_bytes(p.peak_bytes), p.seconds)
+                   p.fits ? fmt::format("search probe {}: batch {} fits (peak {}, {:.1f} s)", index,
+                                        p.batch, format_bytes(p.peak_bytes), p.seconds)
                           : fmt::format("search probe {}: batch {} is out of memory ({:.1f} s)",
                                         index, p.batch, p.seconds));
       };

@@ -104,6 +104,43 @@ TEST(BatchSearchTest, FindsTheLimitWhenTheLineOvershootsLikeTheRealAllocator) {
   }
 }
 
+/// Peak memory interpolated from what an H200 measured (GiB against batch); out of memory
+/// above `limit`.
+struct MeasuredMemory {
+  std::vector<std::pair<double, double>> points;
+  int64_t limit;
+  ProbeOutcome operator()(int64_t batch) const {
+    ProbeOutcome o;
+    o.fits = batch <= limit;
+    if (!o.fits) return o;
+    auto upper = std::lower_bound(points.begin(), points.end(), std::make_pair(double(batch), 0.0));
+    if (upper == points.begin()) upper = std::next(upper);
+    if (upper == points.end()) upper = std::prev(upper);
+    const auto lower = std::prev(upper);
+    const double t = (static_cast<double>(batch) - lower->first) / (upper->first - lower->first);
+    const double gib = lower->second + t * (upper->second - lower->second);
+    o.peak_bytes = static_cast<int64_t>(gib * double(int64_t{1} << 30));
+    o.resident_bytes = int64_t{1850} << 20;
+    return o;
+  }
+};
+
+TEST(BatchSearchTest, FindsTheH200LimitsOfBertWithinSevenProbes) {
+  // 2026-11-30 on one H200 (docs/results): the allocator had 139.3 GiB; bert-base fp32 fitted
+  // 1669 and bert-finetune fp32 609, where the line through the scouts predicted 1673 and 603.
+  const int64_t capacity = static_cast<int64_t>(139.3 * double(int64_t{1} << 30));
+  const MeasuredMemory bert_base{{{16, 2.84}, {975, 81.8}, {1668, 138.9}, {1669, 139.0}, {1700, 141.6}},
+                                 1669};
+  const MeasuredMemory bert_finetune{
+      {{8, 3.5}, {307, 71.6}, {601, 137.1}, {606, 138.1}, {609, 138.8}, {640, 145.0}}, 609};
+  const SearchRecord a = find_max_batch(settings(1, 65536, 1, 16), capacity, bert_base);
+  EXPECT_EQ(a.max_batch, 1669);
+  EXPECT_LE(a.probes.size(), 7u);
+  const SearchRecord b = find_max_batch(settings(1, 65536, 1, 8), capacity, bert_finetune);
+  EXPECT_EQ(b.max_batch, 609);
+  EXPECT_LE(b.probes.size(), 7u);
+}
+
 TEST(BatchSearchTest, StaysExactWhenMemoryIsNotQuiteLinear) {
   // +-0.5% per batch, like allocator rounding: the prediction misses by a few samples and the
   // bracket-and-bisect phase must still land on the true boundary.
@@ -117,7 +154,9 @@ TEST(BatchSearchTest, StaysExactWhenMemoryIsNotQuiteLinear) {
     // fits and whose successor does not.
     EXPECT_LE(memory.peak(r.max_batch), memory.capacity) << "limit " << limit;
     EXPECT_GT(memory.peak(r.max_batch + 1), memory.capacity) << "limit " << limit;
-    EXPECT_LE(r.probes.size(), 12u) << "limit " << limit;
+    // +-0.5% noise leaves about +-35 batches uncertain at 7000: a gallop and a bisection of
+    // that width on top of the scouts and the predictions.
+    EXPECT_LE(r.probes.size(), 14u) << "limit " << limit;
   }
 }
 

@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include <numeric>
+
 #include <gtest/gtest.h>
 
 namespace gpubench::models {
@@ -117,6 +119,8 @@ TEST(MtDnnTest, EveryHeadTrainsWhenItsTaskIsDrawn) {
     offset = ranges.back().second;
   }
   ASSERT_EQ(offset, params.size());
+  step->run();  // the opening: the peak batch twice
+  step->run();
   for (std::size_t t = 0; t < ranges.size(); ++t) {
     std::vector<torch::Tensor> before;
     for (const auto& p : params) before.push_back(p.detach().clone());
@@ -129,6 +133,40 @@ TEST(MtDnnTest, EveryHeadTrainsWhenItsTaskIsDrawn) {
       EXPECT_EQ(changed, h == t) << "step " << t << ", head " << layout->tasks[h].name;
     }
     EXPECT_TRUE(torch::isfinite(step->losses().at("loss")).item<bool>());
+  }
+}
+
+TEST(MtDnnTest, ScheduleSpreadsTasksEvenlyInProportion) {
+  const std::vector<double> weights = {392702, 2490, 363846, 104743, 3668, 67349, 8551, 5749};
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  const auto order = proportional_schedule(weights, 2000);
+  for (std::size_t t = 0; t < weights.size(); ++t) {
+    const auto n = std::count(order.begin(), order.begin() + 1000, static_cast<int64_t>(t));
+    EXPECT_LT(std::abs(static_cast<double>(n) - 1000 * weights[t] / total), 1.0) << "prefix, task " << t;
+  }
+  // Any 20 consecutive draws hold every task within two draws of its share (a prefix within
+  // one), where independent draws would spread by about sqrt(20 p).
+  for (std::size_t start = 0; start + 20 <= order.size(); start += 7) {
+    for (std::size_t t = 0; t < weights.size(); ++t) {
+      const auto n = std::count(order.begin() + start, order.begin() + start + 20,
+                                static_cast<int64_t>(t));
+      EXPECT_LE(std::abs(static_cast<double>(n) - 20 * weights[t] / total), 2.0)
+          << "task " << t << " from " << start;
+    }
+  }
+}
+
+TEST(MtDnnTest, ThePeakBatchPadsToTheEpochsLongestExampleWhateverTheBatchSize) {
+  const auto tasks = glue_tasks(store().model("mt-dnn").model);
+  // RTE: median 64, sigma 0.5, 2,490 examples -> z(1 - 1/2490) = 3.35 -> 342 WordPieces.
+  EXPECT_NEAR(static_cast<double>(longest_example(tasks[1], 512)), 342, 3);
+  EXPECT_EQ(longest_example(tasks[1], 128), 128);
+  for (const auto& t : tasks) {
+    EXPECT_LE(longest_example(t, 512), longest_example(tasks[1], 512)) << t.name;
+  }
+  for (int64_t batch : {4, 32}) {
+    const GlueBatch b(tasks[1], 1, batch, 512, 30522, torch::kCPU, 0, 342);
+    EXPECT_EQ(b.length, 342) << batch;
   }
 }
 
@@ -147,6 +185,9 @@ TEST(MtDnnTest, ProportionalDrawsFollowTheTrainSizesAndStartWithTheLongestBatch)
   EXPECT_GT(draws["mnli"].get<int>(), draws["sst"].get<int>());
   EXPECT_GT(draws["qqp"].get<int>(), 10 * draws["rte"].get<int>() / 2);
   EXPECT_EQ(info["padded_length_by_task"].size(), 8u);
+  // At this size every task's longest example is capped at max_seq_length (96).
+  EXPECT_EQ(info["peak_batch"]["padded_length"], small["max_seq_length"]);
+  EXPECT_EQ(info["representative_steps"], 15);  // SST-2's share, the last of the top 95%
 }
 
 }  // namespace

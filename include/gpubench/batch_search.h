@@ -2,12 +2,12 @@
 //
 // The largest batch for which a full training step (two steps, so optimizer state exists) runs
 // without running out of memory. A cheap probe measures the memory that stays (weights,
-// gradients, optimizer state) and the peak; a second, larger probe gives the slope of peak
-// memory against batch; the line predicts the limit. Probes then land on the prediction,
-// refit the line through the two largest batches that fit (a short, accurate extrapolation), and
-// close the bracket [largest fit, smallest failure] with predicted points, falling back to
-// bisection whenever a prediction does not halve the bracket. A few probes, not a doubling
-// ladder from 1.
+// gradients, optimizer state) and the peak; a second probe halfway to the predicted limit gives
+// the slope of peak memory against batch; the line through the two predicts the limit. Probes
+// then land just under the line's limit, refitting the line through the two largest batches
+// that fit after each (a short, accurate extrapolation), then on the limit itself; steps away
+// from the prediction that double until the outcome flips, and a bisection, close the bracket
+// [largest fit, smallest failure]. A few probes, not a doubling ladder from 1.
 #pragma once
 
 #include "gpubench/config.h"

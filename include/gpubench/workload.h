@@ -61,6 +61,10 @@ class TrainStep {
   /// vary from step to step), warm-up ends after warmup_steps() instead of waiting for step
   /// times to settle, and the timed window averages over the mix. Default: true
   virtual bool uniform_steps() const { return true; }
+
+  /// Consecutive steps whose work represents the workload's mix (every frequent task or length
+  /// bucket in its share). The timed window runs at least this many. Default: 1
+  virtual int64_t representative_steps() const { return 1; }
 };
 
 /// Code that builds a workload's training step. Named configs (configs/models/*.yaml) select an
