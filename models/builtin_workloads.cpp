@@ -4,6 +4,7 @@
 #include "models/bert.h"
 #include "models/bert_squad.h"
 #include "models/mtdnn.h"
+#include "models/nasnet.h"
 
 namespace gpubench {
 
@@ -11,6 +12,7 @@ void register_builtin_workloads(Registry& registry) {
   registry.add(models::bert_pretraining_architecture());  // bert-base, bert-base-mlm
   registry.add(models::bert_squad_architecture());        // bert-finetune
   registry.add(models::mtdnn_architecture());             // mt-dnn
+  registry.add(models::nasnet_architecture());            // nasnet-large
 }
 
 }  // namespace gpubench

@@ -195,4 +195,56 @@ LrSchedule constant(double lr) {
   return [=](int64_t) { return lr; };
 }
 
+// ---- TensorFlow's RMSProp ----
+
+namespace {
+/// Like state_for, but new slots start at `value` (TF1's RMSProp starts its mean square at 1).
+std::vector<torch::Tensor> state_filled(std::vector<torch::Tensor>& state, const ParamGroup& group,
+                                        double value) {
+  if (state.size() != group.params.size()) state.resize(group.params.size());
+  std::vector<torch::Tensor> out;
+  for (std::size_t i = 0; i < group.params.size(); ++i) {
+    if (!group.params[i].grad().defined()) continue;
+    if (!state[i].defined()) state[i] = torch::full_like(group.params[i], value);
+    out.push_back(state[i]);
+  }
+  return out;
+}
+}  // namespace
+
+TfRmsProp::TfRmsProp(std::vector<ParamGroup> groups, TfRmsPropOptions options)
+    : Optimizer(std::move(groups), options.lr), options_(options) {
+  mean_square_.resize(groups_.size());
+  momentum_.resize(groups_.size());
+}
+
+void TfRmsProp::step() {
+  torch::NoGradGuard no_grad;
+  ++steps_;
+  std::vector<torch::Tensor> params, grads;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& group = groups_[g];
+    with_grads(group, params, grads);
+    if (params.empty()) continue;
+    auto ms = state_filled(mean_square_[g], group, options_.initial_mean_square);
+    auto mom = state_for(momentum_[g], group);
+    if (group.weight_decay != 0) grads = at::_foreach_add(grads, params, group.weight_decay);
+    at::_foreach_mul_(ms, options_.decay);
+    at::_foreach_addcmul_(ms, grads, grads, 1 - options_.decay);
+    auto denom = at::_foreach_add(ms, options_.eps);
+    at::_foreach_sqrt_(denom);
+    at::_foreach_mul_(mom, options_.momentum);
+    at::_foreach_addcdiv_(mom, grads, denom, lr_);
+    at::_foreach_sub_(params, mom);
+  }
+}
+
+LrSchedule exponential_decay(double lr, double rate, int64_t decay_steps, bool staircase) {
+  return [=](int64_t step) {
+    double exponent = static_cast<double>(step - 1) / static_cast<double>(decay_steps);
+    if (staircase) exponent = std::floor(exponent);
+    return lr * std::pow(rate, exponent);
+  };
+}
+
 }  // namespace gpubench::train

@@ -128,4 +128,37 @@ LrSchedule inverse_sqrt(double lr, int64_t warmup, double init_lr);
 /// A constant rate.
 LrSchedule constant(double lr);
 
+// ---- TensorFlow's RMSProp ----
+
+/// TfRmsProp's settings; the defaults are train_image_classifier.py's flags.
+struct TfRmsPropOptions {
+  double lr = 0.01;
+  double decay = 0.9;     ///< rho: the mean-square moving average keeps this much per step
+  double momentum = 0.9;  ///< momentum on the scaled step (0: none)
+  double eps = 1.0;       ///< added to the mean square under the root
+  double initial_mean_square = 1.0;  ///< TF1's RMSPropOptimizer starts its "rms" slot at ones
+};
+
+/// tf.compat.v1.train.RMSPropOptimizer (uncentered), as TF-slim's train_image_classifier.py
+/// uses it; weight decay is L2 on the gradient (slim's l2_regularizer adds wd/2 * |w|^2 to the
+/// loss, whose gradient is wd * w):
+///   ms  = decay * ms + (1 - decay) * g^2          (ms starts at 1, not 0)
+///   mom = momentum * mom + lr * g / sqrt(ms + eps)
+///   p  -= mom
+/// Unlike torch.optim.RMSprop, eps sits inside the root, the rate scales the momentum input
+/// rather than the update, and the mean square starts at one.
+class TfRmsProp : public Optimizer {
+ public:
+  TfRmsProp(std::vector<ParamGroup> groups, TfRmsPropOptions options);
+  void step() override;
+
+ private:
+  TfRmsPropOptions options_;
+  std::vector<std::vector<torch::Tensor>> mean_square_, momentum_;
+};
+
+/// tf.train.exponential_decay as a schedule: lr * rate^((step - 1) / decay_steps), the exponent
+/// floored when `staircase` (TF counts global steps from 0; gpubench steps from 1).
+LrSchedule exponential_decay(double lr, double rate, int64_t decay_steps, bool staircase);
+
 }  // namespace gpubench::train
