@@ -195,4 +195,11 @@ LrSchedule constant(double lr) {
   return [=](int64_t) { return lr; };
 }
 
+LrSchedule poly(double lr, int64_t total, double power) {
+  return [=](int64_t step) {
+    const double done = static_cast<double>(step - 1) / static_cast<double>(total);
+    return lr * std::pow(std::max(0.0, 1.0 - done), power);
+  };
+}
+
 }  // namespace gpubench::train
