@@ -2,11 +2,14 @@
 // select one of these by name; twins share code through configs.
 #include "gpubench/registry.h"
 #include "models/bert.h"
+#include "models/deeplab.h"
 
 namespace gpubench {
 
 void register_builtin_workloads(Registry& registry) {
   registry.add(models::bert_pretraining_architecture());  // bert-base, bert-base-mlm
+  registry.add(models::deeplab_xception_architecture());  // deeplabv3
+  registry.add(models::deeplab_resnet_architecture());    // deeplabv3-resnet101
 }
 
 }  // namespace gpubench
