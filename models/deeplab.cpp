@@ -1,7 +1,5 @@
 #include "models/deeplab.h"
 
-#include "gpubench/config.h"
-
 #include <torch/torch.h>
 
 #include <cmath>
@@ -638,42 +636,41 @@ class SegmentationStep final : public TrainStep {
   torch::Tensor loss_;
 };
 
-}  // namespace
-
-Architecture deeplab_xception_architecture() {
+/// The registry entry of a DeepLab build: `Model` built from `options(model params)`, trained
+/// on images scaled for `range`.
+template <typename Model, typename Options>
+Architecture segmentation_architecture(std::string name, std::string summary, ParamSchema schema,
+                                       Options (*options)(const Params&), InputRange range) {
   Architecture a;
-  a.name = "deeplab-xception";
-  a.summary = "TF DeepLabv3+: Xception-65, separable ASPP, decoder; pixel cross-entropy";
-  a.model_schema = xception_schema();
+  a.name = std::move(name);
+  a.summary = std::move(summary);
+  a.model_schema = std::move(schema);
   a.optimizer_schema = deeplab_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
+  a.prepare = [options, range](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
     torch::manual_seed(ctx.seed);
-    return std::make_unique<SegmentationStep<DeepLabV3Plus>>(
-        ctx, DeepLabV3Plus(xception_options(ctx.model)), InputRange::kXception);
+    return std::make_unique<SegmentationStep<Model>>(ctx, Model(options(ctx.model)), range);
   };
-  a.count_parameters = [](const Params& model) {
-    DeepLabV3Plus m(xception_options(model));
+  a.count_parameters = [options](const Params& model) {
+    Model m(options(model));
     return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
   };
   return a;
 }
 
+}  // namespace
+
+Architecture deeplab_xception_architecture() {
+  return segmentation_architecture<DeepLabV3Plus>(
+      "deeplab-xception",
+      "TF DeepLabv3+: Xception-65, separable ASPP, decoder; pixel cross-entropy", xception_schema(),
+      &xception_options, InputRange::kXception);
+}
+
 Architecture deeplab_resnet_architecture() {
-  Architecture a;
-  a.name = "deeplab-resnet";
-  a.summary = "torchvision DeepLabV3: dilated ResNet, DeepLabHead (ASPP); pixel cross-entropy";
-  a.model_schema = resnet_schema();
-  a.optimizer_schema = deeplab_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    torch::manual_seed(ctx.seed);
-    return std::make_unique<SegmentationStep<DeepLabV3>>(
-        ctx, DeepLabV3(resnet_deeplab_options(ctx.model)), InputRange::kImageNet);
-  };
-  a.count_parameters = [](const Params& model) {
-    DeepLabV3 m(resnet_deeplab_options(model));
-    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
-  };
-  return a;
+  return segmentation_architecture<DeepLabV3>(
+      "deeplab-resnet",
+      "torchvision DeepLabV3: dilated ResNet, DeepLabHead (ASPP); pixel cross-entropy",
+      resnet_schema(), &resnet_deeplab_options, InputRange::kImageNet);
 }
 
 }  // namespace gpubench::models
