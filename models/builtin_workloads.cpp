@@ -5,6 +5,7 @@
 #include "models/bert_squad.h"
 #include "models/mtdnn.h"
 #include "models/nasnet.h"
+#include "models/deeplab.h"
 
 namespace gpubench {
 
@@ -13,6 +14,8 @@ void register_builtin_workloads(Registry& registry) {
   registry.add(models::bert_squad_architecture());        // bert-finetune
   registry.add(models::mtdnn_architecture());             // mt-dnn
   registry.add(models::nasnet_architecture());            // nasnet-large
+  registry.add(models::deeplab_xception_architecture());  // deeplabv3
+  registry.add(models::deeplab_resnet_architecture());    // deeplabv3-resnet101
 }
 
 }  // namespace gpubench

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace gpubench::train {
 namespace {
 
@@ -172,6 +174,12 @@ TEST_F(OptimizersTest, SchedulesFollowTheReferenceFormulas) {
   EXPECT_NEAR(isqrt(2000), 1e-7 + (5e-4 - 1e-7) * 0.5, 1e-12);
   EXPECT_DOUBLE_EQ(isqrt(16000), 5e-4 * 0.5);
   EXPECT_DOUBLE_EQ(constant(0.5)(123), 0.5);
+  // Poly counts from 0 (TF polynomial_decay, torch PolynomialLR): update k uses step k - 1.
+  const auto deeplab = poly(0.007, 100, 0.9);
+  EXPECT_DOUBLE_EQ(deeplab(1), 0.007);
+  EXPECT_DOUBLE_EQ(deeplab(51), 0.007 * std::pow(0.5, 0.9));
+  EXPECT_DOUBLE_EQ(deeplab(101), 0.0);
+  EXPECT_DOUBLE_EQ(deeplab(500), 0.0);
 }
 
 TEST_F(OptimizersTest, DecayGroupsExcludeNormsAndBiases) {

@@ -244,6 +244,9 @@ LrSchedule exponential_decay(double lr, double rate, int64_t decay_steps, bool s
     double exponent = static_cast<double>(step - 1) / static_cast<double>(decay_steps);
     if (staircase) exponent = std::floor(exponent);
     return lr * std::pow(rate, exponent);
+LrSchedule poly(double lr, int64_t total, double power) {
+    const double done = static_cast<double>(step - 1) / static_cast<double>(total);
+    return lr * std::pow(std::max(0.0, 1.0 - done), power);
   };
 }
 

@@ -127,6 +127,10 @@ LrSchedule warmup_linear_decay(double lr, int64_t warmup, int64_t total);
 LrSchedule inverse_sqrt(double lr, int64_t warmup, double init_lr);
 /// A constant rate.
 LrSchedule constant(double lr);
+/// Polynomial decay to 0 over `total` updates, counted from 0 as TF's polynomial_decay and
+/// torch's PolynomialLR / LambdaLR do: the k-th update (1-based) uses
+/// lr * (1 - (k - 1) / total)^power, and 0 from update total + 1 on.
+LrSchedule poly(double lr, int64_t total, double power);
 
 // ---- TensorFlow's RMSProp ----
 
