@@ -195,4 +195,19 @@ LrSchedule constant(double lr) {
   return [=](int64_t) { return lr; };
 }
 
+LrSchedule darknet_steps(double lr, int64_t burn_in, double power, std::vector<int64_t> steps,
+                         std::vector<double> scales) {
+  return [=](int64_t step) {
+    if (step < burn_in) {
+      return lr * std::pow(static_cast<double>(step) / static_cast<double>(burn_in), power);
+    }
+    double rate = lr;
+    for (std::size_t i = 0; i < steps.size() && i < scales.size(); ++i) {
+      if (steps[i] > step) break;
+      rate *= scales[i];
+    }
+    return rate;
+  };
+}
+
 }  // namespace gpubench::train

@@ -128,4 +128,10 @@ LrSchedule inverse_sqrt(double lr, int64_t warmup, double init_lr);
 /// A constant rate.
 LrSchedule constant(double lr);
 
+/// darknet's get_current_rate with policy=steps (src/network.c): lr * (step / burn_in)^power
+/// before `burn_in`, then lr times the scales of every boundary in `steps` already reached
+/// (`steps` ascending, one scale each).
+LrSchedule darknet_steps(double lr, int64_t burn_in, double power, std::vector<int64_t> steps,
+                         std::vector<double> scales);
+
 }  // namespace gpubench::train
