@@ -159,11 +159,12 @@ class YoloLoss {
  public:
   YoloLoss(YoloLossOptions options, const torch::Device& device);
 
-  /// Predictions of every layer: [N, anchors, 5 + C, H, W] raw outputs -> [N, P, 5 + C] in
-  /// float32 (the loss runs in float32 under autocast).
+  /// The raw outputs of every layer, [N, anchors * (5 + C), H, W] in output order ->
+  /// [N, P, 5 + C] in float32 (the loss runs in float32 under autocast).
   torch::Tensor flatten(const std::vector<torch::Tensor>& outputs) const;
   /// Targets for `predictions` [N, P, 5 + C] (detached here) and truths: `boxes` [N, G, 4]
-  /// (x, y, w, h as fractions of the image, x and y the centre), `classes` [N, G] int64.
+  /// (x, y, w, h as fractions of the image, x and y the centre; G >= 1 real boxes in every
+  /// image, no padding), `classes` [N, G] int64 in [0, C).
   YoloTargets targets(const torch::Tensor& predictions, const torch::Tensor& boxes,
                       const torch::Tensor& classes) const;
   /// The loss of raw layer outputs against the truths.
