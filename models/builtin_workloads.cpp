@@ -6,6 +6,7 @@
 #include "models/mtdnn.h"
 #include "models/nasnet.h"
 #include "models/deeplab.h"
+#include "models/yolov3.h"
 
 namespace gpubench {
 
@@ -16,6 +17,7 @@ void register_builtin_workloads(Registry& registry) {
   registry.add(models::nasnet_architecture());            // nasnet-large
   registry.add(models::deeplab_xception_architecture());  // deeplabv3
   registry.add(models::deeplab_resnet_architecture());    // deeplabv3-resnet101
+  registry.add(models::yolov3_architecture());            // yolov3
 }
 
 }  // namespace gpubench

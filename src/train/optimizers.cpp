@@ -247,6 +247,17 @@ LrSchedule exponential_decay(double lr, double rate, int64_t decay_steps, bool s
 LrSchedule poly(double lr, int64_t total, double power) {
     const double done = static_cast<double>(step - 1) / static_cast<double>(total);
     return lr * std::pow(std::max(0.0, 1.0 - done), power);
+LrSchedule darknet_steps(double lr, int64_t burn_in, double power, std::vector<int64_t> steps,
+                         std::vector<double> scales) {
+    if (step < burn_in) {
+      return lr * std::pow(static_cast<double>(step) / static_cast<double>(burn_in), power);
+    }
+    double rate = lr;
+    for (std::size_t i = 0; i < steps.size() && i < scales.size(); ++i) {
+      if (steps[i] > step) break;
+      rate *= scales[i];
+    }
+    return rate;
   };
 }
 

@@ -165,4 +165,10 @@ class TfRmsProp : public Optimizer {
 /// floored when `staircase` (TF counts global steps from 0; gpubench steps from 1).
 LrSchedule exponential_decay(double lr, double rate, int64_t decay_steps, bool staircase);
 
+/// darknet's get_current_rate with policy=steps (src/network.c): lr * (step / burn_in)^power
+/// before `burn_in`, then lr times the scales of every boundary in `steps` already reached
+/// (`steps` ascending, one scale each).
+LrSchedule darknet_steps(double lr, int64_t burn_in, double power, std::vector<int64_t> steps,
+                         std::vector<double> scales);
+
 }  // namespace gpubench::train
