@@ -2,10 +2,12 @@
 // select one of these by name; twins share code through configs.
 #include "gpubench/registry.h"
 #include "models/bert.h"
+#include "models/pix2pixhd.h"
 
 namespace gpubench {
 
 void register_builtin_workloads(Registry& registry) {
+  registry.add(models::pix2pixhd_architecture());         // pix2pixhd
   registry.add(models::bert_pretraining_architecture());  // bert-base, bert-base-mlm
 }
 
