@@ -7,10 +7,12 @@
 #include "models/nasnet.h"
 #include "models/deeplab.h"
 #include "models/yolov3.h"
+#include "models/pix2pixhd.h"
 
 namespace gpubench {
 
 void register_builtin_workloads(Registry& registry) {
+  registry.add(models::pix2pixhd_architecture());         // pix2pixhd
   registry.add(models::bert_pretraining_architecture());  // bert-base, bert-base-mlm
   registry.add(models::bert_squad_architecture());        // bert-finetune
   registry.add(models::mtdnn_architecture());             // mt-dnn
