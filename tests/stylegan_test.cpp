@@ -237,6 +237,10 @@ TEST(StyleGanTest, R1PenaltyMatchesFiniteDifferences) {
   const auto reals = images.clone().requires_grad_(true);
   const auto penalty = r1_penalty(d(reals), reals);
   ASSERT_EQ(penalty.sizes(), (std::vector<int64_t>{2}));
+  // Under amp-fp16 the gradient is taken of the loss-scaled sum and unscaled: the same penalty.
+  const train::GradScaler scaler(/*enabled=*/true, torch::kCPU);
+  const auto scaled_reals = images.clone().requires_grad_(true);
+  EXPECT_TRUE(torch::allclose(r1_penalty(d(scaled_reals), scaled_reals, &scaler), penalty));
 
   // Central differences of sum(D(x)) in every pixel of both images, all in one forward: pair j
   // of K = 2 x pixels copies of the two images has pixel j / 2 moved by +-step. The batch holds
