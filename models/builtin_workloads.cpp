@@ -8,6 +8,7 @@
 #include "models/deeplab.h"
 #include "models/yolov3.h"
 #include "models/pix2pixhd.h"
+#include "models/stylegan.h"
 
 namespace gpubench {
 
@@ -20,6 +21,7 @@ void register_builtin_workloads(Registry& registry) {
   registry.add(models::deeplab_xception_architecture());  // deeplabv3
   registry.add(models::deeplab_resnet_architecture());    // deeplabv3-resnet101
   registry.add(models::yolov3_architecture());            // yolov3
+  registry.add(models::stylegan_architecture());          // stylegan
 }
 
 }  // namespace gpubench

@@ -1,0 +1,633 @@
+#include "models/stylegan.h"
+
+#include "gpubench/compat.h"
+#include "gpubench/config.h"
+#include "gpubench/errors.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace gpubench::models {
+
+namespace {
+
+constexpr double kLeakySlope = 0.2;               // every LeakyReLU of G and D
+constexpr double kReluGain = 1.4142135623730951;  // sqrt(2): He gain of the LeakyReLU layers
+constexpr double kEpsilon = 1e-8;                 // pixel norm, instance norm, minibatch stddev
+
+/// LeakyReLU 0.2 in place.
+torch::Tensor lrelu_inplace(torch::Tensor x) { return torch::leaky_relu_(x, kLeakySlope); }
+
+/// The four 1-pixel shifts of the zero-padded kernel, summed: [..., k, k] -> [..., k+1, k+1].
+/// This is how the reference turns the 3x3 kernel of a resampling conv into the 4x4 kernel of
+/// its fused stride-2 form.
+torch::Tensor shift_sum(const torch::Tensor& w) {
+  const auto padded = torch::constant_pad_nd(w, {1, 1, 1, 1});
+  const int64_t k = w.size(-1) + 1;
+  auto shifted = [&](int64_t row, int64_t col) {
+    return padded.narrow(-2, row, k).narrow(-1, col, k);
+  };
+  return shifted(1, 1) + shifted(0, 1) + shifted(1, 0) + shifted(0, 0);
+}
+
+}  // namespace
+
+// ---- Options ----
+
+int64_t StyleGanOptions::resolution_log2() const {
+  int64_t log2 = 0;
+  while ((int64_t{1} << (log2 + 1)) <= resolution_) ++log2;
+  return log2;
+}
+
+int64_t StyleGanOptions::num_layers() const { return 2 * resolution_log2() - 2; }
+
+int64_t StyleGanOptions::nf(int64_t stage) const {
+  const auto maps = static_cast<int64_t>(static_cast<double>(fmap_base_) /
+                                         std::pow(2.0, static_cast<double>(stage)));
+  return std::min(maps, fmap_max_);
+}
+
+bool StyleGanOptions::fused_at(int64_t res) const {
+  return (int64_t{1} << res) >= fused_scale_min_res_;
+}
+
+StyleGanOptions stylegan_options(const Params& m) {
+  const int64_t resolution = m.i64("resolution");
+  GPUBENCH_CHECK(resolution >= 4 && (resolution & (resolution - 1)) == 0, ConfigError,
+                 "model.resolution = {}: StyleGAN's resolution must be a power of two >= 4 (the "
+                 "reference's is 1024)",
+                 resolution);
+  return StyleGanOptions()
+      .resolution(resolution)
+      .num_channels(m.i64("num_channels"))
+      .latent_size(m.i64("latent_size"))
+      .dlatent_size(m.i64("dlatent_size"))
+      .mapping_layers(m.i64("mapping_layers"))
+      .mapping_fmaps(m.i64("mapping_fmaps"))
+      .mapping_lrmul(m.f64("mapping_lrmul"))
+      .fmap_base(m.i64("fmap_base"))
+      .fmap_max(m.i64("fmap_max"))
+      .fused_scale_min_res(m.i64("fused_scale_min_res"))
+      .blur(m.flag("blur"))
+      .style_mixing_prob(m.f64("style_mixing_prob"))
+      .dlatent_avg_beta(m.f64("dlatent_avg_beta"))
+      .mbstd_group_size(m.i64("mbstd_group_size"))
+      .mbstd_num_features(m.i64("mbstd_num_features"));
+}
+
+// ---- Layers ----
+
+EqualizedLinearImpl::EqualizedLinearImpl(int64_t in, int64_t out, double gain, double lrmul)
+    : weight_scale(gain / std::sqrt(static_cast<double>(in)) * lrmul), bias_scale(lrmul) {
+  weight = register_parameter("weight", torch::randn({out, in}) / lrmul);
+  bias = register_parameter("bias", torch::zeros({out}));
+}
+
+torch::Tensor EqualizedLinearImpl::forward(const torch::Tensor& x) {
+  return torch::nn::functional::linear(x, weight * weight_scale,
+                                       bias_scale == 1.0 ? bias : bias * bias_scale);
+}
+
+EqualizedConv2dImpl::EqualizedConv2dImpl(int64_t in, int64_t out, int64_t kernel, double gain,
+                                         bool with_bias)
+    : weight_scale(gain / std::sqrt(static_cast<double>(in * kernel * kernel))) {
+  TORCH_CHECK(kernel >= 1 && kernel % 2 == 1, "EqualizedConv2d needs an odd kernel");
+  weight = register_parameter("weight", torch::randn({out, in, kernel, kernel}));
+  if (with_bias) bias = register_parameter("bias", torch::zeros({out}));
+}
+
+torch::Tensor EqualizedConv2dImpl::forward(const torch::Tensor& x, bool add_bias) {
+  const int64_t pad = weight.size(-1) / 2;
+  return torch::conv2d(x, weight * weight_scale, add_bias ? bias : torch::Tensor(), 1, pad);
+}
+
+torch::Tensor EqualizedConv2dImpl::forward_up(const torch::Tensor& x, bool fused, bool add_bias) {
+  const int64_t pad = weight.size(-1) / 2;
+  const auto b = add_bias ? bias : torch::Tensor();
+  if (!fused) return torch::conv2d(upscale2d(x), weight * weight_scale, b, 1, pad);
+  // conv_transpose2d takes [in, out, k, k]. Padding (k - 1) / 2 on the (k+1)-kernel gives
+  // exactly 2H outputs, TF's 'SAME' for conv2d_transpose with stride 2.
+  const auto kernel = shift_sum((weight * weight_scale).transpose(0, 1));
+  return torch::conv_transpose2d(x, kernel, b, 2, pad);
+}
+
+torch::Tensor EqualizedConv2dImpl::forward_down(const torch::Tensor& x, bool fused, bool add_bias) {
+  const int64_t pad = weight.size(-1) / 2;
+  const auto b = add_bias ? bias : torch::Tensor();
+  // The 2x2 average of a constant bias is the bias, so adding it before the average is the
+  // reference's apply_bias after it.
+  if (!fused) return torch::avg_pool2d(torch::conv2d(x, weight * weight_scale, b, 1, pad), 2);
+  return torch::conv2d(x, shift_sum(weight * weight_scale) * 0.25, b, 2, pad);
+}
+
+Blur2dImpl::Blur2dImpl(int64_t channels) {
+  const auto taps = torch::tensor({1.0f, 2.0f, 1.0f});
+  const auto filter = torch::outer(taps, taps) / 16.0;
+  kernel = register_buffer("kernel", filter.expand({channels, 1, 3, 3}).contiguous());
+}
+
+torch::Tensor Blur2dImpl::forward(const torch::Tensor& x, const torch::Tensor& bias) {
+  return torch::conv2d(x, kernel, bias, 1, 1, 1, kernel.size(0));
+}
+
+torch::Tensor upscale2d(const torch::Tensor& x) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  return x.reshape({n, c, h, 1, w, 1}).expand({n, c, h, 2, w, 2}).reshape({n, c, 2 * h, 2 * w});
+}
+
+// ---- Generator ----
+
+MappingNetworkImpl::MappingNetworkImpl(const StyleGanOptions& o) {
+  dense = register_module("dense", torch::nn::ModuleList());
+  for (int64_t i = 0; i < o.mapping_layers(); ++i) {
+    const int64_t in = i == 0 ? o.latent_size() : o.mapping_fmaps();
+    const int64_t out = i == o.mapping_layers() - 1 ? o.dlatent_size() : o.mapping_fmaps();
+    dense->push_back(EqualizedLinear(in, out, kReluGain, o.mapping_lrmul()));
+  }
+}
+
+torch::Tensor MappingNetworkImpl::forward(const torch::Tensor& z) {
+  auto x = z * torch::rsqrt(z.square().mean(1, /*keepdim=*/true) + kEpsilon);
+  for (const auto& layer : *dense) x = lrelu_inplace(layer->as<EqualizedLinear>()->forward(x));
+  return x;
+}
+
+LayerEpilogueImpl::LayerEpilogueImpl(int64_t channels, int64_t dlatent_size) {
+  noise_strength = register_parameter("noise_strength", torch::zeros({channels}));
+  style = register_module("style", EqualizedLinear(dlatent_size, 2 * channels, /*gain=*/1.0));
+}
+
+torch::Tensor LayerEpilogueImpl::forward(torch::Tensor x, const torch::Tensor& dlatent) {
+  const int64_t n = x.size(0), c = x.size(1);
+  // In place on the convolution's output, which its backward does not read: one activation
+  // buffer for noise, bias and LeakyReLU instead of three. The strengths are cast to x's dtype
+  // first so that under autocast the full-size kernel reads and writes one dtype.
+  const auto noise = torch::randn({n, 1, x.size(2), x.size(3)}, x.options());
+  x.addcmul_(noise, noise_strength.to(x.scalar_type()).view({1, c, 1, 1}));
+  lrelu_inplace(x);
+  x = torch::instance_norm(x, {}, {}, {}, {}, /*use_input_stats=*/true, /*momentum=*/0.0, kEpsilon,
+                           /*cudnn_enabled=*/true);
+  const auto s = style(dlatent).view({n, 2, c, 1, 1});
+  return torch::addcmul(s.select(1, 1), x, s.select(1, 0) + 1);
+}
+
+SynthesisNetworkImpl::SynthesisNetworkImpl(const StyleGanOptions& o) : options(o) {
+  const int64_t log2 = o.resolution_log2();
+  const int64_t d = o.dlatent_size();
+  const_input = register_parameter("const_input", torch::ones({1, o.nf(1), 4, 4}));
+  const_bias = register_parameter("const_bias", torch::zeros({o.nf(1)}));
+  conv4 = register_module("conv4", EqualizedConv2d(o.nf(1), o.nf(1), 3, kReluGain));
+  up_convs = register_module("up_convs", torch::nn::ModuleList());
+  blurs = register_module("blurs", torch::nn::ModuleList());
+  convs = register_module("convs", torch::nn::ModuleList());
+  for (int64_t res = 3; res <= log2; ++res) {
+    up_convs->push_back(EqualizedConv2d(o.nf(res - 2), o.nf(res - 1), 3, kReluGain));
+    if (o.blur()) blurs->push_back(Blur2d(o.nf(res - 1)));
+    convs->push_back(EqualizedConv2d(o.nf(res - 1), o.nf(res - 1), 3, kReluGain));
+  }
+  epilogues = register_module("epilogues", torch::nn::ModuleList());
+  for (int64_t layer = 0; layer < o.num_layers(); ++layer) {
+    epilogues->push_back(LayerEpilogue(o.nf(layer / 2 + 1), d));
+  }
+  to_rgb = register_module("to_rgb", torch::nn::ModuleList());
+  for (int64_t res = log2; res >= 2; --res) {
+    to_rgb->push_back(EqualizedConv2d(o.nf(res - 1), o.num_channels(), 1, /*gain=*/1.0));
+  }
+}
+
+torch::Tensor SynthesisNetworkImpl::forward(const torch::Tensor& dlatents) {
+  const int64_t n = dlatents.size(0);
+  auto epilogue = [&](int64_t layer, torch::Tensor x) {
+    return epilogues[layer]->as<LayerEpilogue>()->forward(std::move(x), dlatents.select(1, layer));
+  };
+  // The constant plus its bias, tiled over the minibatch (a fresh tensor the epilogue may
+  // modify in place).
+  auto x = (const_input + const_bias.view({1, -1, 1, 1})).repeat({n, 1, 1, 1});
+  x = epilogue(0, x);
+  x = epilogue(1, conv4(x));
+  for (int64_t i = 0; i < static_cast<int64_t>(up_convs->size()); ++i) {
+    const int64_t res = i + 3;
+    auto* up = up_convs[i]->as<EqualizedConv2d>();
+    const bool fused = options.fused_at(res);
+    if (options.blur()) {
+      // The bias follows the blur in the reference; the blur adds it in the same kernel.
+      x = blurs[i]->as<Blur2d>()->forward(up->forward_up(x, fused, /*add_bias=*/false), up->bias);
+    } else {
+      x = up->forward_up(x, fused);
+    }
+    x = epilogue(2 * res - 4, x);
+    x = epilogue(2 * res - 3, convs[i]->as<EqualizedConv2d>()->forward(x));
+  }
+  return to_rgb[0]->as<EqualizedConv2d>()->forward(x);
+}
+
+torch::Tensor mix_styles(const torch::Tensor& w1, const torch::Tensor& w2, int64_t num_layers,
+                         double prob) {
+  const auto device = w1.device();
+  const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(device);
+  // Drawn on the device: cutoff ~ U{1, ..., num_layers - 1} with probability prob, else
+  // num_layers (no mixing). No host read.
+  auto cutoff = torch::randint(1, num_layers, torch::IntArrayRef{}, long_options);
+  const auto keep = torch::rand({}, torch::TensorOptions().device(device)) >= prob;
+  cutoff = cutoff.masked_fill(keep, num_layers);
+  const auto first = (torch::arange(num_layers, long_options) < cutoff).view({1, num_layers, 1});
+  return torch::where(first, w1.unsqueeze(1), w2.unsqueeze(1));
+}
+
+StyleGanGeneratorImpl::StyleGanGeneratorImpl(const StyleGanOptions& o) : options(o) {
+  mapping = register_module("mapping", MappingNetwork(o));
+  synthesis = register_module("synthesis", SynthesisNetwork(o));
+  dlatent_avg = register_buffer("dlatent_avg", torch::zeros({o.dlatent_size()}));
+}
+
+torch::Tensor StyleGanGeneratorImpl::forward(const torch::Tensor& z) {
+  const int64_t n = z.size(0), layers = options.num_layers();
+  const bool mixing = is_training() && options.style_mixing_prob() > 0;
+  torch::Tensor w, dlatents;
+  if (mixing) {
+    // The reference maps the second z in a second call; one call on both halves is the same
+    // arithmetic per row with half the launches.
+    const auto both = mapping(torch::cat({z, torch::randn_like(z)}));
+    w = both.narrow(0, 0, n);
+    dlatents = mix_styles(w, both.narrow(0, n, n), layers, options.style_mixing_prob());
+  } else {
+    w = mapping(z);
+    dlatents = w.unsqueeze(1).expand({n, layers, w.size(1)});
+  }
+  if (is_training() && options.dlatent_avg_beta() < 1) {
+    torch::NoGradGuard no_grad;
+    dlatent_avg.lerp_(w.detach().mean(0).to(dlatent_avg.scalar_type()),
+                      1.0 - options.dlatent_avg_beta());
+  }
+  return synthesis(dlatents);
+}
+
+// ---- Discriminator ----
+
+torch::Tensor minibatch_stddev(const torch::Tensor& x, int64_t group_size, int64_t num_features) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  const int64_t group = std::min(group_size, n);
+  TORCH_CHECK(n % group == 0, "minibatch stddev: a minibatch of ", n,
+              " images does not split into groups of ", group);
+  TORCH_CHECK(c % num_features == 0, "minibatch stddev: ", c, " channels do not split into ",
+              num_features, " features");
+  // [G, M, F, C/F, H, W]: image g * M + m is member g of group m. Statistics in fp32 at least,
+  // as the reference casts them.
+  const auto dtype = at::promote_types(x.scalar_type(), torch::kFloat);
+  auto y = x.to(dtype).reshape({group, -1, num_features, c / num_features, h, w});
+  y = y - y.mean(0, /*keepdim=*/true);
+  y = torch::sqrt(y.square().mean(0) + kEpsilon);  // [M, F, C/F, H, W]
+  y = y.mean({2, 3, 4});                           // [M, F]
+  y = y.to(x.scalar_type()).view({-1, num_features, 1, 1}).repeat({group, 1, h, w});
+  return torch::cat({x, y}, 1);
+}
+
+bool stylegan_batch_ok(int64_t batch, int64_t group_size) {
+  return batch >= 1 && (group_size < 2 || batch < group_size || batch % group_size == 0);
+}
+
+StyleGanDiscriminatorImpl::StyleGanDiscriminatorImpl(const StyleGanOptions& o) : options(o) {
+  const int64_t log2 = o.resolution_log2();
+  from_rgb = register_module("from_rgb", torch::nn::ModuleList());
+  for (int64_t res = log2; res >= 2; --res) {
+    from_rgb->push_back(EqualizedConv2d(o.num_channels(), o.nf(res - 1), 1, kReluGain));
+  }
+  conv0 = register_module("conv0", torch::nn::ModuleList());
+  blurs = register_module("blurs", torch::nn::ModuleList());
+  conv1_down = register_module("conv1_down", torch::nn::ModuleList());
+  for (int64_t res = log2; res >= 3; --res) {
+    conv0->push_back(EqualizedConv2d(o.nf(res - 1), o.nf(res - 1), 3, kReluGain));
+    if (o.blur()) blurs->push_back(Blur2d(o.nf(res - 1)));
+    conv1_down->push_back(EqualizedConv2d(o.nf(res - 1), o.nf(res - 2), 3, kReluGain));
+  }
+  const int64_t stddev_maps = o.mbstd_group_size() > 1 ? o.mbstd_num_features() : 0;
+  conv4 = register_module("conv4", EqualizedConv2d(o.nf(1) + stddev_maps, o.nf(1), 3, kReluGain));
+  dense0 = register_module("dense0", EqualizedLinear(o.nf(1) * 16, o.nf(0), kReluGain));
+  dense1 = register_module("dense1", EqualizedLinear(o.nf(0), 1, /*gain=*/1.0));
+}
+
+torch::Tensor StyleGanDiscriminatorImpl::forward(const torch::Tensor& images) {
+  // LeakyReLU in place: convolutions and dense layers do not read their outputs in backward,
+  // and the activation's own backward (and its double backward) needs only its result.
+  auto x = lrelu_inplace(from_rgb[0]->as<EqualizedConv2d>()->forward(images));
+  const int64_t log2 = options.resolution_log2();
+  for (int64_t i = 0; i < static_cast<int64_t>(conv0->size()); ++i) {
+    const int64_t res = log2 - i;
+    x = lrelu_inplace(conv0[i]->as<EqualizedConv2d>()->forward(x));
+    if (options.blur()) x = blurs[i]->as<Blur2d>()->forward(x);
+    x = lrelu_inplace(conv1_down[i]->as<EqualizedConv2d>()->forward_down(x, options.fused_at(res)));
+  }
+  if (options.mbstd_group_size() > 1) {
+    x = minibatch_stddev(x, options.mbstd_group_size(), options.mbstd_num_features());
+  }
+  x = lrelu_inplace(conv4(x));
+  x = lrelu_inplace(dense0(x.flatten(1)));
+  return dense1(x);
+}
+
+// ---- Loss pieces and data ----
+
+torch::Tensor r1_penalty(const torch::Tensor& real_scores, const torch::Tensor& reals,
+                         const train::GradScaler* scaler) {
+  const bool scaled = scaler != nullptr && scaler->enabled();
+  auto total = real_scores.sum();
+  if (scaled) total = scaler->scale(total);
+  auto grad = torch::autograd::grad({total}, {reals}, /*grad_outputs=*/{}, /*retain_graph=*/true,
+                                    /*create_graph=*/true)[0];
+  if (scaled) grad = grad / scaler->scale(torch::ones({}, grad.options().dtype(torch::kFloat)));
+  // Squared in fp32 at least (a bf16 or fp16 gradient under AMP), as the reference's fp32().
+  return grad.to(at::promote_types(grad.scalar_type(), torch::kFloat)).square().sum({1, 2, 3});
+}
+
+SyntheticReals::SyntheticReals(int64_t batch, int64_t channels, int64_t resolution, bool mirror,
+                               const torch::Device& device, uint64_t seed)
+    : mirror_(mirror) {
+  // Drawn on the device: at 1024x1024 a large batch is gigabytes, which the host would take
+  // seconds to draw and copy.
+  torch::manual_seed(seed + 1);
+  images_ = torch::randint(0, 256, {batch, channels, resolution, resolution},
+                           torch::TensorOptions().dtype(torch::kByte).device(device));
+}
+
+torch::Tensor SyntheticReals::next() const {
+  // adjust_dynamic_range([0, 255] -> [-1, 1]), then MirrorAugment.
+  auto x = images_.to(torch::kFloat).mul_(2.0 / 255.0).sub_(1.0);
+  if (mirror_) {
+    const auto keep = torch::rand({x.size(0), 1, 1, 1}, x.options()) < 0.5;
+    x = torch::where(keep, x, x.flip({3}));
+  }
+  return x;
+}
+
+// ---- The training step ----
+
+namespace {
+
+ParamSchema stylegan_schema() {
+  return {
+      {"resolution",
+       ParamKind::kInt,
+       1024,
+       "image side, a power of two (lod 0 of the reference)",
+       {},
+       4},
+      {"num_channels", ParamKind::kInt, 3, "image channels", {}, 1},
+      {"latent_size", ParamKind::kInt, 512, "z width", {}, 1},
+      {"dlatent_size", ParamKind::kInt, 512, "w width", {}, 1},
+      {"mapping_layers", ParamKind::kInt, 8, "dense layers of the mapping network", {}, 1},
+      {"mapping_fmaps", ParamKind::kInt, 512, "hidden width of the mapping network", {}, 1},
+      {"mapping_lrmul",
+       ParamKind::kNumber,
+       0.01,
+       "learning-rate multiplier of the mapping network",
+       {},
+       0},
+      {"fmap_base",
+       ParamKind::kInt,
+       8192,
+       "feature maps at stage s: min(fmap_base / 2^s, fmap_max)",
+       {},
+       1},
+      {"fmap_max", ParamKind::kInt, 512, "most feature maps of any layer", {}, 1},
+      {"fused_scale_min_res",
+       ParamKind::kInt,
+       128,
+       "blocks at this resolution and above fuse x2 resampling into the conv",
+       {},
+       1},
+      {"blur", ParamKind::kBool, true, "[1,2,1] blur after upscaling and before downscaling convs"},
+      {"style_mixing_prob", ParamKind::kNumber, 0.9, "probability of mixing two dlatents", {}, 0},
+      {"dlatent_avg_beta",
+       ParamKind::kNumber,
+       0.995,
+       "decay of the tracked mean of w; 1 = off",
+       {},
+       0},
+      {"mbstd_group_size",
+       ParamKind::kInt,
+       4,
+       "minibatch-stddev group size; < 2 = no layer",
+       {},
+       0},
+      {"mbstd_num_features", ParamKind::kInt, 1, "maps the minibatch-stddev layer appends", {}, 1},
+      {"r1_gamma",
+       ParamKind::kNumber,
+       10.0,
+       "weight of the R1 penalty on reals (x gamma / 2)",
+       {},
+       0},
+      {"mirror_augment", ParamKind::kBool, true, "mirror each real left-right with p 1/2"},
+      {"g_smoothing_kimg",
+       ParamKind::kNumber,
+       10.0,
+       "half-life of the Gs moving average of G, in thousands of images; 0 = copy",
+       {},
+       0},
+  };
+}
+
+ParamSchema stylegan_optimizer_schema() {
+  return {
+      {"lr", ParamKind::kNumber, 0.003, "Adam rate of G and D (the reference's at 1024)", {}, 0},
+      {"beta1", ParamKind::kNumber, 0.0, "first-moment decay", {}, 0},
+      {"beta2", ParamKind::kNumber, 0.99, "second-moment decay", {}, 0},
+      {"eps", ParamKind::kNumber, 1e-8, "added to the denominator", {}, 0},
+  };
+}
+
+train::Updater make_adam(const torch::nn::Module& module, const Params& o, Precision precision,
+                         const torch::Device& device) {
+  train::AdamOptions adam;
+  adam.lr = o.f64("lr");
+  adam.beta1 = o.f64("beta1");
+  adam.beta2 = o.f64("beta2");
+  adam.eps = o.f64("eps");
+  std::vector<train::ParamGroup> groups{{module.parameters(), 0.0}};
+  return train::Updater(std::make_unique<train::Adam>(std::move(groups), adam), precision, device);
+}
+
+/// Turns requires_grad off for a network's parameters while it lives, so that backward runs
+/// through the network to its input without computing its weight gradients (TF's
+/// tf.gradients(G_loss, G.trainables) does the same).
+class FrozenParameters {
+ public:
+  explicit FrozenParameters(std::vector<torch::Tensor> params) : params_(std::move(params)) {
+    for (auto& p : params_) p.requires_grad_(false);
+  }
+  ~FrozenParameters() {
+    for (auto& p : params_) p.requires_grad_(true);
+  }
+  FrozenParameters(const FrozenParameters&) = delete;
+  FrozenParameters& operator=(const FrozenParameters&) = delete;
+
+ private:
+  std::vector<torch::Tensor> params_;
+};
+
+class StyleGanStep final : public TrainStep {
+ public:
+  explicit StyleGanStep(const StepContext& ctx)
+      : precision_(ctx.precision),
+        device_(ctx.device),
+        options_(checked_options(ctx)),
+        batch_(ctx.batch),
+        r1_gamma_(ctx.model.f64("r1_gamma")),
+        generator_(build<StyleGanGenerator>(ctx, options_, 0)),
+        discriminator_(build<StyleGanDiscriminator>(ctx, options_, 1)),
+        reals_(ctx.batch, options_.num_channels(), options_.resolution(),
+               ctx.model.flag("mirror_augment"), ctx.device, ctx.seed),
+        d_updater_(make_adam(*discriminator_, ctx.optimizer, ctx.precision, ctx.device)),
+        g_updater_(make_adam(*generator_, ctx.optimizer, ctx.precision, ctx.device)) {
+    // Gs, the moving average of G that the reference keeps for evaluation: every parameter and
+    // buffer (dlatent_avg) of G. Not trained, so not among parameters().
+    torch::NoGradGuard no_grad;
+    for (const auto& t : generator_->parameters()) generator_tensors_.push_back(t);
+    for (const auto& t : generator_->buffers()) generator_tensors_.push_back(t);
+    for (const auto& t : generator_tensors_) gs_.push_back(t.detach().clone());
+    const double kimg = ctx.model.f64("g_smoothing_kimg");
+    gs_beta_ = kimg > 0 ? std::pow(0.5, static_cast<double>(batch_) / (kimg * 1000.0)) : 0.0;
+    // The latents of every step come from the device's generator, seeded here.
+    torch::manual_seed(ctx.seed + 2);
+  }
+
+  double run() override {
+    discriminator_step();
+    update_gs();
+    generator_step();
+    return static_cast<double>(batch_);
+  }
+
+  std::map<std::string, torch::Tensor> losses() const override {
+    return {{"d", d_loss_}, {"g", g_loss_}, {"r1", r1_}};
+  }
+
+  std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
+    return {{"generator", generator_->parameters()},
+            {"discriminator", discriminator_->parameters()}};
+  }
+
+  Json batch_info() const override {
+    return Json{{"images", batch_},
+                {"resolution", options_.resolution()},
+                {"mbstd_group", std::min(options_.mbstd_group_size(), batch_)}};
+  }
+
+ private:
+  static StyleGanOptions checked_options(const StepContext& ctx) {
+    const auto options = stylegan_options(ctx.model);
+    GPUBENCH_CHECK(stylegan_batch_ok(ctx.batch, options.mbstd_group_size()), ConfigError,
+                   "stylegan: batch {} does not split into minibatch-stddev groups of {} (the "
+                   "reference groups min({}, batch) images); use a batch below {} or a multiple "
+                   "of it",
+                   ctx.batch, options.mbstd_group_size(), options.mbstd_group_size(),
+                   options.mbstd_group_size());
+    return options;
+  }
+
+  /// A network on the device (before its optimizer sees its parameters), in training mode.
+  template <typename Net>
+  static Net build(const StepContext& ctx, const StyleGanOptions& options, uint64_t salt) {
+    torch::manual_seed(ctx.seed * 7919 + salt);
+    Net net(options);
+    net->to(ctx.device);
+    net->train();
+    return net;
+  }
+
+  torch::Tensor latents() const {
+    return torch::randn({batch_, options_.latent_size()}, torch::TensorOptions().device(device_));
+  }
+
+  /// D_logistic_simplegp: softplus(D(G(z))) + softplus(-D(reals)) + gamma/2 * R1, mean over the
+  /// minibatch; G runs forward only (the reference differentiates this loss w.r.t. D's
+  /// variables alone).
+  void discriminator_step() {
+    d_updater_.zero_grad();
+    const auto reals = reals_.next().requires_grad_(true);
+    torch::Tensor real_scores, fake_scores;
+    {
+      AutocastGuard autocast(precision_, device_);
+      torch::Tensor fakes;
+      {
+        torch::NoGradGuard no_grad;
+        fakes = generator_(latents());
+      }
+      real_scores = discriminator_(reals).to(torch::kFloat);
+      fake_scores = discriminator_(fakes).to(torch::kFloat);
+    }
+    // The gradient call runs outside autocast, as PyTorch's AMP recipe for gradient penalties.
+    const auto penalty = r1_penalty(real_scores, reals, &d_updater_.scaler());
+    // The loss's backward must reach D's weights, not the reals' gradient buffer.
+    reals.requires_grad_(false);
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(precision_, device_);
+      loss = (torch::softplus(fake_scores) + torch::softplus(-real_scores) +
+              penalty.view({-1, 1}) * (r1_gamma_ * 0.5))
+                 .mean();
+    }
+    d_loss_ = loss.detach();
+    r1_ = penalty.detach().mean();
+    d_updater_.backward_and_step(loss);
+  }
+
+  /// Gs <- lerp(G, Gs, beta), with beta = 0.5^(batch / (g_smoothing_kimg * 1000)).
+  void update_gs() {
+    torch::NoGradGuard no_grad;
+    const auto difference = at::_foreach_sub(generator_tensors_, gs_);
+    at::_foreach_add_(gs_, difference, 1.0 - gs_beta_);
+  }
+
+  /// G_logistic_nonsaturating: softplus(-D(G(z))), mean; backward through D to G only.
+  void generator_step() {
+    g_updater_.zero_grad();
+    FrozenParameters frozen(discriminator_->parameters());
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(precision_, device_);
+      const auto scores = discriminator_(generator_(latents())).to(torch::kFloat);
+      loss = torch::softplus(-scores).mean();
+    }
+    g_loss_ = loss.detach();
+    g_updater_.backward_and_step(loss);
+  }
+
+  Precision precision_;
+  torch::Device device_;
+  StyleGanOptions options_;
+  int64_t batch_;
+  double r1_gamma_;
+  StyleGanGenerator generator_;
+  StyleGanDiscriminator discriminator_;
+  SyntheticReals reals_;
+  train::Updater d_updater_, g_updater_;
+  std::vector<torch::Tensor> generator_tensors_, gs_;
+  double gs_beta_ = 0;
+  torch::Tensor d_loss_, g_loss_, r1_;
+};
+
+}  // namespace
+
+Architecture stylegan_architecture() {
+  Architecture a;
+  a.name = "stylegan";
+  a.summary = "StyleGAN v1 (NVlabs): style-based G and D_basic at full resolution, logistic + R1";
+  a.model_schema = stylegan_schema();
+  a.optimizer_schema = stylegan_optimizer_schema();
+  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
+    return std::make_unique<StyleGanStep>(ctx);
+  };
+  a.count_parameters = [](const Params& model) {
+    const auto options = stylegan_options(model);
+    StyleGanGenerator g(options);
+    StyleGanDiscriminator d(options);
+    return std::map<std::string, int64_t>{{"generator", count_trainable(g->parameters())},
+                                          {"discriminator", count_trainable(d->parameters())}};
+  };
+  return a;
+}
+
+}  // namespace gpubench::models
