@@ -120,6 +120,8 @@ std::pair<torch::Tensor, torch::Tensor> select_proposals(const torch::Tensor& ob
 
 // ---- Backbone ----
 
+namespace rcnn {
+
 FrozenBatchNorm2dImpl::FrozenBatchNorm2dImpl(int64_t channels) {
   weight = register_buffer("weight", torch::ones({channels}));
   bias = register_buffer("bias", torch::zeros({channels}));
@@ -208,6 +210,8 @@ std::vector<torch::Tensor> ResNetBodyImpl::forward(const torch::Tensor& images) 
   }
   return out;
 }
+
+}  // namespace rcnn
 
 // ---- FPN and RPN head ----
 
@@ -395,7 +399,7 @@ MaskRcnnImpl::MaskRcnnImpl(const MaskRcnnOptions& o) : options(o) {
   TORCH_CHECK(static_cast<int64_t>(o.anchor_sizes().size()) == kAnchorLevels,
               "one anchor size per level P2..P6 (5 values)");
   TORCH_CHECK(o.bbox_reg_weights().size() == 4, "bbox_reg_weights: 4 values");
-  backbone = register_module("backbone", ResNetBody(o));
+  backbone = register_module("backbone", rcnn::ResNetBody(o));
   std::vector<int64_t> in_channels;
   for (int64_t c = o.res2_channels(), s = 0; s < 4; ++s, c *= 2) in_channels.push_back(c);
   fpn = register_module("fpn", Fpn(in_channels, o.fpn_channels()));

@@ -95,6 +95,10 @@ struct MaskRcnnOptions {
   TORCH_ARG(int64_t, mask_rois_per_image) = 128;
 };
 
+// The backbone pieces live in their own namespace until they are merged with a general ResNet
+// (models/resnet.h, written for deeplab at the same time), so the two cannot collide.
+namespace rcnn {
+
 /// maskrcnn-benchmark's FrozenBatchNorm2d: a per-channel affine map from fixed statistics
 /// (buffers, no parameters), x * weight / sqrt(running_var) + bias - running_mean * scale
 /// (no epsilon).
@@ -147,6 +151,8 @@ class ResNetBodyImpl : public torch::nn::Module {
   std::vector<torch::nn::Sequential> stages;  ///< res2..res5 ("layer1".."layer4"), Bottlenecks
 };
 TORCH_MODULE(ResNetBody);
+
+}  // namespace rcnn
 
 /// FPN without normalization: 1x1 laterals and 3x3 outputs (with bias), nearest x2 top-down,
 /// and P6 as a stride-2 max-pool of P5 (LastLevelMaxPool). Returns P2..P6.
@@ -265,7 +271,7 @@ class MaskRcnnImpl : public torch::nn::Module {
   MaskRcnnLosses forward(const DetectionBatch& batch, const DetectionPlan& plan);
 
   MaskRcnnOptions options;
-  ResNetBody backbone{nullptr};
+  rcnn::ResNetBody backbone{nullptr};
   Fpn fpn{nullptr};
   RpnHead rpn{nullptr};
   BoxHead box_head{nullptr};

@@ -48,7 +48,7 @@ TEST(MaskRcnnTest, ParameterBreakdownMatchesTheSpec) {
 
 TEST(MaskRcnnTest, FoldedFrozenBatchNormEqualsConvThenAffine) {
   torch::manual_seed(0);
-  ConvFrozenBn layer(4, 6, 3, 2, 1);
+  rcnn::ConvFrozenBn layer(4, 6, 3, 2, 1);
   layer->bn->weight.uniform_(0.5, 2);
   layer->bn->bias.normal_();
   layer->bn->running_mean.normal_();
