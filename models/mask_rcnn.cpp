@@ -44,14 +44,14 @@ torch::Tensor masked_mean(const torch::Tensor& values, const torch::Tensor& vali
          valid.sum().to(torch::kFloat).clamp_min(1);
 }
 
-/// RPNPostProcessor in training mode, per image and level: the pre_nms_top_n best anchors by
-/// objectness, decoded and clipped to the image, NMS, at most post_nms_top_n kept; then the
-/// fpn_post_nms_top_n best over the batch (or per image). Returns proposals [N, K, 4] with
-/// validity [N, K], K = min(fpn_post_nms_top_n, levels x per-level candidates).
-std::pair<torch::Tensor, torch::Tensor> select_proposals(const torch::Tensor& objectness,
-                                                         const torch::Tensor& deltas,
-                                                         const DetectionPlan& plan,
-                                                         const MaskRcnnOptions& o) {
+}  // namespace
+
+// ---- Proposals ----
+
+std::pair<torch::Tensor, torch::Tensor> rpn_proposals(const torch::Tensor& objectness,
+                                                      const torch::Tensor& deltas,
+                                                      const DetectionPlan& plan,
+                                                      const MaskRcnnOptions& o) {
   torch::NoGradGuard no_grad;
   const int64_t images = objectness.size(0);
   const int64_t levels = static_cast<int64_t>(plan.level_anchors.size());
@@ -115,8 +115,6 @@ std::pair<torch::Tensor, torch::Tensor> select_proposals(const torch::Tensor& ob
                       .topk(kept, 1));
   return {gather_boxes(boxes, order), selected.gather(1, order)};
 }
-
-}  // namespace
 
 // ---- Backbone ----
 
@@ -493,8 +491,7 @@ MaskRcnnLosses MaskRcnnImpl::forward(const DetectionBatch& batch, const Detectio
                        rpn_sampled;
 
   // Proposals (no gradient), then the ground truth appended (add_gt_proposals).
-  auto [proposals, proposal_valid] =
-      select_proposals(objectness.detach(), deltas.detach(), plan, o);
+  auto [proposals, proposal_valid] = rpn_proposals(objectness.detach(), deltas.detach(), plan, o);
   const auto candidates = torch::cat({proposals, batch.boxes}, 1);  // [N, K + G, 4]
   const auto candidate_valid =
       torch::cat({proposal_valid, torch::ones_like(batch.labels).to(torch::kBool)}, 1);

@@ -247,6 +247,16 @@ DetectionBatch synthetic_detection_batch(int64_t batch, int64_t image_height, in
 torch::Tensor ellipse_mask_targets(const torch::Tensor& gt_boxes, const torch::Tensor& rois,
                                    int64_t resolution);
 
+/// RPNPostProcessor in training mode, without gradient: per image and level the
+/// pre_nms_top_n best anchors by objectness (logits [N, A]), decoded from `deltas` [N, A, 4] and
+/// clipped to the image, NMS, at most post_nms_top_n kept; then the fpn_post_nms_top_n best
+/// over the batch (fpn_post_nms_per_batch) or per image. Returns proposals [N, K, 4] and their
+/// validity [N, K], K = min(fpn_post_nms_top_n, 5 x candidates per level).
+std::pair<torch::Tensor, torch::Tensor> rpn_proposals(const torch::Tensor& objectness,
+                                                      const torch::Tensor& deltas,
+                                                      const DetectionPlan& plan,
+                                                      const MaskRcnnOptions& options);
+
 /// The five training losses of one iteration (0-dim float tensors).
 struct MaskRcnnLosses {
   torch::Tensor objectness, rpn_box_reg, classifier, box_reg, mask;

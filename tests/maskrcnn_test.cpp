@@ -136,6 +136,30 @@ TEST(MaskRcnnTest, PlanAtFullSizeHasTheReferenceAnchorsAndLevels) {
   EXPECT_EQ(plan.atlas->width(), 336 + 1 + 168);
 }
 
+TEST(MaskRcnnTest, ProposalsAreCutOverTheBatchAndStayInsideTheImage) {
+  torch::manual_seed(0);
+  const MaskRcnnOptions options = mask_rcnn_options(store().model("mask-rcnn").smoke_model);
+  MaskRcnn model(options);
+  const auto plan = model->plan(120, 128, 128, 128, torch::kCPU);
+  const int64_t images = 3, anchors = plan.anchors.size(0);
+  const auto objectness = torch::randn({images, anchors});
+  const auto deltas = torch::randn({images, anchors, 4}) * 0.5;
+  const int64_t cut = options.fpn_post_nms_top_n();  // 150 at the smoke size
+  const auto [boxes, valid] = rpn_proposals(objectness, deltas, plan, options);
+  ASSERT_EQ(boxes.sizes(), (std::vector<int64_t>{images, cut, 4}));
+  // FPN_POST_NMS_PER_BATCH: the cut is over the batch, so the images share it.
+  EXPECT_EQ(valid.sum().item<int64_t>(), cut);
+  EXPECT_LT(valid.sum(1).max().item<int64_t>(), cut);
+  // Clipped to the real (unpadded) 120 x 128 image.
+  const auto x = boxes.select(-1, 0), y = boxes.select(-1, 1);
+  const auto x2 = boxes.select(-1, 2), y2 = boxes.select(-1, 3);
+  EXPECT_TRUE((x.ge(0) & y.ge(0) & x2.le(127) & y2.le(119)).all().item<bool>());
+  // Per image, each image gets its own cut.
+  const auto [per_image_boxes, per_image_valid] = rpn_proposals(
+      objectness, deltas, plan, MaskRcnnOptions(options).fpn_post_nms_per_batch(false));
+  EXPECT_TRUE(per_image_valid.sum(1).eq(cut).all().item<bool>());
+}
+
 TEST(MaskRcnnTest, SolverMatchesMakeOptimizerAndWarmupMultiStepLr) {
   // WarmupMultiStepLR: factor 1/3 rising linearly over 500 iterations, x0.1 at each step.
   const auto lr = train::warmup_multistep(0.02, {60000, 80000}, 0.1, 1.0 / 3, 500);
