@@ -183,6 +183,33 @@ TEST(MaskRcnnTest, SolverMatchesMakeOptimizerAndWarmupMultiStepLr) {
   EXPECT_TRUE(torch::allclose(layer->bias.detach(), b0 - 2 * rate * 5, 1e-6, 1e-6));
 }
 
+TEST(MaskRcnnTest, ChannelsLastComputesTheSameLosses) {
+  const ModelConfig& config = store().model("mask-rcnn");
+  std::map<std::string, torch::Tensor> losses[2];
+  for (int nhwc = 0; nhwc < 2; ++nhwc) {
+    Json values = config.smoke_model.json();
+    values["channels_last"] = nhwc == 1;
+    StepContext ctx;
+    ctx.config = &config;
+    ctx.model = Params(mask_rcnn_model_schema(), values, Where{"test", ""});
+    ctx.optimizer = config.optimizer;
+    ctx.batch = 2;
+    ctx.device = torch::kCPU;
+    auto step = builtin_registry().get("mask-rcnn").prepare(ctx);
+    const auto stem_weight = step->parameters().at("model")[0];
+    EXPECT_EQ(stem_weight.is_contiguous(torch::MemoryFormat::ChannelsLast), nhwc == 1);
+    step->run();
+    losses[nhwc] = step->losses();
+  }
+  // The RPN losses do not depend on the order of near-tied proposal scores, which NHWC
+  // rounding may flip; they must agree.
+  for (const char* name : {"loss_objectness", "loss_rpn_box_reg"}) {
+    EXPECT_NEAR(losses[1][name].item<float>(), losses[0][name].item<float>(),
+                1e-4 * std::abs(losses[0][name].item<float>()) + 1e-6)
+        << name;
+  }
+}
+
 TEST(MaskRcnnTest, OneIterationUpdatesEveryHead) {
   const ModelConfig& config = store().model("mask-rcnn");
   StepContext ctx;
