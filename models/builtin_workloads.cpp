@@ -9,6 +9,7 @@
 #include "models/yolov3.h"
 #include "models/pix2pixhd.h"
 #include "models/stylegan.h"
+#include "models/mask_rcnn.h"
 
 namespace gpubench {
 
@@ -22,6 +23,7 @@ void register_builtin_workloads(Registry& registry) {
   registry.add(models::deeplab_resnet_architecture());    // deeplabv3-resnet101
   registry.add(models::yolov3_architecture());            // yolov3
   registry.add(models::stylegan_architecture());          // stylegan
+  registry.add(models::mask_rcnn_architecture());         // mask-rcnn
 }
 
 }  // namespace gpubench

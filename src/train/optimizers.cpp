@@ -258,6 +258,31 @@ LrSchedule darknet_steps(double lr, int64_t burn_in, double power, std::vector<i
       rate *= scales[i];
     }
     return rate;
+// ---- Appended for mask-rcnn ----
+
+ScaledLrSgd::ScaledLrSgd(std::vector<ParamGroup> groups, std::vector<double> lr_factors,
+                         SgdOptions options)
+    : Optimizer(std::move(groups), options.lr), lr_factors_(std::move(lr_factors)) {
+  TORCH_CHECK(lr_factors_.size() == groups_.size(), "ScaledLrSgd: one lr factor per group");
+  // One plain Sgd per group, so the update (and its momentum state) is Sgd's own code.
+  for (const auto& group : groups_) {
+    per_group_.push_back(std::make_unique<Sgd>(std::vector<ParamGroup>{group}, options));
+
+void ScaledLrSgd::step() {
+  for (std::size_t g = 0; g < per_group_.size(); ++g) {
+    per_group_[g]->set_lr(lr_ * lr_factors_[g]);
+    per_group_[g]->step();
+
+LrSchedule warmup_multistep(double lr, std::vector<int64_t> milestones, double gamma,
+                            double warmup_factor, int64_t warmup_iters, bool linear_warmup) {
+    double factor = 1.0;
+    if (step < warmup_iters) {
+      const double alpha = static_cast<double>(step) / static_cast<double>(warmup_iters);
+      factor = linear_warmup ? warmup_factor * (1 - alpha) + alpha : warmup_factor;
+    // bisect_right(milestones, step) for sorted milestones: the ones already reached.
+    int64_t passed = 0;
+    for (const int64_t milestone : milestones) passed += milestone <= step ? 1 : 0;
+    return lr * factor * std::pow(gamma, static_cast<double>(passed));
   };
 }
 

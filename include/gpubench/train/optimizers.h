@@ -171,4 +171,27 @@ LrSchedule exponential_decay(double lr, double rate, int64_t decay_steps, bool s
 LrSchedule darknet_steps(double lr, int64_t burn_in, double power, std::vector<int64_t> steps,
                          std::vector<double> scales);
 
+// ---- Appended for mask-rcnn (maskrcnn-benchmark's solver) ----
+
+/// torch.optim.SGD over parameter groups that each scale the learning rate (a per-group "lr" in
+/// Python): maskrcnn-benchmark's make_optimizer gives biases BIAS_LR_FACTOR x the base rate and
+/// their own weight decay. Each group updates exactly as Sgd does at lr() x its factor.
+class ScaledLrSgd : public Optimizer {
+ public:
+  /// `lr_factors[g]` multiplies lr() for `groups[g]`; the two vectors have the same length.
+  ScaledLrSgd(std::vector<ParamGroup> groups, std::vector<double> lr_factors, SgdOptions options);
+  void step() override;
+
+ private:
+  std::vector<double> lr_factors_;
+  std::vector<std::unique_ptr<Sgd>> per_group_;
+};
+
+/// maskrcnn-benchmark's WarmupMultiStepLR (as stepped once before each iteration): the rate of
+/// 1-based `step` is lr x gamma^(milestones <= step) x warm-up factor, where the factor rises
+/// linearly from `warmup_factor` at step 0 to 1 at `warmup_iters` ("linear"), or stays at
+/// `warmup_factor` before it ("constant").
+LrSchedule warmup_multistep(double lr, std::vector<int64_t> milestones, double gamma,
+                            double warmup_factor, int64_t warmup_iters, bool linear_warmup = true);
+
 }  // namespace gpubench::train

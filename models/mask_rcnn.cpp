@@ -1,0 +1,846 @@
+#include "models/mask_rcnn.h"
+
+#include "gpubench/config.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+namespace gpubench::models {
+
+namespace F = torch::nn::functional;
+namespace det = detection;
+
+namespace {
+
+/// FPN levels read by the RoI heads (P2..P5) and their scales (POOLER_SCALES), and the anchor
+/// strides of P2..P6 (ANCHOR_STRIDE): fixed by the backbone's strides 4..32.
+constexpr int64_t kRoiLevels = 4;
+constexpr int64_t kFirstRoiLevel = 2;  // LevelMapper k_min: P2
+constexpr int64_t kLastRoiLevel = kFirstRoiLevel + kRoiLevels - 1;
+constexpr int64_t kAnchorLevels = 5;
+
+/// maskrcnn-benchmark's PIXEL_MEAN (BGR, 0..255); PIXEL_STD is 1.
+constexpr double kPixelMean[3] = {102.9801, 115.9465, 122.7717};
+
+/// boxes [N, G, 4] at `index` [N, K] -> [N, K, 4].
+torch::Tensor gather_boxes(const torch::Tensor& boxes, const torch::Tensor& index) {
+  return boxes.gather(1, index.unsqueeze(-1).expand({-1, -1, 4}));
+}
+
+/// The sum of smooth L1 over the rows [..., 4] where `mask` [...] holds. Other rows count
+/// nothing and pass no gradient, even when their targets are not finite.
+torch::Tensor masked_smooth_l1_sum(const torch::Tensor& pred, const torch::Tensor& target,
+                                   const torch::Tensor& mask, double beta) {
+  const auto off = mask.logical_not().unsqueeze(-1);
+  return det::smooth_l1(pred.masked_fill(off, 0), target.masked_fill(off, 0), beta).sum();
+}
+
+/// Mean over the valid entries of `values`, 0 when none is (the reference divides by the
+/// sampled count, which is never 0 there).
+torch::Tensor masked_mean(const torch::Tensor& values, const torch::Tensor& valid) {
+  return values.masked_fill(valid.logical_not(), 0).sum() /
+         valid.sum().to(torch::kFloat).clamp_min(1);
+}
+
+}  // namespace
+
+// ---- Proposals ----
+
+std::pair<torch::Tensor, torch::Tensor> rpn_proposals(const torch::Tensor& objectness,
+                                                      const torch::Tensor& deltas,
+                                                      const DetectionPlan& plan,
+                                                      const MaskRcnnOptions& o) {
+  torch::NoGradGuard no_grad;
+  const int64_t images = objectness.size(0);
+  const int64_t levels = static_cast<int64_t>(plan.level_anchors.size());
+  const auto scores = objectness.sigmoid();
+  int64_t per_level = 0;  // candidates per level, padded to the largest
+  for (const int64_t count : plan.level_anchors) {
+    per_level = std::max(per_level, std::min(o.pre_nms_top_n(), count));
+  }
+  std::vector<torch::Tensor> index_levels, score_levels, valid_levels;
+  int64_t offset = 0;
+  for (const int64_t count : plan.level_anchors) {
+    const int64_t k = std::min(o.pre_nms_top_n(), count);
+    auto [score, index] = scores.narrow(1, offset, count).topk(k, 1);
+    index = index + offset;
+    if (k < per_level) {  // pad with copies of the best, marked invalid
+      score = torch::cat({score, score.narrow(1, 0, 1).expand({images, per_level - k})}, 1);
+      index = torch::cat({index, index.narrow(1, 0, 1).expand({images, per_level - k})}, 1);
+    }
+    index_levels.push_back(index);
+    score_levels.push_back(score);
+    valid_levels.push_back(
+        torch::arange(per_level, index.options()).lt(k).unsqueeze(0).expand({images, per_level}));
+    offset += count;
+  }
+  const auto index = torch::stack(index_levels, 1).view({images, levels * per_level});
+  const auto score = torch::stack(score_levels, 1).view({images, levels * per_level});
+  auto valid = torch::stack(valid_levels, 1).view({images, levels * per_level});
+  const det::BoxCoder coder({1, 1, 1, 1});
+  auto boxes =
+      coder.decode(gather_boxes(deltas, index),
+                   plan.anchors.index_select(0, index.reshape({-1})).view({images, -1, 4}));
+  // clip_to_image(remove_empty=False)
+  const double max_x = static_cast<double>(plan.image_width - 1);
+  const double max_y = static_cast<double>(plan.image_height - 1);
+  boxes = torch::stack({boxes.select(-1, 0).clamp(0, max_x), boxes.select(-1, 1).clamp(0, max_y),
+                        boxes.select(-1, 2).clamp(0, max_x), boxes.select(-1, 3).clamp(0, max_y)},
+                       -1);
+  // remove_small_boxes: a clipped box is at least one pixel wide, so min_size 0 keeps all.
+  if (o.min_size() > 0) {
+    const auto w = boxes.select(-1, 2) - boxes.select(-1, 0) + 1;
+    const auto h = boxes.select(-1, 3) - boxes.select(-1, 1) + 1;
+    valid = valid & w.ge(o.min_size()) & h.ge(o.min_size());
+  }
+  auto keep = (*plan.nms)(boxes.view({images * levels, per_level, 4}),
+                          valid.reshape({images * levels, per_level}), o.nms_thresh())
+                  .view({images, levels, per_level});
+  if (o.post_nms_top_n() < per_level) {  // boxes are in score order within a level
+    keep = keep & keep.cumsum(-1).le(o.post_nms_top_n());
+  }
+  keep = keep.view({images, levels * per_level});
+  const auto key = score.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity());
+  auto selected = keep;
+  if (o.fpn_post_nms_per_batch()) {
+    const int64_t total = images * levels * per_level;
+    const auto top = std::get<1>(key.reshape({-1}).topk(std::min(o.fpn_post_nms_top_n(), total)));
+    selected = torch::zeros({total}, keep.options()).index_fill_(0, top, true).view_as(keep) & keep;
+  }
+  const int64_t kept = std::min(o.fpn_post_nms_top_n(), levels * per_level);
+  const auto order =
+      std::get<1>(key.masked_fill(selected.logical_not(), -std::numeric_limits<float>::infinity())
+                      .topk(kept, 1));
+  return {gather_boxes(boxes, order), selected.gather(1, order)};
+}
+
+// ---- Backbone ----
+
+namespace rcnn {
+
+FrozenBatchNorm2dImpl::FrozenBatchNorm2dImpl(int64_t channels) {
+  weight = register_buffer("weight", torch::ones({channels}));
+  bias = register_buffer("bias", torch::zeros({channels}));
+  running_mean = register_buffer("running_mean", torch::zeros({channels}));
+  running_var = register_buffer("running_var", torch::ones({channels}));
+}
+
+std::pair<torch::Tensor, torch::Tensor> FrozenBatchNorm2dImpl::affine() const {
+  auto scale = weight * running_var.rsqrt();
+  return {scale, bias - running_mean * scale};
+}
+
+torch::Tensor FrozenBatchNorm2dImpl::forward(const torch::Tensor& x) {
+  const auto [scale, shift] = affine();
+  return x * scale.view({1, -1, 1, 1}) + shift.view({1, -1, 1, 1});
+}
+
+ConvFrozenBnImpl::ConvFrozenBnImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride,
+                                   int64_t padding)
+    : stride_(stride), padding_(padding) {
+  conv = register_module(
+      "conv",
+      torch::nn::Conv2d(
+          torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false)));
+  bn = register_module("bn", FrozenBatchNorm2d(out));
+  // maskrcnn-benchmark's ResNet: kaiming_uniform_(a=1) on every conv.
+  torch::NoGradGuard no_grad;
+  torch::nn::init::kaiming_uniform_(conv->weight, 1);
+}
+
+torch::Tensor ConvFrozenBnImpl::forward(const torch::Tensor& x) {
+  // conv(x) * scale + shift == conv(x, weight * scale) + shift.
+  const auto [scale, shift] = bn->affine();
+  return torch::conv2d(x, conv->weight * scale.view({-1, 1, 1, 1}), shift, {stride_, stride_},
+                       {padding_, padding_});
+}
+
+BottleneckImpl::BottleneckImpl(int64_t in, int64_t width, int64_t out, int64_t stride,
+                               bool stride_in_1x1) {
+  const int64_t stride_1x1 = stride_in_1x1 ? stride : 1;
+  const int64_t stride_3x3 = stride_in_1x1 ? 1 : stride;
+  conv1 = register_module("conv1", ConvFrozenBn(in, width, 1, stride_1x1, 0));
+  conv2 = register_module("conv2", ConvFrozenBn(width, width, 3, stride_3x3, 1));
+  conv3 = register_module("conv3", ConvFrozenBn(width, out, 1, 1, 0));
+  if (in != out) downsample = register_module("downsample", ConvFrozenBn(in, out, 1, stride, 0));
+}
+
+torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
+  auto y = conv1(x).relu_();
+  y = conv2(y).relu_();
+  y = conv3(y);
+  y.add_(downsample ? downsample(x) : x);
+  return y.relu_();
+}
+
+ResNetBodyImpl::ResNetBodyImpl(const MaskRcnnOptions& o) {
+  TORCH_CHECK(o.blocks().size() == 4, "ResNet body: blocks of res2..res5 (4 values)");
+  TORCH_CHECK(o.freeze_at() >= 0 && o.freeze_at() <= 5, "freeze_at: 0 (none) to 5 (all)");
+  stem = register_module("stem", ConvFrozenBn(3, o.stem_channels(), 7, 2, 3));
+  int64_t in = o.stem_channels(), out = o.res2_channels(), width = o.width_per_group();
+  for (std::size_t s = 0; s < 4; ++s) {
+    torch::nn::Sequential stage;
+    for (int64_t b = 0; b < o.blocks()[s]; ++b) {
+      const int64_t stride = (s > 0 && b == 0) ? 2 : 1;
+      stage->push_back(Bottleneck(in, width, out, stride, o.stride_in_1x1()));
+      in = out;
+    }
+    stages.push_back(register_module("layer" + std::to_string(s + 1), stage));
+    out *= 2;
+    width *= 2;
+  }
+  // _freeze_backbone: stage 0 is the stem, stage i the i-th residual stage.
+  for (int64_t s = 0; s < o.freeze_at(); ++s) {
+    const torch::nn::Module& frozen = s == 0 ? static_cast<torch::nn::Module&>(*stem)
+                                             : static_cast<torch::nn::Module&>(*stages[s - 1]);
+    for (auto p : frozen.parameters()) p.set_requires_grad(false);
+  }
+}
+
+std::vector<torch::Tensor> ResNetBodyImpl::forward(const torch::Tensor& images) {
+  auto x = torch::max_pool2d(stem(images).relu_(), {3, 3}, {2, 2}, {1, 1});
+  std::vector<torch::Tensor> out;
+  for (auto& stage : stages) {
+    x = stage->forward(x);
+    out.push_back(x);
+  }
+  return out;
+}
+
+}  // namespace rcnn
+
+// ---- FPN and RPN head ----
+
+FpnImpl::FpnImpl(const std::vector<int64_t>& in_channels, int64_t channels) {
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < in_channels.size(); ++i) {
+    const auto name = std::to_string(i + 2);
+    inner.push_back(register_module(
+        "inner" + name, torch::nn::Conv2d(torch::nn::Conv2dOptions(in_channels[i], channels, 1))));
+    layer.push_back(register_module(
+        "layer" + name,
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).padding(1))));
+  }
+  // conv_with_kaiming_uniform: kaiming_uniform_(a=1), zero bias.
+  for (auto* convs : {&inner, &layer}) {
+    for (auto& conv : *convs) {
+      torch::nn::init::kaiming_uniform_(conv->weight, 1);
+      conv->bias.zero_();
+    }
+  }
+}
+
+std::vector<torch::Tensor> FpnImpl::forward(const std::vector<torch::Tensor>& features) {
+  const std::size_t levels = features.size();
+  std::vector<torch::Tensor> results(levels);
+  auto last = inner[levels - 1](features[levels - 1]);
+  results[levels - 1] = layer[levels - 1](last);
+  for (std::size_t i = levels - 1; i-- > 0;) {
+    auto lateral = inner[i](features[i]);
+    // F.interpolate(scale_factor=2, mode="nearest"): source pixel floor(dst / 2).
+    auto top_down =
+        F::interpolate(last, F::InterpolateFuncOptions()
+                                 .size(std::vector<int64_t>{lateral.size(2), lateral.size(3)})
+                                 .mode(torch::kNearest));
+    last = lateral + top_down;
+    results[i] = layer[i](last);
+  }
+  // LastLevelMaxPool: P6 = max_pool2d(P5, kernel 1, stride 2).
+  results.push_back(torch::max_pool2d(results.back(), {1, 1}, {2, 2}, {0, 0}));
+  return results;
+}
+
+RpnHeadImpl::RpnHeadImpl(int64_t channels, int64_t anchors) {
+  conv = register_module(
+      "conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).padding(1)));
+  cls_logits = register_module("cls_logits",
+                               torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, anchors, 1)));
+  bbox_pred = register_module(
+      "bbox_pred", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, 4 * anchors, 1)));
+  torch::NoGradGuard no_grad;
+  for (auto* c : {&conv, &cls_logits, &bbox_pred}) {
+    (*c)->weight.normal_(0, 0.01);
+    (*c)->bias.zero_();
+  }
+}
+
+std::pair<torch::Tensor, torch::Tensor> RpnHeadImpl::forward(const torch::Tensor& x) {
+  const auto t = conv(x).relu_();
+  return {cls_logits(t), bbox_pred(t)};
+}
+
+// ---- RoI heads ----
+
+BoxHeadImpl::BoxHeadImpl(int64_t in_features, int64_t mlp_dim, int64_t classes) {
+  fc6 = register_module("fc6", torch::nn::Linear(in_features, mlp_dim));
+  fc7 = register_module("fc7", torch::nn::Linear(mlp_dim, mlp_dim));
+  cls_score = register_module("cls_score", torch::nn::Linear(mlp_dim, classes));
+  bbox_pred = register_module("bbox_pred", torch::nn::Linear(mlp_dim, 4 * classes));
+  torch::NoGradGuard no_grad;
+  for (auto* fc : {&fc6, &fc7}) {  // make_fc: kaiming_uniform_(a=1)
+    torch::nn::init::kaiming_uniform_((*fc)->weight, 1);
+    (*fc)->bias.zero_();
+  }
+  cls_score->weight.normal_(0, 0.01);
+  bbox_pred->weight.normal_(0, 0.001);
+  cls_score->bias.zero_();
+  bbox_pred->bias.zero_();
+}
+
+std::pair<torch::Tensor, torch::Tensor> BoxHeadImpl::forward(const torch::Tensor& x) {
+  auto h = fc6(x.flatten(1)).relu_();
+  h = fc7(h).relu_();
+  return {cls_score(h), bbox_pred(h)};
+}
+
+MaskHeadImpl::MaskHeadImpl(int64_t in_channels, const std::vector<int64_t>& conv_layers,
+                           int64_t classes) {
+  TORCH_CHECK(!conv_layers.empty(), "mask head: at least one conv layer");
+  int64_t in = in_channels;
+  for (std::size_t i = 0; i < conv_layers.size(); ++i) {
+    convs.push_back(register_module(
+        "fcn" + std::to_string(i + 1),
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(in, conv_layers[i], 3).padding(1))));
+    in = conv_layers[i];
+  }
+  deconv = register_module(
+      "conv5_mask",
+      torch::nn::ConvTranspose2d(torch::nn::ConvTranspose2dOptions(in, in, 2).stride(2)));
+  logits = register_module("mask_fcn_logits",
+                           torch::nn::Conv2d(torch::nn::Conv2dOptions(in, classes, 1)));
+  // make_conv3x3 and MaskRCNNC4Predictor: kaiming_normal_(fan_out, relu), zero bias.
+  torch::NoGradGuard no_grad;
+  for (auto& p : named_parameters()) {
+    if (p.key().find("bias") != std::string::npos) {
+      p.value().zero_();
+    } else {
+      torch::nn::init::kaiming_normal_(p.value(), 0, torch::kFanOut, torch::kReLU);
+    }
+  }
+}
+
+torch::Tensor MaskHeadImpl::features(const torch::Tensor& x) {
+  auto h = x;
+  for (auto& conv : convs) h = conv(h).relu_();
+  return deconv(h).relu_();
+}
+
+torch::Tensor MaskHeadImpl::forward(const torch::Tensor& x) { return logits(features(x)); }
+
+torch::Tensor MaskHeadImpl::class_logits(const torch::Tensor& x, const torch::Tensor& labels) {
+  const auto h = features(x);
+  const int64_t rois = h.size(0), channels = h.size(1);
+  // The 1x1 conv restricted to each RoI's class: a [1, C] x [C, H*W] product per RoI.
+  const auto weight = logits->weight.view({-1, channels}).index_select(0, labels);  // [R, C]
+  const auto bias = logits->bias.index_select(0, labels).view({rois, 1, 1});
+  const auto out = torch::bmm(weight.unsqueeze(1), h.flatten(2));  // [R, 1, H*W]
+  return out.view({rois, h.size(2), h.size(3)}) + bias;
+}
+
+// ---- Synthetic data ----
+
+DetectionBatch synthetic_detection_batch(int64_t batch, int64_t image_height, int64_t image_width,
+                                         int64_t size_divisibility, int64_t boxes_per_image,
+                                         double min_box_size, double max_box_size, int64_t classes,
+                                         const torch::Device& device, uint64_t seed) {
+  TORCH_CHECK(min_box_size >= 1 && max_box_size >= min_box_size, "box sizes: 1 <= min <= max");
+  const auto round_up = [&](int64_t v) {
+    return (v + size_divisibility - 1) / size_divisibility * size_divisibility;
+  };
+  DetectionBatch b;
+  b.image_height = image_height;
+  b.image_width = image_width;
+  torch::manual_seed(seed + 1);
+  // Pixels on the device (large), normalized as the reference's transform does; zero padding
+  // to the divisible size as ImageList pads.
+  const auto options = torch::TensorOptions().device(device);
+  auto pixels = torch::rand({batch, 3, image_height, image_width}, options) * 255.0;
+  for (int64_t c = 0; c < 3; ++c) pixels.select(1, c).sub_(kPixelMean[c]);
+  b.images = torch::zeros({batch, 3, round_up(image_height), round_up(image_width)}, options);
+  b.images.narrow(2, 0, image_height).narrow(3, 0, image_width).copy_(pixels);
+  // Boxes on the host (small): log-uniform sqrt(area) and aspect ratio, placed inside.
+  const auto uniform = [&](double lo, double hi) {
+    return torch::rand({batch, boxes_per_image}, torch::kDouble) * (hi - lo) + lo;
+  };
+  const auto side = uniform(std::log(min_box_size), std::log(max_box_size)).exp();
+  const auto root_aspect = uniform(std::log(0.5), std::log(2.0)).mul(0.5).exp();  // sqrt(h / w)
+  const auto w = (side / root_aspect).clamp(1, static_cast<double>(image_width));
+  const auto h = (side * root_aspect).clamp(1, static_cast<double>(image_height));
+  const auto x0 = uniform(0, 1) * (static_cast<double>(image_width) - w);
+  const auto y0 = uniform(0, 1) * (static_cast<double>(image_height) - h);
+  // The pixel extent [x0, x0 + w) as a legacy box, as COCO's xywh is converted.
+  b.boxes = torch::stack({x0, y0, x0 + w - 1, y0 + h - 1}, -1).to(torch::kFloat).to(device);
+  b.labels = torch::randint(1, classes, {batch, boxes_per_image}, torch::kLong).to(device);
+  return b;
+}
+
+torch::Tensor ellipse_mask_targets(const torch::Tensor& gt_boxes, const torch::Tensor& rois,
+                                   int64_t resolution) {
+  const auto g = gt_boxes.to(torch::kFloat), r = rois.to(torch::kFloat);
+  const auto c = [](const torch::Tensor& t, int64_t k) { return t.select(-1, k).unsqueeze(-1); };
+  // The ellipse inscribed in the ground truth's pixel extent [x1, x2 + 1] x [y1, y2 + 1].
+  const auto cx = (c(g, 0) + c(g, 2) + 1) * 0.5, rx = (c(g, 2) - c(g, 0) + 1) * 0.5;
+  const auto cy = (c(g, 1) + c(g, 3) + 1) * 0.5, ry = (c(g, 3) - c(g, 1) + 1) * 0.5;
+  // Cell centres of the crop (Polygons.crop + resize: width max(x2 - x1, 1)).
+  const auto u = (torch::arange(resolution, r.options()) + 0.5) / static_cast<double>(resolution);
+  const auto xs = c(r, 0) + u * (c(r, 2) - c(r, 0)).clamp_min(1);  // [..., res]
+  const auto ys = c(r, 1) + u * (c(r, 3) - c(r, 1)).clamp_min(1);
+  const auto dx = ((xs - cx) / rx).pow(2), dy = ((ys - cy) / ry).pow(2);
+  return (dy.unsqueeze(-1) + dx.unsqueeze(-2)).le(1).to(torch::kFloat);
+}
+
+// ---- The detector ----
+
+MaskRcnnImpl::MaskRcnnImpl(const MaskRcnnOptions& o) : options(o) {
+  TORCH_CHECK(static_cast<int64_t>(o.anchor_sizes().size()) == kAnchorLevels,
+              "one anchor size per level P2..P6 (5 values)");
+  TORCH_CHECK(o.bbox_reg_weights().size() == 4, "bbox_reg_weights: 4 values");
+  backbone = register_module("backbone", rcnn::ResNetBody(o));
+  std::vector<int64_t> in_channels;
+  for (int64_t c = o.res2_channels(), s = 0; s < 4; ++s, c *= 2) in_channels.push_back(c);
+  fpn = register_module("fpn", Fpn(in_channels, o.fpn_channels()));
+  rpn = register_module("rpn",
+                        RpnHead(o.fpn_channels(), static_cast<int64_t>(o.aspect_ratios().size())));
+  const int64_t r = o.box_resolution();
+  box_head =
+      register_module("box_head", BoxHead(o.fpn_channels() * r * r, o.mlp_dim(), o.num_classes()));
+  mask_head = register_module("mask_head",
+                              MaskHead(o.fpn_channels(), o.mask_conv_layers(), o.num_classes()));
+}
+
+DetectionPlan MaskRcnnImpl::plan(int64_t image_height, int64_t image_width, int64_t padded_height,
+                                 int64_t padded_width, const torch::Device& device) const {
+  TORCH_CHECK(padded_height % 32 == 0 && padded_width % 32 == 0,
+              "the padded size must be a multiple of 32 (the FPN's coarsest stride)");
+  TORCH_CHECK(image_height <= padded_height && image_width <= padded_width,
+              "the image must fit its padded size");
+  DetectionPlan p;
+  p.image_height = image_height;
+  p.image_width = image_width;
+  p.padded_height = padded_height;
+  p.padded_width = padded_width;
+  for (int64_t l = 0; l < kRoiLevels; ++l) {
+    p.level_sizes.push_back({padded_height >> (l + 2), padded_width >> (l + 2)});
+  }
+  const auto [h5, w5] = p.level_sizes.back();
+  p.level_sizes.push_back({(h5 + 1) / 2, (w5 + 1) / 2});  // P6: kernel 1, stride 2
+  std::vector<torch::Tensor> anchors;
+  for (int64_t l = 0; l < kAnchorLevels; ++l) {
+    const int64_t stride = int64_t{4} << l;
+    const auto cell = det::cell_anchors(stride, options.anchor_sizes()[l], options.aspect_ratios());
+    anchors.push_back(
+        det::grid_anchors(cell, stride, p.level_sizes[l].first, p.level_sizes[l].second));
+    p.level_anchors.push_back(anchors.back().size(0));
+  }
+  const auto all = torch::cat(anchors, 0);
+  p.visible =
+      det::visible_anchors(all, image_height, image_width, options.straddle_thresh()).to(device);
+  p.anchors = all.to(device);
+  std::vector<std::pair<int64_t, int64_t>> roi_sizes(p.level_sizes.begin(),
+                                                     p.level_sizes.begin() + kRoiLevels);
+  std::vector<double> scales;
+  for (int64_t l = 0; l < kRoiLevels; ++l) scales.push_back(1.0 / static_cast<double>(4 << l));
+  p.atlas = std::make_unique<det::FeatureAtlas>(roi_sizes, scales, device);
+  p.nms = std::make_unique<det::BatchedNms>();
+  return p;
+}
+
+MaskRcnnLosses MaskRcnnImpl::forward(const DetectionBatch& batch, const DetectionPlan& plan) {
+  const MaskRcnnOptions& o = options;
+  const int64_t images = batch.images.size(0);
+  const int64_t anchors_per_cell = static_cast<int64_t>(o.aspect_ratios().size());
+  const auto features = fpn->forward(backbone->forward(batch.images));  // P2..P6
+  MaskRcnnLosses losses;
+
+  // RPN head on every level, flattened in the anchors' order (level, y, x, anchor) as
+  // concat_box_prediction_layers does.
+  std::vector<torch::Tensor> objectness_levels, delta_levels;
+  for (const auto& f : features) {
+    const auto [logits, deltas] = rpn->forward(f);
+    objectness_levels.push_back(logits.permute({0, 2, 3, 1}).reshape({images, -1}));
+    delta_levels.push_back(deltas.view({images, anchors_per_cell, 4, f.size(2), f.size(3)})
+                               .permute({0, 3, 4, 1, 2})
+                               .reshape({images, -1, 4}));
+  }
+  const auto objectness = torch::cat(objectness_levels, 1).to(torch::kFloat);  // [N, A]
+  const auto deltas = torch::cat(delta_levels, 1).to(torch::kFloat);           // [N, A, 4]
+
+  // RPN losses (RPNLossComputation): anchors matched at 0.7 / 0.3 with low-quality matches,
+  // crossing anchors ignored, 256 sampled per image with at most half positive.
+  const det::Matcher anchor_matcher{o.rpn_fg_iou(), o.rpn_bg_iou(), true};
+  const auto anchor_match = anchor_matcher(det::box_iou(batch.boxes, plan.anchors));  // [N, A]
+  const auto rpn_sample = det::balanced_sample(
+      anchor_match.ge(0) & plan.visible, anchor_match.eq(det::kBelowLowThreshold) & plan.visible,
+      o.rpn_batch_per_image(), o.rpn_positive_fraction());
+  const auto rpn_sampled = rpn_sample.valid.sum().to(torch::kFloat).clamp_min(1);
+  const auto objectness_bce = F::binary_cross_entropy_with_logits(
+      objectness.gather(1, rpn_sample.index), rpn_sample.positive.to(torch::kFloat),
+      F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(torch::kNone));
+  losses.objectness =
+      objectness_bce.masked_fill(rpn_sample.valid.logical_not(), 0).sum() / rpn_sampled;
+  const auto& positive_anchors = rpn_sample.positive_index;  // [N, P]
+  const auto anchor_targets =
+      det::BoxCoder({1, 1, 1, 1})
+          .encode(
+              gather_boxes(batch.boxes, anchor_match.gather(1, positive_anchors).clamp_min(0)),
+              plan.anchors.index_select(0, positive_anchors.reshape({-1})).view({images, -1, 4}));
+  losses.rpn_box_reg = masked_smooth_l1_sum(gather_boxes(deltas, positive_anchors), anchor_targets,
+                                            rpn_sample.positive_valid, 1.0 / 9) /
+                       rpn_sampled;
+
+  // Proposals (no gradient), then the ground truth appended (add_gt_proposals).
+  auto [proposals, proposal_valid] = rpn_proposals(objectness.detach(), deltas.detach(), plan, o);
+  const auto candidates = torch::cat({proposals, batch.boxes}, 1);  // [N, K + G, 4]
+  const auto candidate_valid =
+      torch::cat({proposal_valid, torch::ones_like(batch.labels).to(torch::kBool)}, 1);
+
+  // RoI sampling (FastRCNNLossComputation.subsample): matched at 0.5, 512 per image with at
+  // most a quarter foreground.
+  const det::Matcher roi_matcher{o.roi_fg_iou(), o.roi_bg_iou(), false};
+  const auto roi_match = roi_matcher(det::box_iou(batch.boxes, candidates));  // [N, K + G]
+  const auto roi_sample = det::balanced_sample(
+      candidate_valid & roi_match.ge(0), candidate_valid & roi_match.eq(det::kBelowLowThreshold),
+      o.roi_batch_per_image(), o.roi_positive_fraction());
+  losses.positive_rois = roi_sample.positive.sum();
+
+  // Box head on the sampled RoIs.
+  const auto packed =
+      plan.atlas->pack(std::vector<torch::Tensor>(features.begin(), features.begin() + kRoiLevels));
+  const auto rois = gather_boxes(candidates, roi_sample.index);  // [N, S, 4]
+  const auto roi_gt = roi_match.gather(1, roi_sample.index).clamp_min(0);
+  const auto labels =
+      batch.labels.gather(1, roi_gt).masked_fill(roi_sample.positive.logical_not(), 0);
+  const auto box_features = det::roi_align(packed, *plan.atlas, rois,
+                                           det::roi_levels(rois, kFirstRoiLevel, kLastRoiLevel),
+                                           o.box_resolution(), o.sampling_ratio());
+  const auto [class_logits, box_deltas] = box_head->forward(box_features);
+  const auto class_ce = F::cross_entropy(class_logits.to(torch::kFloat), labels.reshape({-1}),
+                                         F::CrossEntropyFuncOptions().reduction(torch::kNone));
+  losses.classifier = masked_mean(class_ce, roi_sample.valid.reshape({-1}));
+  // Class-specific regression: the four deltas of each foreground RoI's own class.
+  const auto own_deltas = box_deltas.to(torch::kFloat)
+                              .view({labels.numel(), o.num_classes(), 4})
+                              .gather(1, labels.reshape({-1, 1, 1}).expand({-1, 1, 4}))
+                              .view_as(rois);
+  const auto& w = o.bbox_reg_weights();
+  const auto box_targets =
+      det::BoxCoder({w[0], w[1], w[2], w[3]}).encode(gather_boxes(batch.boxes, roi_gt), rois);
+  losses.box_reg = masked_smooth_l1_sum(own_deltas, box_targets, roi_sample.positive, 1.0) /
+                   roi_sample.valid.sum().to(torch::kFloat).clamp_min(1);
+
+  // Mask head on the sampled foreground (keep_only_positive_boxes): a fixed number of slots
+  // per image, padding masked out of the loss.
+  const int64_t slots = std::min(o.mask_rois_per_image(), roi_sample.positive_index.size(1));
+  const auto mask_index = roi_sample.positive_index.narrow(1, 0, slots);
+  const auto mask_valid = roi_sample.positive_valid.narrow(1, 0, slots);
+  const auto mask_rois = gather_boxes(candidates, mask_index);
+  const auto mask_gt = roi_match.gather(1, mask_index).clamp_min(0);
+  const auto mask_features = det::roi_align(
+      packed, *plan.atlas, mask_rois, det::roi_levels(mask_rois, kFirstRoiLevel, kLastRoiLevel),
+      o.mask_resolution(), o.sampling_ratio());
+  const auto mask_logits =
+      mask_head->class_logits(mask_features, batch.labels.gather(1, mask_gt).reshape({-1}))
+          .to(torch::kFloat);  // [N * slots, M, M]
+  const auto mask_targets =
+      ellipse_mask_targets(gather_boxes(batch.boxes, mask_gt), mask_rois, mask_logits.size(-1))
+          .view_as(mask_logits);
+  const auto mask_bce = F::binary_cross_entropy_with_logits(
+      mask_logits, mask_targets,
+      F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(torch::kNone));
+  losses.mask = masked_mean(mask_bce.mean({1, 2}), mask_valid.reshape({-1}));
+  return losses;
+}
+
+// ---- Config ----
+
+ParamSchema mask_rcnn_model_schema() {
+  const auto ints = [](std::vector<int64_t> v) { return Json(v); };
+  const auto reals = [](std::vector<double> v) { return Json(v); };
+  return {
+      {"image_height",
+       ParamKind::kInt,
+       800,
+       "image height before padding (MIN_SIZE_TRAIN)",
+       {},
+       32},
+      {"image_width", ParamKind::kInt, 1333, "image width before padding (MAX_SIZE_TRAIN)", {}, 32},
+      {"size_divisibility",
+       ParamKind::kInt,
+       32,
+       "images are zero-padded to a multiple of this",
+       {},
+       32},
+      {"num_classes", ParamKind::kInt, 81, "classes including background", {}, 2},
+      {"blocks", ParamKind::kIntList, ints({3, 4, 6, 3}), "bottlenecks in res2..res5"},
+      {"stem_channels", ParamKind::kInt, 64, "stem output channels", {}, 1},
+      {"res2_channels", ParamKind::kInt, 256, "res2 output channels, doubling per stage", {}, 1},
+      {"width_per_group", ParamKind::kInt, 64, "res2 bottleneck width, doubling per stage", {}, 1},
+      {"stride_in_1x1", ParamKind::kBool, true, "MSRA layout: the stride in the first 1x1 conv"},
+      {"freeze_at", ParamKind::kInt, 2, "FREEZE_CONV_BODY_AT: 1 = stem, 2 = stem and res2", {}, 0},
+      {"fpn_channels", ParamKind::kInt, 256, "FPN width", {}, 1},
+      {"anchor_sizes", ParamKind::kNumberList, reals({32, 64, 128, 256, 512}),
+       "one per P2..P6, pixels"},
+      {"aspect_ratios", ParamKind::kNumberList, reals({0.5, 1, 2}), "anchor height / width"},
+      {"straddle_thresh", ParamKind::kNumber, 0.0,
+       "anchors crossing the border by more are ignored"},
+      {"rpn_fg_iou", ParamKind::kNumber, 0.7, "RPN positive IoU", {}, 0},
+      {"rpn_bg_iou", ParamKind::kNumber, 0.3, "RPN negative IoU (below)", {}, 0},
+      {"rpn_batch_per_image", ParamKind::kInt, 256, "anchors sampled per image", {}, 1},
+      {"rpn_positive_fraction", ParamKind::kNumber, 0.5, "largest positive share", {}, 0},
+      {"pre_nms_top_n",
+       ParamKind::kInt,
+       2000,
+       "per image and level before NMS (PRE_NMS_TOP_N_TRAIN)",
+       {},
+       1},
+      {"post_nms_top_n",
+       ParamKind::kInt,
+       2000,
+       "per image and level after NMS (POST_NMS_TOP_N_TRAIN)",
+       {},
+       1},
+      {"fpn_post_nms_top_n",
+       ParamKind::kInt,
+       2000,
+       "proposals kept over the levels (FPN_POST_NMS_TOP_N_TRAIN)",
+       {},
+       1},
+      {"fpn_post_nms_per_batch", ParamKind::kBool, true,
+       "FPN_POST_NMS_PER_BATCH: that cut is over the batch"},
+      {"nms_thresh", ParamKind::kNumber, 0.7, "RPN NMS IoU", {}, 0},
+      {"min_size",
+       ParamKind::kNumber,
+       0.0,
+       "proposals smaller than this (pixels) are dropped",
+       {},
+       0},
+      {"roi_fg_iou", ParamKind::kNumber, 0.5, "RoI foreground IoU", {}, 0},
+      {"roi_bg_iou", ParamKind::kNumber, 0.5, "RoI background IoU (below)", {}, 0},
+      {"roi_batch_per_image", ParamKind::kInt, 512, "RoIs sampled per image", {}, 1},
+      {"roi_positive_fraction", ParamKind::kNumber, 0.25, "largest foreground share", {}, 0},
+      {"bbox_reg_weights", ParamKind::kNumberList, reals({10, 10, 5, 5}), "box-head coder weights"},
+      {"box_resolution", ParamKind::kInt, 7, "box-head RoIAlign side", {}, 1},
+      {"sampling_ratio", ParamKind::kInt, 2, "RoIAlign samples per bin side", {}, 1},
+      {"mlp_dim", ParamKind::kInt, 1024, "box-head fc6/fc7 width", {}, 1},
+      {"mask_resolution",
+       ParamKind::kInt,
+       14,
+       "mask-head RoIAlign side (masks are twice it)",
+       {},
+       1},
+      {"mask_conv_layers", ParamKind::kIntList, ints({256, 256, 256, 256}),
+       "mask-head 3x3 conv widths"},
+      {"mask_rois_per_image",
+       ParamKind::kInt,
+       128,
+       "mask-head RoI slots per image (128: every sampled positive)",
+       {},
+       1},
+      {"gt_boxes_per_image", ParamKind::kInt, 7, "synthetic ground-truth objects per image", {}, 1},
+      {"gt_min_size", ParamKind::kNumber, 16.0, "smallest synthetic sqrt(box area), pixels", {}, 1},
+      {"gt_max_size", ParamKind::kNumber, 512.0, "largest synthetic sqrt(box area), pixels", {}, 1},
+      {"channels_last", ParamKind::kBool, false,
+       "conv weights and images in NHWC: the same math, often faster tensor-core convolutions"},
+  };
+}
+
+MaskRcnnOptions mask_rcnn_options(const Params& m) {
+  return MaskRcnnOptions()
+      .num_classes(m.i64("num_classes"))
+      .blocks(m.i64s("blocks"))
+      .stem_channels(m.i64("stem_channels"))
+      .res2_channels(m.i64("res2_channels"))
+      .width_per_group(m.i64("width_per_group"))
+      .stride_in_1x1(m.flag("stride_in_1x1"))
+      .freeze_at(m.i64("freeze_at"))
+      .fpn_channels(m.i64("fpn_channels"))
+      .anchor_sizes(m.f64s("anchor_sizes"))
+      .aspect_ratios(m.f64s("aspect_ratios"))
+      .straddle_thresh(m.f64("straddle_thresh"))
+      .rpn_fg_iou(m.f64("rpn_fg_iou"))
+      .rpn_bg_iou(m.f64("rpn_bg_iou"))
+      .rpn_batch_per_image(m.i64("rpn_batch_per_image"))
+      .rpn_positive_fraction(m.f64("rpn_positive_fraction"))
+      .pre_nms_top_n(m.i64("pre_nms_top_n"))
+      .post_nms_top_n(m.i64("post_nms_top_n"))
+      .fpn_post_nms_top_n(m.i64("fpn_post_nms_top_n"))
+      .fpn_post_nms_per_batch(m.flag("fpn_post_nms_per_batch"))
+      .nms_thresh(m.f64("nms_thresh"))
+      .min_size(m.f64("min_size"))
+      .roi_fg_iou(m.f64("roi_fg_iou"))
+      .roi_bg_iou(m.f64("roi_bg_iou"))
+      .roi_batch_per_image(m.i64("roi_batch_per_image"))
+      .roi_positive_fraction(m.f64("roi_positive_fraction"))
+      .bbox_reg_weights(m.f64s("bbox_reg_weights"))
+      .box_resolution(m.i64("box_resolution"))
+      .sampling_ratio(m.i64("sampling_ratio"))
+      .mlp_dim(m.i64("mlp_dim"))
+      .mask_resolution(m.i64("mask_resolution"))
+      .mask_conv_layers(m.i64s("mask_conv_layers"))
+      .mask_rois_per_image(m.i64("mask_rois_per_image"));
+}
+
+ParamSchema mask_rcnn_optimizer_schema() {
+  return {
+      {"name", ParamKind::kString, "sgd", "torch.optim.SGD as make_optimizer builds it", {"sgd"}},
+      {"base_lr", ParamKind::kNumber, 0.02, "SOLVER.BASE_LR for ims_per_batch images", {}, 0},
+      {"ims_per_batch",
+       ParamKind::kInt,
+       16,
+       "SOLVER.IMS_PER_BATCH: the rate scales linearly to the batch",
+       {},
+       1},
+      {"momentum", ParamKind::kNumber, 0.9, "SOLVER.MOMENTUM", {}, 0},
+      {"weight_decay", ParamKind::kNumber, 1e-4, "SOLVER.WEIGHT_DECAY (L2, on weights)", {}, 0},
+      {"bias_lr_factor", ParamKind::kNumber, 2.0, "SOLVER.BIAS_LR_FACTOR", {}, 0},
+      {"weight_decay_bias", ParamKind::kNumber, 0.0, "SOLVER.WEIGHT_DECAY_BIAS", {}, 0},
+      {"warmup_factor", ParamKind::kNumber, 1.0 / 3, "SOLVER.WARMUP_FACTOR", {}, 0},
+      {"warmup_iters", ParamKind::kInt, 500, "SOLVER.WARMUP_ITERS", {}, 0},
+      {"warmup_method",
+       ParamKind::kString,
+       "linear",
+       "SOLVER.WARMUP_METHOD",
+       {"linear", "constant"}},
+      {"steps", ParamKind::kIntList, Json(std::vector<int64_t>{60000, 80000}),
+       "SOLVER.STEPS (rate x gamma at each)"},
+      {"gamma", ParamKind::kNumber, 0.1, "SOLVER.GAMMA", {}, 0},
+  };
+}
+
+train::Updater make_mask_rcnn_updater(const torch::nn::Module& model, const Params& o,
+                                      int64_t batch, Precision precision,
+                                      const torch::Device& device) {
+  // make_optimizer: biases at bias_lr_factor x the rate with their own decay; the rest plain.
+  train::ParamGroup weights{{}, o.f64("weight_decay")}, biases{{}, o.f64("weight_decay_bias")};
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;
+    const bool is_bias = item.key().find("bias") != std::string::npos;
+    (is_bias ? biases : weights).params.push_back(item.value());
+  }
+  train::SgdOptions sgd;
+  sgd.momentum = o.f64("momentum");
+  // Goyal et al.'s linear scaling, as maskrcnn-benchmark's README asks for other batch sizes.
+  const double lr =
+      o.f64("base_lr") * static_cast<double>(batch) / static_cast<double>(o.i64("ims_per_batch"));
+  sgd.lr = lr;
+  auto optimizer =
+      std::make_unique<train::ScaledLrSgd>(std::vector<train::ParamGroup>{weights, biases},
+                                           std::vector<double>{1.0, o.f64("bias_lr_factor")}, sgd);
+  return train::Updater(
+      std::move(optimizer), precision, device, /*clip_norm=*/0,
+      train::warmup_multistep(lr, o.i64s("steps"), o.f64("gamma"), o.f64("warmup_factor"),
+                              o.i64("warmup_iters"), o.str("warmup_method") == "linear"));
+}
+
+// ---- The training step ----
+
+namespace {
+
+class MaskRcnnStep final : public TrainStep {
+ public:
+  explicit MaskRcnnStep(const StepContext& ctx)
+      : precision_(ctx.precision),
+        device_(ctx.device),
+        model_(build(ctx)),
+        batch_(synthetic_detection_batch(
+            ctx.batch, ctx.model.i64("image_height"), ctx.model.i64("image_width"),
+            ctx.model.i64("size_divisibility"), ctx.model.i64("gt_boxes_per_image"),
+            ctx.model.f64("gt_min_size"), ctx.model.f64("gt_max_size"),
+            ctx.model.i64("num_classes"), ctx.device, ctx.seed)),
+        plan_(model_->plan(batch_.image_height, batch_.image_width, batch_.images.size(2),
+                           batch_.images.size(3), ctx.device)),
+        updater_(
+            make_mask_rcnn_updater(*model_, ctx.optimizer, ctx.batch, ctx.precision, ctx.device)) {
+    if (ctx.model.flag("channels_last")) {
+      batch_.images = batch_.images.contiguous(torch::MemoryFormat::ChannelsLast);
+    }
+  }
+
+  double run() override {
+    updater_.zero_grad();
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(precision_, device_);
+      const auto losses = model_->forward(batch_, plan_);
+      loss = losses.total();
+      // Detached copies: the graph goes with backward.
+      last_ = {losses.objectness.detach(), losses.rpn_box_reg.detach(), losses.classifier.detach(),
+               losses.box_reg.detach(),    losses.mask.detach(),        losses.positive_rois};
+    }
+    updater_.backward_and_step(loss);
+    return static_cast<double>(batch_.images.size(0));
+  }
+
+  std::map<std::string, torch::Tensor> losses() const override {
+    return {{"loss", last_.total()},
+            {"loss_objectness", last_.objectness},
+            {"loss_rpn_box_reg", last_.rpn_box_reg},
+            {"loss_classifier", last_.classifier},
+            {"loss_box_reg", last_.box_reg},
+            {"loss_mask", last_.mask}};
+  }
+
+  std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
+    return {{"model", model_->parameters()}};
+  }
+
+  Json batch_info() const override {
+    return Json{
+        {"images", batch_.images.size(0)},
+        {"image_size", {batch_.image_height, batch_.image_width}},
+        {"padded_size", {batch_.images.size(2), batch_.images.size(3)}},
+        {"gt_boxes_per_image", batch_.boxes.size(1)},
+        {"anchors_per_image", plan_.anchors.size(0)},
+        {"mask_rois_per_image",
+         std::min(model_->options.mask_rois_per_image(),
+                  static_cast<int64_t>(static_cast<double>(model_->options.roi_batch_per_image()) *
+                                       model_->options.roi_positive_fraction()))}};
+  }
+
+ private:
+  /// The model on the device (before the optimizer sees its parameters), in training mode.
+  static MaskRcnn build(const StepContext& ctx) {
+    torch::manual_seed(ctx.seed);
+    MaskRcnn model(mask_rcnn_options(ctx.model));
+    model->to(ctx.device);
+    if (ctx.model.flag("channels_last")) {
+      // Convolutions then run (and hand on) NHWC activations.
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->parameters()) {
+        if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
+      }
+    }
+    model->train();
+    return model;
+  }
+
+  Precision precision_;
+  torch::Device device_;
+  MaskRcnn model_;
+  DetectionBatch batch_;
+  DetectionPlan plan_;
+  train::Updater updater_;
+  MaskRcnnLosses last_;
+};
+
+}  // namespace
+
+Architecture mask_rcnn_architecture() {
+  Architecture a;
+  a.name = "mask-rcnn";
+  a.summary = "maskrcnn-benchmark Mask R-CNN R-50-FPN: RPN, box and mask heads, SGD";
+  a.model_schema = mask_rcnn_model_schema();
+  a.optimizer_schema = mask_rcnn_optimizer_schema();
+  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
+    return std::make_unique<MaskRcnnStep>(ctx);
+  };
+  a.count_parameters = [](const Params& model) {
+    MaskRcnn m(mask_rcnn_options(model));
+    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
+  };
+  return a;
+}
+
+}  // namespace gpubench::models

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Python eager reference for mask-rcnn: torchvision's Mask R-CNN R-50-FPN on the same GPU,
+batch and precision as a gpubench result, timed the way gpubench times (warm-up until steady,
+then CUDA events around each step).
+
+The model is maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=81,
+trainable_backbone_layers=3) as it is built when a backbone is pretrained: FrozenBatchNorm2d
+everywhere and conv1 + layer1 frozen. (With weights_backbone=None torchvision itself switches
+to trainable BatchNorm2d and all five layers trainable, so this script builds the same graph
+through resnet_fpn_backbone(weights=None, norm_layer=FrozenBatchNorm2d, trainable_layers=3) +
+MaskRCNN(num_classes=81).) Trainable parameters: 44,125,173, as gpubench's mask-rcnn.
+
+Like for like: 800x1333 images (torchvision's transform resizes them by 1.0 and pads to
+800x1344), a fixed number of ground-truth boxes per image with log-uniform sqrt(area) in
+[16, 512] and aspect ratio in [1/2, 2], classes in [1, 81), masks = the ellipse inscribed in
+each box; SGD momentum 0.9, lr 0.02 x batch / 16 (biases 2x, no decay), weight decay 1e-4,
+maskrcnn-benchmark's linear warm-up (1/3 over 500 iterations); strict fp32 (TF32 off in cuBLAS
+and cuDNN) or autocast bf16/fp16 around forward and loss.
+
+Known differences from maskrcnn-benchmark (and gpubench) that torchvision brings: ResNet stride
+in the 3x3 conv; anchors without the legacy +1; no straddling-anchor filter; the 2000
+post-NMS proposals are kept per image, not per batch; box-head smooth L1 with beta 1/9;
+mask targets are RoIAlign crops of full-size masks; NMS and the proposal/sampling code read
+values on the host (torchvision.ops.nms and nonzero), which synchronizes each step.
+The mask head runs on the sampled positives only, whose number depends on how well the RPN
+proposes the boxes (few at initialization); --count-positives reports it, since gpubench always
+runs the mask head on 128 slots per image (the reference's maximum).
+
+Usage: maskrcnn_reference.py --batch N --precision fp32|tf32|amp-bf16|amp-fp16 [--json OUT]
+       [--min-steps 10] [--min-seconds 5] [--boxes 7] [--count-positives]
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+
+import torch
+import torchvision
+from torchvision.models.detection import MaskRCNN
+from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
+from torchvision.ops.misc import FrozenBatchNorm2d
+
+HEIGHT, WIDTH, CLASSES = 800, 1333, 81
+TARGET_PARAMS = 44125173
+
+
+def build(device):
+    try:
+        backbone = resnet_fpn_backbone(backbone_name="resnet50", weights=None,
+                                       norm_layer=FrozenBatchNorm2d, trainable_layers=3)
+    except TypeError:  # torchvision < 0.13: positional (name, pretrained)
+        backbone = resnet_fpn_backbone("resnet50", False, norm_layer=FrozenBatchNorm2d,
+                                       trainable_layers=3)
+    return MaskRCNN(backbone, num_classes=CLASSES).to(device).train()
+
+
+def synthetic(n, boxes_per_image, device, seed=0):
+    """Images in [0, 1] (torchvision normalizes them) and COCO-like targets, as gpubench's."""
+    g = torch.Generator().manual_seed(seed)
+    images = [torch.rand(3, HEIGHT, WIDTH, generator=g).to(device) for _ in range(n)]
+    ys = torch.arange(HEIGHT, dtype=torch.float32).view(HEIGHT, 1) + 0.5
+    xs = torch.arange(WIDTH, dtype=torch.float32).view(1, WIDTH) + 0.5
+    targets = []
+    for _ in range(n):
+        shape = (boxes_per_image,)
+        side = torch.exp(torch.empty(shape).uniform_(math.log(16), math.log(512), generator=g))
+        root_aspect = torch.exp(0.5 * torch.empty(shape).uniform_(math.log(0.5), math.log(2.0),
+                                                                  generator=g))
+        w = (side / root_aspect).clamp(1, WIDTH)
+        h = (side * root_aspect).clamp(1, HEIGHT)
+        x0 = torch.rand(shape, generator=g) * (WIDTH - w)
+        y0 = torch.rand(shape, generator=g) * (HEIGHT - h)
+        boxes = torch.stack([x0, y0, x0 + w, y0 + h], 1)  # pixel extents, torchvision's boxes
+        labels = torch.randint(1, CLASSES, shape, generator=g)
+        cx, cy, rx, ry = x0 + w / 2, y0 + h / 2, w / 2, h / 2
+        masks = torch.stack([(((xs - cx[i]) / rx[i]) ** 2 + ((ys - cy[i]) / ry[i]) ** 2 <= 1)
+                             for i in range(boxes_per_image)]).to(torch.uint8)
+        targets.append({"boxes": boxes.to(device), "labels": labels.to(device),
+                        "masks": masks.to(device)})
+    return images, targets
+
+
+def make_optimizer(model, batch):
+    """maskrcnn-benchmark's make_optimizer (biases at 2x lr, no decay) and WarmupMultiStepLR."""
+    lr = 0.02 * batch / 16
+    weights = [p for n, p in model.named_parameters() if p.requires_grad and "bias" not in n]
+    biases = [p for n, p in model.named_parameters() if p.requires_grad and "bias" in n]
+    opt = torch.optim.SGD([{"params": weights, "lr": lr, "weight_decay": 1e-4},
+                           {"params": biases, "lr": 2 * lr, "weight_decay": 0.0}],
+                          lr=lr, momentum=0.9)
+
+    def factor(it):  # LambdaLR's epoch counter starts at 0; maskrcnn-benchmark's first is 1
+        it = it + 1
+        warm = 1.0 / 3 * (1 - it / 500) + it / 500 if it < 500 else 1.0
+        return warm * 0.1 ** sum(it >= m for m in (60000, 80000))
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "amp-bf16", "amp-fp16"])
+    p.add_argument("--boxes", type=int, default=7, help="ground-truth boxes per image")
+    p.add_argument("--min-steps", type=int, default=10)
+    p.add_argument("--min-seconds", type=float, default=5.0)
+    p.add_argument("--count-positives", action="store_true",
+                   help="after timing, count the box head's sampled positives per image")
+    p.add_argument("--json")
+    a = p.parse_args()
+
+    device = torch.device("cuda")
+    tf32 = a.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True
+    amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(a.precision)
+    torch.manual_seed(0)
+    model = build(device)
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if params != TARGET_PARAMS:
+        print(f"warning: {params} trainable parameters, expected {TARGET_PARAMS}", file=sys.stderr)
+    opt, sched = make_optimizer(model, a.batch)
+    scaler = torch.amp.GradScaler("cuda", enabled=amp == torch.float16)
+    images, targets = synthetic(a.batch, a.boxes, device)
+    last = {}
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
+            losses = model(images, targets)
+            loss = sum(losses.values())
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        sched.step()
+        last.update({k: v.detach() for k, v in losses.items()}, loss=loss.detach())
+
+    def timed(n):
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+        events[0].record()
+        for i in range(n):
+            step()
+            events[i + 1].record()
+        events[-1].synchronize()
+        return [events[i].elapsed_time(events[i + 1]) for i in range(n)]
+
+    warm = []
+    while len(warm) < 3 or not all(abs(t - statistics.median(warm[-3:])) <= 0.05 * statistics.median(warm[-3:]) for t in warm[-3:]):
+        warm += timed(1)
+        if len(warm) >= 50:
+            break
+    times = timed(a.min_steps)
+    while sum(times) / 1000 < a.min_seconds:
+        times += timed(a.min_steps)
+    window = sum(times) / 1000
+    result = {
+        "reference": f"torchvision {torchvision.__version__} MaskRCNN R-50-FPN (FrozenBN, "
+                     "trainable_layers=3, 81 classes)",
+        "torch": torch.__version__, "device": torch.cuda.get_device_name(), "batch": a.batch,
+        "precision": a.precision, "trainable_params": params, "gt_boxes_per_image": a.boxes,
+        "warmup_steps": len(warm), "steps": len(times),
+        "step_time_ms_median": statistics.median(times),
+        "throughput": a.batch * len(times) / window, "throughput_unit": "images/s",
+        "peak_memory_bytes": torch.cuda.max_memory_reserved(),
+        "losses": {k: float(v) for k, v in last.items()},
+    }
+    if a.count_positives:
+        # The box head's sampled foreground, which is also the mask head's batch.
+        counts = []
+        select = model.roi_heads.select_training_samples
+
+        def counting(proposals, targets_):
+            out = select(proposals, targets_)
+            counts.extend(int((labels > 0).sum()) for labels in out[2])
+            return out
+
+        model.roi_heads.select_training_samples = counting
+        for _ in range(3):
+            step()
+        model.roi_heads.select_training_samples = select
+        result["positive_rois_per_image"] = sum(counts) / len(counts)
+    print(json.dumps(result, indent=2))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+// Mask R-CNN specifics: the parameter breakdown against the spec, the folded FrozenBatchNorm,
+// the mask head's own-class logits, the synthetic ground truth, the plan at full size, the
+// solver, and one full iteration that updates every head.
+#include "gpubench/config.h"
+#include "gpubench/registry.h"
+#include "models/mask_rcnn.h"
+
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace gpubench::models {
+namespace {
+
+const ConfigStore& store() {
+  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
+  return s;
+}
+
+int64_t count(const torch::nn::Module& m) { return count_trainable(m.parameters()); }
+
+int64_t count_all(const torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+TEST(MaskRcnnTest, ParameterBreakdownMatchesTheSpec) {
+  // spec image §6: backbone convs 23,454,912 of which 222,400 frozen (stem + res2), FPN
+  // 3,344,384, RPN 593,935, box head 14,310,805, mask head 2,643,537.
+  MaskRcnn model(mask_rcnn_options(store().model("mask-rcnn").model));
+  EXPECT_EQ(count_all(*model->backbone), 23454912);
+  EXPECT_EQ(count(*model->backbone), 23454912 - 222400);
+  EXPECT_EQ(count_all(*model->backbone->stem) + count_all(*model->backbone->stages[0]), 222400);
+  EXPECT_EQ(count(*model->backbone->stem) + count(*model->backbone->stages[0]), 0);
+  EXPECT_EQ(count(*model->fpn), 3344384);
+  EXPECT_EQ(count(*model->rpn), 593935);
+  EXPECT_EQ(count(*model->box_head), 14310805);
+  EXPECT_EQ(count(*model->mask_head), 2643537);
+  EXPECT_EQ(count(*model), 44125173);
+  // FrozenBatchNorm holds buffers only: every backbone parameter is a conv weight.
+  for (const auto& p : model->backbone->named_parameters()) {
+    EXPECT_NE(p.key().find("conv.weight"), std::string::npos) << p.key();
+  }
+}
+
+TEST(MaskRcnnTest, FoldedFrozenBatchNormEqualsConvThenAffine) {
+  torch::manual_seed(0);
+  rcnn::ConvFrozenBn layer(4, 6, 3, 2, 1);
+  layer->bn->weight.uniform_(0.5, 2);
+  layer->bn->bias.normal_();
+  layer->bn->running_mean.normal_();
+  layer->bn->running_var.uniform_(0.5, 2);
+  const auto x = torch::randn({2, 4, 9, 9});
+  const auto expected = layer->bn->forward(layer->conv->forward(x));
+  EXPECT_TRUE(torch::allclose(layer->forward(x), expected, 1e-4, 1e-5));
+}
+
+TEST(MaskRcnnTest, OwnClassMaskLogitsEqualTheFullPredictorIndexed) {
+  torch::manual_seed(0);
+  MaskHead head(8, std::vector<int64_t>{8, 8}, 5);
+  const auto x = torch::randn({3, 8, 4, 4});
+  const auto labels = torch::tensor(std::vector<int64_t>{2, 0, 4});
+  const auto full = head->forward(x);  // [3, 5, 8, 8]
+  const auto expected = full.gather(1, labels.view({3, 1, 1, 1}).expand({3, 1, 8, 8})).squeeze(1);
+  const auto own = head->class_logits(x, labels);
+  ASSERT_EQ(own.sizes(), (std::vector<int64_t>{3, 8, 8}));
+  EXPECT_TRUE(torch::allclose(own, expected, 1e-5, 1e-5));
+  // Same gradients for the predictor as the reference's index-then-loss.
+  expected.sum().backward();
+  const auto reference_grad = head->logits->weight.grad().clone();
+  head->logits->weight.mutable_grad().reset();
+  head->class_logits(x, labels).sum().backward();
+  EXPECT_TRUE(torch::allclose(head->logits->weight.grad(), reference_grad, 1e-5, 1e-5));
+}
+
+TEST(MaskRcnnTest, SyntheticGroundTruthLooksLikeCoco) {
+  const auto b = synthetic_detection_batch(4, 800, 1333, 32, 7, 16, 512, 81, torch::kCPU, 3);
+  ASSERT_EQ(b.images.sizes(), (std::vector<int64_t>{4, 3, 800, 1344}));
+  EXPECT_EQ(b.images.narrow(3, 1333, 11).abs().max().item<float>(), 0);  // padding
+  EXPECT_GE(b.images.min().item<float>(), -122.8);  // pixels 0..255 minus the BGR mean
+  EXPECT_LE(b.images.max().item<float>(), 255 - 102.9);
+  ASSERT_EQ(b.boxes.sizes(), (std::vector<int64_t>{4, 7, 4}));
+  const auto x1 = b.boxes.select(-1, 0), y1 = b.boxes.select(-1, 1);
+  const auto x2 = b.boxes.select(-1, 2), y2 = b.boxes.select(-1, 3);
+  EXPECT_TRUE((x1.ge(0) & y1.ge(0) & x2.le(1332) & y2.le(799)).all().item<bool>());
+  const auto w = x2 - x1 + 1, h = y2 - y1 + 1;
+  EXPECT_TRUE((w.ge(1) & h.ge(1)).all().item<bool>());
+  const auto side = (w * h).sqrt();
+  EXPECT_TRUE((side.ge(16 - 1e-3) & side.le(512 + 1e-3)).all().item<bool>());
+  EXPECT_TRUE(((w / h).ge(0.5 - 1e-4) & (w / h).le(2 + 1e-4)).all().item<bool>());
+  EXPECT_TRUE((b.labels.ge(1) & b.labels.lt(81)).all().item<bool>());
+  // Deterministic from the seed.
+  const auto again = synthetic_detection_batch(4, 800, 1333, 32, 7, 16, 512, 81, torch::kCPU, 3);
+  EXPECT_TRUE(torch::equal(again.boxes, b.boxes));
+  EXPECT_TRUE(torch::equal(again.images, b.images));
+}
+
+TEST(MaskRcnnTest, EllipseMasksMatchTheirBoxes) {
+  // The mask of a box cropped to the box itself: the inscribed ellipse, touching every side.
+  const auto gt = torch::tensor({10.f, 20.f, 65.f, 47.f}).view({1, 4});  // 56 x 28 pixels
+  const auto mask = ellipse_mask_targets(gt, gt, 28)[0];
+  EXPECT_EQ(mask[14][14].item<float>(), 1);
+  EXPECT_EQ(mask[0][0].item<float>() + mask[0][27].item<float>() + mask[27][0].item<float>() +
+                mask[27][27].item<float>(),
+            0);
+  EXPECT_EQ(mask[14][0].item<float>(), 1);  // middle of the left side
+  EXPECT_EQ(mask[0][14].item<float>(), 1);  // middle of the top
+  EXPECT_NEAR(mask.mean().item<float>(), M_PI / 4, 0.05);
+  // A RoI beside the object sees nothing of it; one over its right half (x 38..66, the full
+  // height) sees a half ellipse filling pi/4 of it, symmetric top to bottom.
+  const auto beside = torch::tensor({70.f, 20.f, 100.f, 47.f}).view({1, 4});
+  EXPECT_EQ(ellipse_mask_targets(gt, beside, 28).sum().item<float>(), 0);
+  const auto right = torch::tensor({38.f, 20.f, 66.f, 48.f}).view({1, 4});
+  const auto half = ellipse_mask_targets(gt, right, 28)[0];
+  EXPECT_NEAR(half.mean().item<float>(), M_PI / 4, 0.03);
+  EXPECT_TRUE(torch::equal(half, half.flip({0})));
+  EXPECT_EQ(half.select(1, 0).sum().item<float>(), 28);  // the centre column is all in
+}
+
+TEST(MaskRcnnTest, PlanAtFullSizeHasTheReferenceAnchorsAndLevels) {
+  const MaskRcnnOptions options = mask_rcnn_options(store().model("mask-rcnn").model);
+  MaskRcnn model(options);
+  const auto plan = model->plan(800, 1333, 800, 1344, torch::kCPU);
+  EXPECT_EQ(plan.level_sizes, (std::vector<std::pair<int64_t, int64_t>>{
+                                  {200, 336}, {100, 168}, {50, 84}, {25, 42}, {13, 21}}));
+  EXPECT_EQ(plan.anchors.size(0), 268569);  // spec: 268,569 anchors per image
+  // Anchors past x = 1333 (the padding) or crossing any border are ignored.
+  const auto visible = plan.anchors.index({plan.visible});
+  EXPECT_GE(visible.select(1, 0).min().item<float>(), 0);
+  EXPECT_LT(visible.select(1, 2).max().item<float>(), 1333);
+  EXPECT_LT(visible.select(1, 3).max().item<float>(), 800);
+  EXPECT_EQ(plan.atlas->height(), 200);
+  EXPECT_EQ(plan.atlas->width(), 336 + 1 + 168);
+}
+
+TEST(MaskRcnnTest, ProposalsAreCutOverTheBatchAndStayInsideTheImage) {
+  torch::manual_seed(0);
+  const MaskRcnnOptions options = mask_rcnn_options(store().model("mask-rcnn").smoke_model);
+  MaskRcnn model(options);
+  const auto plan = model->plan(120, 128, 128, 128, torch::kCPU);
+  const int64_t images = 3, anchors = plan.anchors.size(0);
+  const auto objectness = torch::randn({images, anchors});
+  const auto deltas = torch::randn({images, anchors, 4}) * 0.5;
+  const int64_t cut = options.fpn_post_nms_top_n();  // 150 at the smoke size
+  const auto [boxes, valid] = rpn_proposals(objectness, deltas, plan, options);
+  ASSERT_EQ(boxes.sizes(), (std::vector<int64_t>{images, cut, 4}));
+  // FPN_POST_NMS_PER_BATCH: the cut is over the batch, so the images share it.
+  EXPECT_EQ(valid.sum().item<int64_t>(), cut);
+  EXPECT_LT(valid.sum(1).max().item<int64_t>(), cut);
+  // Clipped to the real (unpadded) 120 x 128 image.
+  const auto x = boxes.select(-1, 0), y = boxes.select(-1, 1);
+  const auto x2 = boxes.select(-1, 2), y2 = boxes.select(-1, 3);
+  EXPECT_TRUE((x.ge(0) & y.ge(0) & x2.le(127) & y2.le(119)).all().item<bool>());
+  // Per image, each image gets its own cut.
+  const auto [per_image_boxes, per_image_valid] = rpn_proposals(
+      objectness, deltas, plan, MaskRcnnOptions(options).fpn_post_nms_per_batch(false));
+  EXPECT_TRUE(per_image_valid.sum(1).eq(cut).all().item<bool>());
+}
+
+TEST(MaskRcnnTest, SolverMatchesMakeOptimizerAndWarmupMultiStepLr) {
+  // WarmupMultiStepLR: factor 1/3 rising linearly over 500 iterations, x0.1 at each step.
+  const auto lr = train::warmup_multistep(0.02, {60000, 80000}, 0.1, 1.0 / 3, 500);
+  EXPECT_NEAR(lr(1), 0.02 * (1.0 / 3 + (2.0 / 3) / 500), 1e-12);
+  EXPECT_NEAR(lr(250), 0.02 * (2.0 / 3), 1e-12);
+  EXPECT_NEAR(lr(500), 0.02, 1e-12);
+  EXPECT_NEAR(lr(60000), 0.002, 1e-12);
+  EXPECT_NEAR(lr(85000), 0.0002, 1e-12);
+  // Biases move at twice the rate without decay; weights at the rate with decay, linear in
+  // the batch (0.02 for 16 images -> 0.005 for 4).
+  torch::nn::Linear layer(3, 2);
+  const auto w0 = layer->weight.detach().clone(), b0 = layer->bias.detach().clone();
+  auto updater = make_mask_rcnn_updater(*layer, store().model("mask-rcnn").optimizer, 4,
+                                        Precision::kFp32, torch::kCPU);
+  updater.zero_grad();
+  const auto x = torch::randn({5, 3});
+  updater.backward_and_step(layer->forward(x).sum());
+  const double rate = 0.005 * (1.0 / 3 + (2.0 / 3) / 500);
+  const auto gw = torch::ones({2, 1}) * x.sum(0).view({1, 3});  // d sum / d weight
+  EXPECT_TRUE(torch::allclose(layer->weight.detach(), w0 - rate * (gw + 1e-4 * w0), 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(layer->bias.detach(), b0 - 2 * rate * 5, 1e-6, 1e-6));
+}
+
+TEST(MaskRcnnTest, ChannelsLastComputesTheSameLosses) {
+  const ModelConfig& config = store().model("mask-rcnn");
+  std::map<std::string, torch::Tensor> losses[2];
+  for (int nhwc = 0; nhwc < 2; ++nhwc) {
+    Json values = config.smoke_model.json();
+    values["channels_last"] = nhwc == 1;
+    StepContext ctx;
+    ctx.config = &config;
+    ctx.model = Params(mask_rcnn_model_schema(), values, Where{"test", ""});
+    ctx.optimizer = config.optimizer;
+    ctx.batch = 2;
+    ctx.device = torch::kCPU;
+    auto step = builtin_registry().get("mask-rcnn").prepare(ctx);
+    const auto stem_weight = step->parameters().at("model")[0];
+    EXPECT_EQ(stem_weight.is_contiguous(torch::MemoryFormat::ChannelsLast), nhwc == 1);
+    step->run();
+    losses[nhwc] = step->losses();
+  }
+  // The RPN losses do not depend on the order of near-tied proposal scores, which NHWC
+  // rounding may flip; they must agree.
+  for (const char* name : {"loss_objectness", "loss_rpn_box_reg"}) {
+    EXPECT_NEAR(losses[1][name].item<float>(), losses[0][name].item<float>(),
+                1e-4 * std::abs(losses[0][name].item<float>()) + 1e-6)
+        << name;
+  }
+}
+
+TEST(MaskRcnnTest, OneIterationUpdatesEveryHead) {
+  const ModelConfig& config = store().model("mask-rcnn");
+  StepContext ctx;
+  ctx.config = &config;
+  ctx.model = config.smoke_model;
+  ctx.optimizer = config.optimizer;
+  ctx.batch = config.smoke_batch;
+  ctx.device = torch::kCPU;
+  auto step = builtin_registry().get("mask-rcnn").prepare(ctx);
+  // The parts by parameter name prefix.
+  MaskRcnn probe(mask_rcnn_options(ctx.model));
+  std::vector<std::string> names;
+  for (const auto& p : probe->named_parameters()) names.push_back(p.key());
+  const auto params = step->parameters().at("model");
+  ASSERT_EQ(params.size(), names.size());
+  std::vector<torch::Tensor> before;
+  for (const auto& p : params) before.push_back(p.detach().clone());
+  step->run();
+  for (const auto& [name, loss] : step->losses()) {
+    EXPECT_TRUE(std::isfinite(loss.item<float>())) << name;
+    if (name != "loss") {
+      EXPECT_GT(loss.item<float>(), 0) << name;
+    }
+  }
+  std::map<std::string, int> changed;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const std::string part = names[i].substr(0, names[i].find('.'));
+    const bool frozen =
+        names[i].rfind("backbone.stem.", 0) == 0 || names[i].rfind("backbone.layer1.", 0) == 0;
+    const bool moved = !torch::equal(params[i].detach(), before[i]);
+    EXPECT_EQ(moved, !frozen) << names[i];
+    EXPECT_EQ(params[i].grad().defined(), !frozen) << names[i];
+    changed[part] += moved;
+  }
+  for (const char* part : {"backbone", "fpn", "rpn", "box_head", "mask_head"}) {
+    EXPECT_GT(changed[part], 0) << part;
+  }
+}
+
+}  // namespace
+}  // namespace gpubench::models
