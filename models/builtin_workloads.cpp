@@ -2,12 +2,14 @@
 // select one of these by name; twins share code through configs.
 #include "gpubench/registry.h"
 #include "models/bert.h"
+#include "models/fconv.h"
 #include "models/transformer.h"
 
 namespace gpubench {
 
 void register_builtin_workloads(Registry& registry) {
   registry.add(models::fairseq_transformer_architecture());  // transformer-big
+  registry.add(models::fairseq_fconv_architecture());        // conv-seq2seq
   registry.add(models::bert_pretraining_architecture());     // bert-base, bert-base-mlm
 }
 
