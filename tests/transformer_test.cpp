@@ -5,6 +5,7 @@
 #include "gpubench/config.h"
 #include "gpubench/registry.h"
 #include "models/token_batching.h"
+#include "tests/translation_checks.h"
 
 #include <torch/torch.h>
 
@@ -73,28 +74,12 @@ TEST(TransformerTest, SinusoidalTableIsFairseqs) {
 
 TEST(TransformerTest, DecoderIsCausal) {
   auto model = small_model();
-  const auto src = torch::tensor({5, 6, 7, 2}, torch::kLong).view({1, 4});
-  const auto a = torch::tensor({2, 8, 9, 10, 11}, torch::kLong).view({1, 5});
-  const auto b = torch::tensor({2, 8, 9, 30, 31}, torch::kLong).view({1, 5});
-  torch::NoGradGuard no_grad;
-  const auto la = model->forward(src, a), lb = model->forward(src, b);
-  EXPECT_TRUE(torch::allclose(la.slice(1, 0, 3), lb.slice(1, 0, 3), 1e-5, 1e-5));
-  EXPECT_FALSE(torch::allclose(la.select(1, 3), lb.select(1, 3), 1e-5, 1e-5));
+  testing::expect_causal_decoder(model);
 }
 
 TEST(TransformerTest, LeftPaddingOfTheSourceChangesNothing) {
   auto model = small_model();
-  // The first sentence alone, and padded on the left beside a longer one.
-  const auto alone = torch::tensor({5, 6, 2}, torch::kLong).view({1, 3});
-  const auto padded = torch::tensor({1, 1, 5, 6, 2, 9, 10, 11, 12, 2}, torch::kLong).view({2, 5});
-  const auto prev = torch::tensor({2, 8, 9, 2, 8, 9}, torch::kLong).view({2, 3});
-  torch::NoGradGuard no_grad;
-  const auto one = model->forward(alone, prev.slice(0, 0, 1), /*src_padded=*/false);
-  const auto two = model->forward(padded, prev, /*src_padded=*/true);
-  EXPECT_TRUE(torch::allclose(one[0], two[0], 1e-4, 1e-4));
-  // Without padding the unmasked path gives what the masked one gives.
-  const auto masked = model->forward(alone, prev.slice(0, 0, 1), /*src_padded=*/true);
-  EXPECT_TRUE(torch::allclose(one, masked, 1e-5, 1e-5));
+  testing::expect_left_padding_changes_nothing(model);
 }
 
 TEST(TransformerTest, StepReturnsNtokensAndRecordsSentences) {
