@@ -10,6 +10,8 @@
 #include "models/pix2pixhd.h"
 #include "models/stylegan.h"
 #include "models/mask_rcnn.h"
+#include "models/fconv.h"
+#include "models/transformer.h"
 
 namespace gpubench {
 
@@ -24,6 +26,9 @@ void register_builtin_workloads(Registry& registry) {
   registry.add(models::yolov3_architecture());            // yolov3
   registry.add(models::stylegan_architecture());          // stylegan
   registry.add(models::mask_rcnn_architecture());         // mask-rcnn
+  registry.add(models::fairseq_transformer_architecture());  // transformer-big
+  registry.add(models::fairseq_fconv_architecture());        // conv-seq2seq
+  registry.add(models::bert_pretraining_architecture());     // bert-base, bert-base-mlm
 }
 
 }  // namespace gpubench

@@ -1,0 +1,22 @@
+#include "gpubench/train/losses.h"
+
+#include <torch/torch.h>
+
+namespace gpubench::train {
+
+SmoothedLoss label_smoothed_nll_loss(const torch::Tensor& logits, const torch::Tensor& target,
+                                     double epsilon, int64_t ignore_index) {
+  const int64_t vocab = logits.size(-1);
+  const auto lprobs = torch::log_softmax(logits.to(torch::kFloat), -1).view({-1, vocab});
+  const auto flat_target = target.reshape({-1});
+  const auto keep = flat_target.ne(ignore_index).to(torch::kFloat);
+  const auto nll = -lprobs.gather(1, flat_target.unsqueeze(1)).squeeze(1);
+  const auto smooth = -lprobs.sum(1);
+  SmoothedLoss out;
+  out.nll_loss = (nll * keep).sum();
+  const auto smooth_loss = (smooth * keep).sum();
+  out.loss = (1.0 - epsilon) * out.nll_loss + (epsilon / static_cast<double>(vocab)) * smooth_loss;
+  return out;
+}
+
+}  // namespace gpubench::train

@@ -1,0 +1,106 @@
+// transformer-big specifics: the parameter breakdown against the spec, the shared embedding,
+// fairseq's sinusoidal table, causality of the decoder and the source-padding mask.
+#include "models/transformer.h"
+
+#include "gpubench/config.h"
+#include "gpubench/registry.h"
+#include "models/token_batching.h"
+#include "tests/translation_checks.h"
+
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace gpubench::models {
+namespace {
+
+int64_t count(const torch::nn::Module& m) { return count_trainable(m.parameters()); }
+
+/// A small model in eval mode (no dropout), for exact comparisons.
+FairseqTransformer small_model() {
+  torch::manual_seed(0);
+  FairseqTransformer model(FairseqTransformerOptions(64)
+                               .embed_dim(16)
+                               .ffn_dim(32)
+                               .heads(4)
+                               .encoder_layers(2)
+                               .decoder_layers(2));
+  model->eval();
+  return model;
+}
+
+TEST(TransformerTest, ParameterBreakdownMatchesTheSpec) {
+  // spec language §1.3: shared embedding 33,554,432; encoder 6 x 12,596,224; decoder
+  // 6 x 16,796,672; total 209,911,808.
+  FairseqTransformer big(FairseqTransformerOptions(32768));
+  EXPECT_EQ(count(*big->embed_tokens), 33554432);
+  EXPECT_EQ(count(*big->encoder_layers[0]), 12596224);
+  EXPECT_EQ(count(*big->decoder_layers[0]), 16796672);
+  EXPECT_EQ(count(*big), 33554432 + 6 * 12596224 + 6 * 16796672);
+  EXPECT_EQ(count(*big), 209911808);
+  // One table serves encoder input, decoder input and output projection: the only
+  // vocabulary-sized parameter, and the sinusoidal table is a buffer, not a parameter.
+  int vocabulary_sized = 0;
+  for (const auto& p : big->parameters()) vocabulary_sized += p.size(0) == 32768;
+  EXPECT_EQ(vocabulary_sized, 1);
+  EXPECT_EQ(big->buffers().size(), 1u);
+}
+
+TEST(TransformerTest, OutputProjectionIsTheEmbeddingTable) {
+  auto model = small_model();
+  const auto src = torch::tensor({5, 6, 7, 2}, torch::kLong).view({1, 4});
+  const auto prev = torch::tensor({2, 8, 9}, torch::kLong).view({1, 3});
+  auto logits = model->forward(src, prev);
+  ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{1, 3, 64}));
+  logits.sum().backward();
+  // Rows never looked up get a gradient: the output projection is the table itself.
+  const auto grad = model->embed_tokens->weight.grad();
+  EXPECT_GT(grad[40].abs().sum().item<double>(), 0);
+}
+
+TEST(TransformerTest, SinusoidalTableIsFairseqs) {
+  const auto table = sinusoidal_table(6, 8, 1);
+  ASSERT_EQ(table.sizes(), (std::vector<int64_t>{6, 8}));
+  EXPECT_EQ(table[1].abs().sum().item<float>(), 0.0f);  // the pad row
+  const double step = std::log(10000.0) / 3;
+  for (int j = 0; j < 4; ++j) {
+    const double angle = 4 * std::exp(-j * step);
+    EXPECT_NEAR(table[4][j].item<float>(), std::sin(angle), 1e-5);      // sines first
+    EXPECT_NEAR(table[4][4 + j].item<float>(), std::cos(angle), 1e-5);  // then cosines
+  }
+}
+
+TEST(TransformerTest, DecoderIsCausal) {
+  auto model = small_model();
+  testing::expect_causal_decoder(model);
+}
+
+TEST(TransformerTest, LeftPaddingOfTheSourceChangesNothing) {
+  auto model = small_model();
+  testing::expect_left_padding_changes_nothing(model);
+}
+
+TEST(TransformerTest, StepReturnsNtokensAndRecordsSentences) {
+  const auto store = ConfigStore::load_builtin(builtin_registry());
+  const ModelConfig& config = store.model("transformer-big");
+  StepContext ctx;
+  ctx.config = &config;
+  ctx.model = config.smoke_model;
+  ctx.optimizer = config.optimizer;
+  ctx.batch = config.smoke_batch;
+  auto step = builtin_registry().get(config.architecture).prepare(ctx);
+  const auto info = step->batch_info();
+  ASSERT_EQ(info["batches"], 2);
+  // Each run() returns the ntokens of the batch it used, in turn.
+  EXPECT_EQ(step->run(), info["target_tokens_per_batch"][0].get<double>());
+  EXPECT_EQ(step->run(), info["target_tokens_per_batch"][1].get<double>());
+  EXPECT_EQ(info["max_tokens"], config.smoke_batch);
+  for (const auto& padded : info["padded_tokens_per_batch"]) {
+    EXPECT_LE(padded.get<int64_t>(), config.smoke_batch);
+  }
+}
+
+}  // namespace
+}  // namespace gpubench::models
