@@ -12,6 +12,7 @@
 #include "models/mask_rcnn.h"
 #include "models/fconv.h"
 #include "models/transformer.h"
+#include "models/unsupmt.h"
 
 namespace gpubench {
 
@@ -29,6 +30,7 @@ void register_builtin_workloads(Registry& registry) {
   registry.add(models::fairseq_transformer_architecture());  // transformer-big
   registry.add(models::fairseq_fconv_architecture());        // conv-seq2seq
   registry.add(models::bert_pretraining_architecture());     // bert-base, bert-base-mlm
+  registry.add(models::unsupmt_architecture());           // unsupmt
 }
 
 }  // namespace gpubench

@@ -1,0 +1,645 @@
+#include "models/unsupmt.h"
+
+#include "gpubench/compat.h"
+#include "gpubench/config.h"
+#include "models/xlm_batching.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <tuple>
+
+namespace gpubench::models {
+
+namespace {
+
+/// Additive key mask [B, 1, 1, L] from keep [B, L]: 0 where attended, -inf where padded (XLM
+/// fills masked scores with -inf).
+torch::Tensor additive_key_mask(const torch::Tensor& keep) {
+  const auto sizes = std::vector<int64_t>{keep.size(0), 1, 1, keep.size(1)};
+  return torch::zeros(sizes, torch::TensorOptions().device(keep.device()))
+      .masked_fill(keep.view(sizes).logical_not(), -std::numeric_limits<float>::infinity());
+}
+
+/// keep [B, L]: position < length.
+torch::Tensor non_pad_mask(const torch::Tensor& lengths, int64_t length) {
+  return torch::arange(length, lengths.options()).unsqueeze(0) < lengths.unsqueeze(1);
+}
+
+}  // namespace
+
+// ---- Attention ----
+
+XlmAttentionImpl::XlmAttentionImpl(int64_t dim_, int64_t heads_, double dropout_, bool cross)
+    : dim(dim_), heads(heads_), dropout(dropout_) {
+  TORCH_CHECK(dim % heads == 0, "dim must be a multiple of heads");
+  if (cross) {
+    q = register_module("q", torch::nn::Linear(dim, dim));
+    kv = register_module("kv", torch::nn::Linear(dim, 2 * dim));
+  } else {
+    qkv = register_module("qkv", torch::nn::Linear(dim, 3 * dim));
+  }
+  out = register_module("out", torch::nn::Linear(dim, dim));
+}
+
+torch::Tensor XlmAttentionImpl::split_heads(const torch::Tensor& x) const {
+  return x.view({x.size(0), x.size(1), heads, dim / heads}).transpose(1, 2);
+}
+
+torch::Tensor XlmAttentionImpl::merge_heads(const torch::Tensor& x) const {
+  return x.transpose(1, 2).reshape({x.size(0), x.size(2), dim});
+}
+
+torch::Tensor XlmAttentionImpl::self_attention(const torch::Tensor& x,
+                                               const std::optional<torch::Tensor>& mask,
+                                               bool causal) {
+  const int64_t batch = x.size(0), length = x.size(1);
+  // [B, L, 3D] -> 3 x [B, heads, L, D/heads]
+  auto qkv_heads = qkv(x).view({batch, length, 3, heads, dim / heads}).permute({2, 0, 3, 1, 4});
+  std::optional<torch::Tensor> typed_mask;
+  if (mask) typed_mask = mask->to(qkv_heads.scalar_type());
+  auto context = compat::scaled_dot_product_attention(
+      qkv_heads[0], qkv_heads[1], qkv_heads[2], typed_mask, is_training() ? dropout : 0.0, causal);
+  return out(merge_heads(context));
+}
+
+torch::Tensor XlmAttentionImpl::self_attention_step(const torch::Tensor& x,
+                                                    torch::Tensor& key_cache,
+                                                    torch::Tensor& value_cache, int64_t t,
+                                                    int64_t max_len) {
+  const int64_t batch = x.size(0);
+  auto qkv_heads = qkv(x).view({batch, 1, 3, heads, dim / heads}).permute({2, 0, 3, 1, 4});
+  if (!key_cache.defined()) {
+    // Allocated at the first step, in the dtype the projection produces (autocast or not).
+    const auto sizes = std::vector<int64_t>{batch, heads, max_len, dim / heads};
+    key_cache = torch::empty(sizes, qkv_heads.options());
+    value_cache = torch::empty(sizes, qkv_heads.options());
+  }
+  // The caches are written in place, one position per step: XLM concatenates instead, which
+  // copies the whole prefix every step; the attended values are the same.
+  key_cache.narrow(2, t, 1).copy_(qkv_heads[1]);
+  value_cache.narrow(2, t, 1).copy_(qkv_heads[2]);
+  auto context = compat::scaled_dot_product_attention(qkv_heads[0], key_cache.narrow(2, 0, t + 1),
+                                                      value_cache.narrow(2, 0, t + 1), std::nullopt,
+                                                      is_training() ? dropout : 0.0);
+  return out(merge_heads(context));
+}
+
+std::pair<torch::Tensor, torch::Tensor> XlmAttentionImpl::source_keys_values(
+    const torch::Tensor& source) {
+  const int64_t batch = source.size(0), length = source.size(1);
+  auto kv_heads = kv(source).view({batch, length, 2, heads, dim / heads}).permute({2, 0, 3, 1, 4});
+  return {kv_heads[0], kv_heads[1]};
+}
+
+torch::Tensor XlmAttentionImpl::cross_attention(const torch::Tensor& x, const torch::Tensor& keys,
+                                                const torch::Tensor& values,
+                                                const torch::Tensor& mask) {
+  auto query = split_heads(q(x));
+  auto context = compat::scaled_dot_product_attention(
+      query, keys, values, mask.to(query.scalar_type()), is_training() ? dropout : 0.0);
+  return out(merge_heads(context));
+}
+
+// ---- Layer ----
+
+XlmLayerImpl::XlmLayerImpl(const XlmTransformerOptions& o) : options(o) {
+  const int64_t d = o.dim();
+  auto norm = [&] {
+    return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(o.layer_norm_eps()));
+  };
+  attention =
+      register_module("attention", XlmAttention(d, o.heads(), o.attention_dropout(), false));
+  layer_norm1 = register_module("layer_norm1", norm());
+  if (o.is_decoder()) {
+    encoder_attn =
+        register_module("encoder_attn", XlmAttention(d, o.heads(), o.attention_dropout(), true));
+    layer_norm15 = register_module("layer_norm15", norm());
+  }
+  lin1 = register_module("lin1", torch::nn::Linear(d, o.ffn_dim()));
+  lin2 = register_module("lin2", torch::nn::Linear(o.ffn_dim(), d));
+  layer_norm2 = register_module("layer_norm2", norm());
+}
+
+torch::Tensor XlmLayerImpl::feed_forward(const torch::Tensor& x) {
+  // XLM's TransformerFFN: lin1, GELU (erf form), lin2, dropout; no dropout inside.
+  return torch::dropout(lin2(torch::gelu(lin1(x))), options.dropout(), is_training());
+}
+
+torch::Tensor XlmLayerImpl::forward(const torch::Tensor& x,
+                                    const std::optional<torch::Tensor>& self_mask, bool causal,
+                                    const Source* source) {
+  const double p = options.dropout();
+  auto h = attention->self_attention(x, self_mask, causal);
+  h = layer_norm1(x + torch::dropout(h, p, is_training()));
+  if (source != nullptr) {
+    auto a = encoder_attn->cross_attention(h, source->keys, source->values, source->mask);
+    h = layer_norm15(h + torch::dropout(a, p, is_training()));
+  }
+  return layer_norm2(h + feed_forward(h));
+}
+
+torch::Tensor XlmLayerImpl::forward_step(const torch::Tensor& x, torch::Tensor& key_cache,
+                                         torch::Tensor& value_cache, int64_t t, int64_t max_len,
+                                         const Source& source) {
+  const double p = options.dropout();
+  auto h = attention->self_attention_step(x, key_cache, value_cache, t, max_len);
+  h = layer_norm1(x + torch::dropout(h, p, is_training()));
+  auto a = encoder_attn->cross_attention(h, source.keys, source.values, source.mask);
+  h = layer_norm15(h + torch::dropout(a, p, is_training()));
+  return layer_norm2(h + feed_forward(h));
+}
+
+// ---- Transformer ----
+
+XlmTransformerImpl::XlmTransformerImpl(const XlmTransformerOptions& o) : options(o) {
+  const int64_t d = o.dim();
+  position_embeddings =
+      register_module("position_embeddings", torch::nn::Embedding(o.max_positions(), d));
+  lang_embeddings = register_module("lang_embeddings", torch::nn::Embedding(o.n_langs(), d));
+  embeddings = register_module(
+      "embeddings", torch::nn::Embedding(
+                        torch::nn::EmbeddingOptions(o.n_words(), d).padding_idx(xlm::kPadIndex)));
+  layer_norm_emb = register_module(
+      "layer_norm_emb",
+      torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(o.layer_norm_eps())));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < o.layers(); ++i) layers->push_back(XlmLayer(o));
+  // pred_layer.proj: its weight is the word-embedding table (share_inout_emb), its bias its own.
+  pred_bias = register_parameter("pred_bias", torch::empty({o.n_words()}));
+
+  // XLM's initialization: embeddings N(0, dim^-1/2) with the padding row zeroed; Linear and
+  // LayerNorm keep PyTorch's defaults (which libtorch's match), pred_layer's bias included.
+  torch::NoGradGuard no_grad;
+  const double std = 1.0 / std::sqrt(static_cast<double>(d));
+  for (auto* table : {&embeddings, &position_embeddings, &lang_embeddings}) {
+    (*table)->weight.normal_(0, std);
+  }
+  embeddings->weight[xlm::kPadIndex].zero_();
+  pred_bias.uniform_(-std, std);
+}
+
+torch::Tensor XlmTransformerImpl::embed(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                        int64_t lang) {
+  // Every position of a batch is in one language, so the language embedding is one row.
+  auto h = embeddings(tokens) + position_embeddings(positions).unsqueeze(0) +
+           lang_embeddings->weight.select(0, lang);
+  return torch::dropout(layer_norm_emb(h), options.dropout(), is_training());
+}
+
+std::vector<XlmLayerImpl::Source> XlmTransformerImpl::sources(const torch::Tensor& source,
+                                                              const torch::Tensor& source_lengths) {
+  const auto mask = additive_key_mask(non_pad_mask(source_lengths, source.size(1)));
+  std::vector<XlmLayerImpl::Source> out;
+  for (const auto& layer : *layers) {
+    auto [keys, values] = layer->as<XlmLayer>()->encoder_attn->source_keys_values(source);
+    out.push_back({keys, values, mask});
+  }
+  return out;
+}
+
+torch::Tensor XlmTransformerImpl::forward(const torch::Tensor& x, const torch::Tensor& lengths,
+                                          int64_t lang, bool causal, const torch::Tensor& source,
+                                          const torch::Tensor& source_lengths) {
+  TORCH_CHECK(source.defined() == options.is_decoder(),
+              "a decoder takes an encoder output, an encoder does not");
+  const int64_t length = x.size(0);
+  const auto keep = non_pad_mask(lengths, length);  // [B, L]
+  auto h = embed(x.t(), torch::arange(length, x.options()), lang);
+  const auto keep_hidden = keep.unsqueeze(-1);
+  h = h * keep_hidden.to(h.scalar_type());
+  // A causal decoder masks nothing else: padding sits after every real position, so no real
+  // position attends to it (XLM's causal mask ignores lengths too).
+  std::optional<torch::Tensor> self_mask;
+  if (!causal) self_mask = additive_key_mask(keep);
+  std::vector<XlmLayerImpl::Source> from;
+  if (source.defined()) from = sources(source, source_lengths);
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    h = layers[i]->as<XlmLayer>()->forward(h, self_mask, causal, from.empty() ? nullptr : &from[i]);
+    h = h * keep_hidden.to(h.scalar_type());
+  }
+  return h;
+}
+
+torch::Tensor XlmTransformerImpl::scores(const torch::Tensor& hidden) {
+  return torch::nn::functional::linear(hidden, embeddings->weight, pred_bias);
+}
+
+GreedyOutput XlmTransformerImpl::generate(const torch::Tensor& source,
+                                          const torch::Tensor& source_lengths, int64_t lang,
+                                          int64_t max_len, bool use_cache) {
+  TORCH_CHECK(options.is_decoder(), "only a decoder generates");
+  TORCH_CHECK(max_len >= 2 && max_len <= options.max_positions(), "max_len ", max_len,
+              " outside [2, ", options.max_positions(), "]");
+  const int64_t batch = source.size(0);
+  const auto long_options = source_lengths.options().dtype(torch::kLong);
+  auto tokens = torch::full({max_len, batch}, xlm::kPadIndex, long_options);
+  tokens[0].fill_(xlm::kEosIndex);  // </s> starts every sentence
+  auto lengths = torch::ones({batch}, long_options);
+  auto unfinished = torch::ones({batch}, long_options);
+  std::vector<XlmLayerImpl::Source> from;
+  if (use_cache) from = sources(source, source_lengths);  // once, as XLM caches them
+  std::vector<torch::Tensor> key_caches(layers->size()), value_caches(layers->size());
+
+  for (int64_t t = 0; t + 1 < max_len; ++t) {
+    torch::Tensor last;  // [B, D]: the hidden state at position t
+    if (use_cache) {
+      auto h = embed(tokens[t].unsqueeze(1), torch::full({1}, t, long_options), lang);
+      // A finished sentence's new position is padding: XLM's non-pad mask zeroes it.
+      const auto keep = lengths.gt(t).view({batch, 1, 1});
+      h = h * keep.to(h.scalar_type());
+      for (std::size_t i = 0; i < layers->size(); ++i) {
+        h = layers[i]->as<XlmLayer>()->forward_step(h, key_caches[i], value_caches[i], t, max_len,
+                                                    from[i]);
+        h = h * keep.to(h.scalar_type());
+      }
+      last = h.select(1, 0);
+    } else {
+      auto h = forward(tokens.narrow(0, 0, t + 1), lengths, lang, /*causal=*/true, source,
+                       source_lengths);
+      last = h.select(1, t);
+    }
+    const auto next = scores(last).argmax(-1);
+    // Finished sentences get padding; the others their next word. All on the device.
+    tokens[t + 1].copy_(next * unfinished + xlm::kPadIndex * (1 - unfinished));
+    lengths.add_(unfinished);
+    unfinished.mul_(next.ne(xlm::kEosIndex).to(torch::kLong));
+  }
+  tokens[max_len - 1].masked_fill_(unfinished.to(torch::kBool), xlm::kEosIndex);
+  return {tokens, lengths};
+}
+
+// ---- Noise ----
+
+torch::Tensor word_shuffle(const torch::Tensor& x, const torch::Tensor& lengths,
+                           const torch::Tensor& noise) {
+  const int64_t rows = x.size(0) - 1;  // rows that may move: all but the last
+  auto position = torch::arange(rows, torch::TensorOptions().dtype(torch::kDouble)).unsqueeze(1);
+  auto scores = position + noise.to(torch::kDouble);
+  scores[0].fill_(-1.0);  // the start symbol stays first
+  // Rows at or after the final </s> keep their place: they sort last, in order (stable sort).
+  const auto moving = position < (lengths - 1).unsqueeze(0).to(torch::kDouble);
+  scores = scores.masked_fill(moving.logical_not(), std::numeric_limits<double>::infinity());
+  const auto permutation =
+      std::get<1>(scores.sort(/*stable=*/c10::optional<bool>(true), /*dim=*/0));
+  auto shuffled = x.clone();
+  shuffled.narrow(0, 0, rows).copy_(x.narrow(0, 0, rows).gather(0, permutation));
+  return shuffled;
+}
+
+std::pair<torch::Tensor, torch::Tensor> word_dropout(const torch::Tensor& x,
+                                                     const torch::Tensor& lengths,
+                                                     const torch::Tensor& keep,
+                                                     const torch::Tensor& fallback) {
+  const int64_t rows = x.size(0) - 1, batch = x.size(1);
+  auto position = torch::arange(rows, lengths.options()).unsqueeze(1);
+  // Rows 0 .. len - 2: the start symbol (always kept) and the words.
+  auto kept = keep.to(torch::kBool) & (position < (lengths - 1).unsqueeze(0));
+  kept[0].fill_(true);
+  // A sentence left with the start symbol alone keeps one random word (XLM appends it; keeping
+  // it in place is the same sentence, since it follows the start symbol either way).
+  const auto alone = kept.sum(0) == 1;
+  kept = kept | (alone.unsqueeze(0) & (position == fallback.unsqueeze(0)));
+  const auto new_lengths = kept.sum(0) + 1;  // + the final </s>
+  const int64_t new_rows = new_lengths.max().item<int64_t>();
+  // Each kept token goes to row (kept tokens before it); dropped ones to a scratch row past
+  // the end, cut off afterwards.
+  auto out = torch::full({new_rows + 1, batch}, xlm::kPadIndex, x.options());
+  const auto target_row =
+      torch::where(kept, kept.cumsum(0) - 1, torch::full_like(kept, new_rows, lengths.options()));
+  out.scatter_(0, target_row, x.narrow(0, 0, rows));
+  out = out.narrow(0, 0, new_rows).clone();
+  out.scatter_(0, (new_lengths - 1).unsqueeze(0),
+               torch::full({1, batch}, xlm::kEosIndex, x.options()));
+  return {out, new_lengths};
+}
+
+torch::Tensor word_blank(const torch::Tensor& x, const torch::Tensor& lengths,
+                         const torch::Tensor& keep) {
+  const int64_t rows = x.size(0) - 1;
+  auto position = torch::arange(rows, lengths.options()).unsqueeze(1);
+  auto blank = keep.to(torch::kBool).logical_not() & (position < (lengths - 1).unsqueeze(0));
+  blank[0].fill_(false);
+  auto out = x.clone();
+  out.narrow(0, 0, rows).masked_fill_(blank, xlm::kMaskIndex);
+  return out;
+}
+
+std::pair<torch::Tensor, torch::Tensor> add_noise(const torch::Tensor& x,
+                                                  const torch::Tensor& lengths,
+                                                  const NoiseOptions& options) {
+  torch::Tensor words = x, sizes = lengths;
+  if (options.shuffle > 0) {
+    words = word_shuffle(words, sizes,
+                         torch::rand({words.size(0) - 1, words.size(1)},
+                                     torch::TensorOptions().dtype(torch::kDouble)) *
+                             options.shuffle);
+  }
+  if (options.dropout > 0) {
+    const auto keep = torch::rand({words.size(0) - 1, words.size(1)}) >= options.dropout;
+    // XLM's fallback: np.random.randint(1, len(words)), words being the len - 1 leading rows.
+    const auto fallback =
+        (torch::rand({words.size(1)}, torch::TensorOptions().dtype(torch::kDouble)) *
+         (sizes - 2).to(torch::kDouble))
+            .floor()
+            .to(torch::kLong) +
+        1;
+    std::tie(words, sizes) = word_dropout(words, sizes, keep, fallback);
+  }
+  if (options.blank > 0) {
+    words =
+        word_blank(words, sizes, torch::rand({words.size(0) - 1, words.size(1)}) >= options.blank);
+  }
+  return {words, sizes};
+}
+
+// ---- The workload ----
+
+namespace {
+
+/// XLM's README pair: --lgs en-fr, so en is language 0 and fr language 1.
+const std::vector<std::string> kLanguages = {"en", "fr"};
+
+/// Greedy decoding length of a back-translation (XLM's bt_step): int(1.3 * max(len1) + 5).
+int64_t decode_length(int64_t longest) {
+  return static_cast<int64_t>(1.3 * static_cast<double>(longest) + 5);
+}
+
+/// Which of the (sorted, length-homogeneous) token batches each sub-step trains on: one batch
+/// per octile-pair, so both auto-encoding steps together and both back-translation steps
+/// together sample a short and a long batch (the 12.5/87.5% and the 37.5/62.5% points).
+/// Order: AE en, AE fr, BT en-fr-en, BT fr-en-fr.
+const std::vector<double> kBatchQuantiles = {0.125, 0.875, 0.375, 0.625};
+
+uint64_t language_seed(uint64_t seed, int64_t lang) {
+  return seed ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(lang + 1));
+}
+
+XlmTargets make_targets(const xlm::SentenceBatch& batch, const torch::Device& device) {
+  XlmTargets t;
+  t.host_lengths = batch.host_lengths;
+  const int64_t slen = batch.x.size(0), n = batch.x.size(1);
+  std::vector<int64_t> predicted, labels;
+  const auto x = batch.x.accessor<int64_t, 2>();
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t p = 0; p + 1 < t.host_lengths[b]; ++p) {
+      predicted.push_back(b * slen + p);
+      labels.push_back(x[p + 1][b]);
+    }
+  }
+  t.words = static_cast<int64_t>(predicted.size());
+  const auto long_options = torch::TensorOptions().dtype(torch::kLong);
+  t.x = batch.x.to(device);
+  t.lengths = batch.lengths.to(device);
+  t.predicted = torch::tensor(predicted, long_options).to(device);
+  t.labels = torch::tensor(labels, long_options).to(device);
+  return t;
+}
+
+}  // namespace
+
+ParamSchema unsupmt_model_schema() {
+  return {
+      {"vocab_size", ParamKind::kInt, 64699, "shared BPE vocabulary (XLM en-de: 64,699)", {}, 15},
+      {"dim", ParamKind::kInt, 1024, "embedding and hidden width (--emb_dim)", {}, 1},
+      {"layers", ParamKind::kInt, 6, "layers of the encoder and of the decoder", {}, 1},
+      {"heads", ParamKind::kInt, 8, "attention heads (divides dim)", {}, 1},
+      {"ffn_dim", ParamKind::kInt, 4096, "feed-forward width (XLM: 4 x dim)", {}, 1},
+      {"max_positions", ParamKind::kInt, 512, "learned positions (N_MAX_POSITIONS)", {}, 2},
+      {"n_langs", ParamKind::kInt, 2, "languages with a learned embedding", {}, 2},
+      {"dropout", ParamKind::kNumber, 0.1, "dropout probability", {}, 0},
+      {"attention_dropout", ParamKind::kNumber, 0.1, "dropout on attention probabilities", {}, 0},
+      {"layer_norm_eps", ParamKind::kNumber, 1e-12, "LayerNorm epsilon", {}, 0},
+      {"word_shuffle", ParamKind::kNumber, 3.0, "AE noise: shuffle distance k (0 = off)", {}, 0},
+      {"word_dropout", ParamKind::kNumber, 0.1, "AE noise: word drop probability", {}, 0},
+      {"word_blank", ParamKind::kNumber, 0.1, "AE noise: word blank probability", {}, 0},
+      {"lambda_ae", ParamKind::kNumber, 1.0, "AE loss weight (--lambda_ae at step 0)", {}, 0},
+      {"max_len", ParamKind::kInt, 100, "longest sentence kept, in words (--max_len)", {}, 1},
+      {"length_mean", ParamKind::kNumber, 27.0, "mean words per sentence (log-normal)", {}, 1},
+      {"length_log_sigma", ParamKind::kNumber, 0.55, "std of log(words per sentence)", {}, 0},
+      {"corpus_sentences",
+       ParamKind::kInt,
+       5000000,
+       "synthetic sentences per language the batches are cut from (get-data-nmt.sh: 5M)",
+       {},
+       1},
+  };
+}
+
+ParamSchema unsupmt_optimizer_schema() {
+  return {
+      {"lr", ParamKind::kNumber, 1e-4, "rate at the end of the warm-up", {}, 0},
+      {"beta1", ParamKind::kNumber, 0.9, "first-moment decay", {}, 0},
+      {"beta2", ParamKind::kNumber, 0.98, "second-moment decay", {}, 0},
+      {"eps", ParamKind::kNumber, 1e-8, "added to the denominator", {}, 0},
+      {"warmup_steps", ParamKind::kInt, 4000, "updates of the linear warm-up", {}, 0},
+      {"warmup_init_lr", ParamKind::kNumber, 1e-7, "rate of the first update", {}, 0},
+      {"clip_norm", ParamKind::kNumber, 5.0, "global gradient-norm clip; 0 = off", {}, 0},
+  };
+}
+
+XlmTransformerOptions xlm_options(const Params& m, bool is_decoder) {
+  return XlmTransformerOptions(m.i64("vocab_size"), is_decoder)
+      .dim(m.i64("dim"))
+      .layers(m.i64("layers"))
+      .heads(m.i64("heads"))
+      .ffn_dim(m.i64("ffn_dim"))
+      .max_positions(m.i64("max_positions"))
+      .n_langs(m.i64("n_langs"))
+      .dropout(m.f64("dropout"))
+      .attention_dropout(m.f64("attention_dropout"))
+      .layer_norm_eps(m.f64("layer_norm_eps"));
+}
+
+UnsupMtStep::UnsupMtStep(const StepContext& ctx)
+    : precision_(ctx.precision),
+      device_(ctx.device),
+      lambda_ae_(ctx.model.f64("lambda_ae")),
+      tokens_per_batch_(ctx.batch) {
+  const Params& m = ctx.model;
+  torch::manual_seed(ctx.seed);
+  encoder_ = XlmTransformer(xlm_options(m, false));
+  decoder_ = XlmTransformer(xlm_options(m, true));
+  encoder_->to(ctx.device);
+  decoder_->to(ctx.device);
+  encoder_->train();
+  decoder_->train();
+
+  // Two monolingual corpora, sorted and cut into token batches as XLM's iterator does; each
+  // sub-step takes the batch at its quantile.
+  const xlm::LengthModel lengths{m.f64("length_mean"), m.f64("length_log_sigma"), m.i64("max_len")};
+  std::vector<std::vector<int64_t>> sorted(kLanguages.size());
+  std::vector<std::vector<xlm::BatchBounds>> batches(kLanguages.size());
+  for (std::size_t lang = 0; lang < kLanguages.size(); ++lang) {
+    sorted[lang] = xlm::sort_lengths(
+        xlm::sample_sentence_lengths(m.i64("corpus_sentences"), lengths,
+                                     language_seed(ctx.seed, static_cast<int64_t>(lang))),
+        lengths.max_words);
+    batches[lang] = xlm::token_batches(sorted[lang], ctx.batch);
+  }
+  auto words_of = [&](std::size_t lang, double quantile) {
+    const auto& all = batches[lang];
+    const auto& bounds =
+        all[xlm::batches_at_quantiles(static_cast<int64_t>(all.size()), {quantile})[0]];
+    return std::vector<int64_t>(sorted[lang].begin() + bounds.first,
+                                sorted[lang].begin() + bounds.second);
+  };
+
+  torch::manual_seed(ctx.seed + 1);
+  const NoiseOptions noise{m.f64("word_shuffle"), m.f64("word_dropout"), m.f64("word_blank")};
+  const int64_t vocab = m.i64("vocab_size");
+  for (std::size_t lang = 0; lang < kLanguages.size(); ++lang) {
+    const auto batch = xlm::make_sentence_batch(words_of(lang, kBatchQuantiles[lang]), vocab);
+    // The noise is drawn here, once: XLM draws it on the host before the batch reaches the
+    // GPU, and word dropout changes the lengths, so the noised batch's shape is only known
+    // after a host read.
+    auto [noised, noised_lengths] = add_noise(batch.x, batch.lengths, noise);
+    noised_.emplace_back(noised.to(ctx.device), noised_lengths.to(ctx.device));
+    ae_.push_back(make_targets(batch, ctx.device));
+  }
+  for (std::size_t lang = 0; lang < kLanguages.size(); ++lang) {
+    const auto batch = xlm::make_sentence_batch(words_of(lang, kBatchQuantiles[2 + lang]), vocab);
+    decode_lengths_.push_back(decode_length(batch.x.size(0)));
+    TORCH_CHECK(decode_lengths_.back() <= m.i64("max_positions"), "back-translations of ",
+                decode_lengths_.back(), " tokens exceed max_positions ", m.i64("max_positions"));
+    bt_.push_back(make_targets(batch, ctx.device));
+  }
+  for (const auto& t : ae_) words_ += static_cast<double>(t.words);
+  for (const auto& t : bt_) words_ += static_cast<double>(t.words);
+
+  // One optimizer over both models, as XLM's parameters['model'].
+  const Params& o = ctx.optimizer;
+  train::ParamGroup group;
+  for (const auto& p : encoder_->parameters()) group.params.push_back(p);
+  for (const auto& p : decoder_->parameters()) group.params.push_back(p);
+  train::AdamOptions adam;
+  adam.lr = o.f64("warmup_init_lr");
+  adam.beta1 = o.f64("beta1");
+  adam.beta2 = o.f64("beta2");
+  adam.eps = o.f64("eps");
+  // XLM's AdamInverseSqrtWithWarmup sets the rate of update n + 1 from the n updates done, so
+  // the first update runs at warmup_init_lr: the shared schedule, one step behind.
+  auto schedule = [base = train::inverse_sqrt(o.f64("lr"), o.i64("warmup_steps"),
+                                              o.f64("warmup_init_lr"))](int64_t step) {
+    return base(step - 1);
+  };
+  updater_ = std::make_unique<train::Updater>(
+      std::make_unique<train::Adam>(std::vector<train::ParamGroup>{group}, adam), ctx.precision,
+      ctx.device, o.f64("clip_norm"), schedule);
+  back_translations_.resize(bt_.size());
+}
+
+torch::Tensor UnsupMtStep::prediction_loss(const torch::Tensor& hidden, const XlmTargets& targets) {
+  // XLM's predict: the hidden states where a next word is predicted, pred_layer, mean
+  // cross-entropy (no label smoothing).
+  const auto selected = hidden.reshape({-1, hidden.size(-1)}).index_select(0, targets.predicted);
+  return torch::nn::functional::cross_entropy(decoder_->scores(selected).to(torch::kFloat),
+                                              targets.labels);
+}
+
+double UnsupMtStep::run() {
+  // Denoising auto-encoding: noised sentence -> the sentence, in the same language.
+  for (std::size_t lang = 0; lang < ae_.size(); ++lang) {
+    const auto& [noised, noised_lengths] = noised_[lang];
+    const auto& target = ae_[lang];
+    const auto id = static_cast<int64_t>(lang);
+    updater_->zero_grad();
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(precision_, device_);
+      const auto encoded = encoder_->forward(noised, noised_lengths, id, /*causal=*/false);
+      const auto decoded =
+          decoder_->forward(target.x, target.lengths, id, /*causal=*/true, encoded, noised_lengths);
+      loss = lambda_ae_ * prediction_loss(decoded, target);
+    }
+    losses_["ae_" + kLanguages[lang]] = loss.detach();
+    updater_->backward_and_step(loss);
+  }
+  // Back-translation: translate l1 -> l2 greedily without gradients, then learn l2 -> l1.
+  for (std::size_t lang = 0; lang < bt_.size(); ++lang) {
+    const auto& original = bt_[lang];
+    const auto l1 = static_cast<int64_t>(lang), l2 = 1 - l1;
+    GreedyOutput translation;
+    {
+      torch::NoGradGuard no_grad;
+      AutocastGuard autocast(precision_, device_);
+      encoder_->eval();
+      decoder_->eval();
+      const auto encoded = encoder_->forward(original.x, original.lengths, l1, /*causal=*/false);
+      translation = decoder_->generate(encoded, original.lengths, l2, decode_lengths_[lang]);
+      encoder_->train();
+      decoder_->train();
+    }
+    updater_->zero_grad();
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(precision_, device_);
+      const auto encoded =
+          encoder_->forward(translation.tokens, translation.lengths, l2, /*causal=*/false);
+      const auto decoded = decoder_->forward(original.x, original.lengths, l1, /*causal=*/true,
+                                             encoded, translation.lengths);
+      loss = prediction_loss(decoded, original);  // XLM's bt_step applies no lambda
+    }
+    losses_["bt_" + kLanguages[l1] + "_" + kLanguages[l2] + "_" + kLanguages[l1]] = loss.detach();
+    back_translations_[lang] = translation;
+    updater_->backward_and_step(loss);
+  }
+  return words_;
+}
+
+std::map<std::string, torch::Tensor> UnsupMtStep::losses() const { return losses_; }
+
+std::map<std::string, std::vector<torch::Tensor>> UnsupMtStep::parameters() const {
+  return {{"encoder", encoder_->parameters()}, {"decoder", decoder_->parameters()}};
+}
+
+Json UnsupMtStep::batch_info() const {
+  Json steps = Json::array();
+  int64_t sentences = 0;
+  auto describe = [&](const std::string& name, const XlmTargets& t) {
+    int64_t tokens = 0;
+    for (const int64_t length : t.host_lengths) tokens += length;
+    const auto n = static_cast<int64_t>(t.host_lengths.size());
+    sentences += n;
+    return Json{{"step", name},
+                {"sentences", n},
+                {"max_len", t.x.size(0)},
+                {"budget_tokens", tokens},
+                {"padded_tokens", n * t.x.size(0)},
+                {"words", t.words}};
+  };
+  for (std::size_t lang = 0; lang < ae_.size(); ++lang) {
+    Json info = describe("ae_" + kLanguages[lang], ae_[lang]);
+    info["noised_max_len"] = noised_[lang].first.size(0);
+    steps.push_back(info);
+  }
+  for (std::size_t lang = 0; lang < bt_.size(); ++lang) {
+    Json info = describe("bt_" + kLanguages[lang], bt_[lang]);
+    info["decode_len"] = decode_lengths_[lang];
+    steps.push_back(info);
+  }
+  return Json{{"tokens_per_batch", tokens_per_batch_},
+              {"sentences_per_batch", static_cast<double>(sentences) / 4.0},
+              {"words_per_step", words_},
+              {"batches", steps}};
+}
+
+Architecture unsupmt_architecture() {
+  Architecture a;
+  a.name = "xlm-unsupmt";
+  a.summary = "XLM unsupervised MT: denoising auto-encoding + greedy on-the-fly back-translation";
+  a.model_schema = unsupmt_model_schema();
+  a.optimizer_schema = unsupmt_optimizer_schema();
+  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
+    return std::make_unique<UnsupMtStep>(ctx);
+  };
+  a.count_parameters = [](const Params& model) {
+    XlmTransformer encoder(xlm_options(model, false)), decoder(xlm_options(model, true));
+    return std::map<std::string, int64_t>{
+        {"total", count_trainable(encoder->parameters()) + count_trainable(decoder->parameters())}};
+  };
+  return a;
+}
+
+}  // namespace gpubench::models
