@@ -163,6 +163,8 @@ class TokenBatches {
   const TokenBatch& next();
   /// For the record: sentences and tokens per batch, and their means.
   Json info(int64_t max_tokens) const;
+  /// Batches cycled through.
+  int64_t size() const { return static_cast<int64_t>(batches_.size()); }
 
  private:
   std::vector<BatchShape> shapes_;

@@ -66,6 +66,12 @@ class TranslationStep final : public TrainStep {
 
   Json batch_info() const override { return batches_.info(max_tokens_); }
 
+  // Each step takes the next of the cycled batches, whose lengths differ: warm-up runs each
+  // once, and the timed window covers whole cycles.
+  int64_t warmup_steps() const override { return batches_.size(); }
+  bool uniform_steps() const override { return false; }
+  int64_t representative_steps() const override { return batches_.size(); }
+
  private:
   Model model_;
   TokenBatches batches_;

@@ -407,7 +407,7 @@ YoloLossTerms YoloLoss::forward(const std::vector<torch::Tensor>& outputs,
 
 // ---- Synthetic data ----
 
-DetectionBatch::DetectionBatch(int64_t batch, int64_t input_size, int64_t boxes_per_image,
+YoloBatch::YoloBatch(int64_t batch, int64_t input_size, int64_t boxes_per_image,
                                int64_t classes_count, double min_size, double max_size,
                                double max_aspect, const torch::Device& device, uint64_t seed) {
   TORCH_CHECK(min_size > 0 && min_size <= max_size && max_size <= 1, "box sizes out of range");
@@ -527,7 +527,7 @@ class YoloV3Step final : public TrainStep {
   torch::Device device_;
   YoloV3 model_;
   YoloLoss loss_fn_;
-  DetectionBatch batch_;
+  YoloBatch batch_;
   train::Updater updater_;
   YoloLossTerms terms_;
 };

@@ -191,8 +191,8 @@ class YoloLoss {
 /// aspect w/h log-uniform in [1/max_aspect, max_aspect], sides capped at 1; centres uniform
 /// where the whole box stays inside the image; classes uniform in [0, classes). The boxes depend
 /// on the seed only, not on the device.
-struct DetectionBatch {
-  DetectionBatch(int64_t batch, int64_t input_size, int64_t boxes_per_image, int64_t classes,
+struct YoloBatch {
+  YoloBatch(int64_t batch, int64_t input_size, int64_t boxes_per_image, int64_t classes,
                  double min_size, double max_size, double max_aspect, const torch::Device& device,
                  uint64_t seed);
 

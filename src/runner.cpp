@@ -104,7 +104,9 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   t.warmup_steps = std::max<int>(t.warmup_steps, static_cast<int>(step->warmup_steps()));
   t.max_warmup_steps = std::max(t.max_warmup_steps, t.warmup_steps);
   if (!step->uniform_steps()) t.steady_tolerance = -1;  // never "steady": stop at warmup_steps
-  t.min_steps = std::max<int>(t.min_steps, static_cast<int>(step->representative_steps()));
+  // A step mix that repeats every `cycle` steps is timed over whole cycles.
+  const int cycle = static_cast<int>(std::max<int64_t>(1, step->representative_steps()));
+  t.min_steps = std::max(t.min_steps, cycle);
   record.batch_info = step->batch_info();
   for (const auto& [network, params] : step->parameters()) {
     record.trainable_params[network] = count_trainable(params);
@@ -146,6 +148,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
     units += step->run();
     clock.mark();
     ++steps;
+    if (steps % cycle != 0 && steps < kMaxSteps) continue;
     if (window_done(steps, seconds_since(window_start), t) || steps >= kMaxSteps) {
       times = clock.intervals_ms();
       double device_seconds = 0;

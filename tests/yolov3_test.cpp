@@ -289,7 +289,7 @@ TEST(YoloV3Test, LossGradientIsDarknetsDeltaOverTheImages) {
   const int64_t images = 3, size = 128, classes = 6;
   YoloLossOptions o = yolov3_loss_options(size, classes);
   const YoloLoss loss(o, torch::kCPU);
-  DetectionBatch data(images, size, 12, classes, 0.05, 0.9, 3.0, torch::kCPU, 7);
+  YoloBatch data(images, size, 12, classes, 0.05, 0.9, 3.0, torch::kCPU, 7);
   // Two exact repeats with other classes: shared slots for certain.
   auto boxes = data.boxes.clone();
   auto labels = data.classes.clone();
@@ -345,7 +345,7 @@ TEST(YoloV3Test, LossGradientIsDarknetsDeltaOverTheImages) {
 // ---- Synthetic truths ----
 
 TEST(YoloV3Test, SyntheticTruthsAreValidBoxesAndDeterministic) {
-  const DetectionBatch a(16, 608, 8, 80, 0.01, 0.8, 3.0, torch::kCPU, 5);
+  const YoloBatch a(16, 608, 8, 80, 0.01, 0.8, 3.0, torch::kCPU, 5);
   ASSERT_EQ(a.images.sizes(), (std::vector<int64_t>{16, 3, 608, 608}));
   ASSERT_EQ(a.boxes.sizes(), (std::vector<int64_t>{16, 8, 4}));
   ASSERT_EQ(a.classes.sizes(), (std::vector<int64_t>{16, 8}));
@@ -368,11 +368,11 @@ TEST(YoloV3Test, SyntheticTruthsAreValidBoxesAndDeterministic) {
   EXPECT_TRUE(a.images.ge(0).all().item<bool>());
   EXPECT_TRUE(a.images.le(1).all().item<bool>());
 
-  const DetectionBatch same(16, 608, 8, 80, 0.01, 0.8, 3.0, torch::kCPU, 5);
+  const YoloBatch same(16, 608, 8, 80, 0.01, 0.8, 3.0, torch::kCPU, 5);
   EXPECT_TRUE(torch::equal(a.boxes, same.boxes));
   EXPECT_TRUE(torch::equal(a.classes, same.classes));
   EXPECT_TRUE(torch::equal(a.images, same.images));
-  const DetectionBatch other(16, 608, 8, 80, 0.01, 0.8, 3.0, torch::kCPU, 6);
+  const YoloBatch other(16, 608, 8, 80, 0.01, 0.8, 3.0, torch::kCPU, 6);
   EXPECT_FALSE(torch::equal(a.boxes, other.boxes));
 }
 

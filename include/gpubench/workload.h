@@ -63,7 +63,7 @@ class TrainStep {
   virtual bool uniform_steps() const { return true; }
 
   /// Consecutive steps whose work represents the workload's mix (every frequent task or length
-  /// bucket in its share). The timed window runs at least this many. Default: 1
+  /// bucket in its share). The timed window runs a multiple of this many. Default: 1
   virtual int64_t representative_steps() const { return 1; }
 };
 

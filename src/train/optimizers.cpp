@@ -244,11 +244,19 @@ LrSchedule exponential_decay(double lr, double rate, int64_t decay_steps, bool s
     double exponent = static_cast<double>(step - 1) / static_cast<double>(decay_steps);
     if (staircase) exponent = std::floor(exponent);
     return lr * std::pow(rate, exponent);
+  };
+}
+
 LrSchedule poly(double lr, int64_t total, double power) {
+  return [=](int64_t step) {
     const double done = static_cast<double>(step - 1) / static_cast<double>(total);
     return lr * std::pow(std::max(0.0, 1.0 - done), power);
+  };
+}
+
 LrSchedule darknet_steps(double lr, int64_t burn_in, double power, std::vector<int64_t> steps,
                          std::vector<double> scales) {
+  return [=](int64_t step) {
     if (step < burn_in) {
       return lr * std::pow(static_cast<double>(step) / static_cast<double>(burn_in), power);
     }
@@ -258,6 +266,9 @@ LrSchedule darknet_steps(double lr, int64_t burn_in, double power, std::vector<i
       rate *= scales[i];
     }
     return rate;
+  };
+}
+
 // ---- Appended for mask-rcnn ----
 
 ScaledLrSgd::ScaledLrSgd(std::vector<ParamGroup> groups, std::vector<double> lr_factors,
@@ -267,18 +278,25 @@ ScaledLrSgd::ScaledLrSgd(std::vector<ParamGroup> groups, std::vector<double> lr_
   // One plain Sgd per group, so the update (and its momentum state) is Sgd's own code.
   for (const auto& group : groups_) {
     per_group_.push_back(std::make_unique<Sgd>(std::vector<ParamGroup>{group}, options));
+  }
+}
 
 void ScaledLrSgd::step() {
+  ++steps_;
   for (std::size_t g = 0; g < per_group_.size(); ++g) {
     per_group_[g]->set_lr(lr_ * lr_factors_[g]);
     per_group_[g]->step();
+  }
+}
 
 LrSchedule warmup_multistep(double lr, std::vector<int64_t> milestones, double gamma,
                             double warmup_factor, int64_t warmup_iters, bool linear_warmup) {
+  return [=](int64_t step) {
     double factor = 1.0;
     if (step < warmup_iters) {
       const double alpha = static_cast<double>(step) / static_cast<double>(warmup_iters);
       factor = linear_warmup ? warmup_factor * (1 - alpha) + alpha : warmup_factor;
+    }
     // bisect_right(milestones, step) for sorted milestones: the ones already reached.
     int64_t passed = 0;
     for (const int64_t milestone : milestones) passed += milestone <= step ? 1 : 0;

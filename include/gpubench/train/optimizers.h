@@ -127,10 +127,6 @@ LrSchedule warmup_linear_decay(double lr, int64_t warmup, int64_t total);
 LrSchedule inverse_sqrt(double lr, int64_t warmup, double init_lr);
 /// A constant rate.
 LrSchedule constant(double lr);
-/// Polynomial decay to 0 over `total` updates, counted from 0 as TF's polynomial_decay and
-/// torch's PolynomialLR / LambdaLR do: the k-th update (1-based) uses
-/// lr * (1 - (k - 1) / total)^power, and 0 from update total + 1 on.
-LrSchedule poly(double lr, int64_t total, double power);
 
 // ---- TensorFlow's RMSProp ----
 
@@ -164,6 +160,11 @@ class TfRmsProp : public Optimizer {
 /// tf.train.exponential_decay as a schedule: lr * rate^((step - 1) / decay_steps), the exponent
 /// floored when `staircase` (TF counts global steps from 0; gpubench steps from 1).
 LrSchedule exponential_decay(double lr, double rate, int64_t decay_steps, bool staircase);
+
+/// Polynomial decay to 0 over `total` updates, counted from 0 as TF's polynomial_decay and
+/// torch's PolynomialLR / LambdaLR do: the k-th update (1-based) uses
+/// lr * (1 - (k - 1) / total)^power, and 0 from update total + 1 on.
+LrSchedule poly(double lr, int64_t total, double power);
 
 /// darknet's get_current_rate with policy=steps (src/network.c): lr * (step / burn_in)^power
 /// before `burn_in`, then lr times the scales of every boundary in `steps` already reached
