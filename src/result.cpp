@@ -25,6 +25,7 @@ Json JobRecord::to_json() const {
               {"status", status},
               {"message", message},
               {"emulated", emulated},
+              {"search_only", search_only},
               {"memory_cap_gib", memory_cap_gib ? Json(*memory_cap_gib) : Json(nullptr)},
               {"batch", batch},
               {"batch_source", batch_source},
@@ -68,6 +69,7 @@ JobRecord JobRecord::from_json(const Json& j) {
   r.status = j.value("status", std::string("ok"));
   r.message = j.value("message", std::string());
   r.emulated = j.value("emulated", false);
+  r.search_only = j.value("search_only", false);
   if (j.contains("memory_cap_gib") && j["memory_cap_gib"].is_number()) {
     r.memory_cap_gib = j["memory_cap_gib"].get<double>();
   }

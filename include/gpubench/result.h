@@ -37,6 +37,7 @@ struct JobRecord {
   std::string status = "ok";  ///< "ok" | "no-fit" | "failed" | "timeout" | "crashed"
   std::string message;        ///< why it did not succeed
   bool emulated = false;      ///< run under --memory-cap
+  bool search_only = false;   ///< a memory-tier job: the search, no timed run (throughput 0)
   std::optional<double> memory_cap_gib;
   int64_t batch = 0;                 ///< batch of the timed run, in batch_unit
   std::string batch_source;          ///< "search" | "flag" | "cpu"

@@ -1,0 +1,177 @@
+#include "gpubench/journal.h"
+
+#include "gpubench/errors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace gpubench {
+
+namespace {
+
+constexpr const char* kSchema = "gpubench-journal";
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  GPUBENCH_CHECK(in.good(), ConfigError,
+                 "journal '{}' cannot be read (check the path; 'gpubench run --journal FILE' "
+                 "writes one)",
+                 path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+JournalHeader parse_header(const Json& j, const std::string& path) {
+  GPUBENCH_CHECK(j.is_object() && j.value("schema", std::string()) == kSchema, ConfigError,
+                 "{}:1: not a gpubench journal (no \"schema\": \"{}\" on the first line)", path,
+                 kSchema);
+  const int version = j.value("schema_version", 0);
+  GPUBENCH_CHECK(version == kJournalSchemaVersion, ConfigError,
+                 "{}:1: journal schema version {} is not supported by this gpubench (it reads "
+                 "version {}); use the gpubench that wrote it",
+                 path, version, kJournalSchemaVersion);
+  JournalHeader h;
+  h.created_utc = j.value("created_utc", std::string());
+  h.command_line = j.value("command_line", std::vector<std::string>());
+  h.plan = j.value("plan", Json::object());
+  h.run_settings = j.value("run_settings", Json::object());
+  return h;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+Json JournalHeader::to_json() const {
+  return {{"schema", kSchema},
+          {"schema_version", kJournalSchemaVersion},
+          {"created_utc", created_utc},
+          {"command_line", command_line},
+          {"plan", plan},
+          {"run_settings", run_settings}};
+}
+
+bool is_journal_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string first;
+  if (!in.good() || !std::getline(in, first)) return false;
+  const Json j = Json::parse(first, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.value("schema", std::string()) == kSchema;
+}
+
+Journal read_journal(const std::string& path) {
+  const std::string text = read_all(path);
+  Journal journal;
+  journal.path = path;
+  std::size_t start = 0;
+  int line_number = 0;
+  bool have_header = false;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    const bool complete = end != std::string::npos;
+    if (!complete) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+      // Only the last write can be torn by a kill; anything else is damage to report.
+      GPUBENCH_CHECK(!complete, ConfigError,
+                     "{}:{}: not a JSON object; the journal is damaged (remove the line to keep "
+                     "the rest)",
+                     path, line_number);
+      journal.torn_tail = true;
+      break;
+    }
+    if (!have_header) {
+      journal.header = parse_header(j, path);
+      have_header = true;
+      continue;
+    }
+    GPUBENCH_CHECK(j.is_object() && j.contains("job") && j["job"].is_object(), ConfigError,
+                   "{}:{}: expected a {{\"job\": ...}} line", path, line_number);
+    try {
+      journal.jobs.push_back(JobRecord::from_json(j["job"]));
+    } catch (const Json::exception& e) {
+      throw ConfigError(fmt::format("{}:{}: not a job record: {}", path, line_number, e.what()));
+    }
+  }
+  GPUBENCH_CHECK(have_header, ConfigError, "{}: empty journal (no header line)", path);
+  return journal;
+}
+
+JournalWriter JournalWriter::create(const std::string& path, const JournalHeader& header) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == EEXIST) {
+      throw ConfigError(fmt::format(
+          "journal '{}' already exists; continue it with --resume {} or choose another "
+          "--journal path",
+          path, path));
+    }
+    throw ConfigError(
+        fmt::format("journal '{}' cannot be created: {} (check that the folder exists and is "
+                    "writable)",
+                    path, errno_text()));
+  }
+  JournalWriter writer(path, fd);
+  writer.write_line(header.to_json().dump());
+  return writer;
+}
+
+JournalWriter JournalWriter::resume(const std::string& path) {
+  const Journal journal = read_journal(path);  // validates the header and every full line
+  const std::string text = read_all(path);
+  const std::size_t keep = text.empty() || text.back() == '\n' ? text.size()
+                                                               : text.rfind('\n') + 1;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  GPUBENCH_CHECK(fd >= 0, ConfigError, "journal '{}' cannot be opened for appending: {}", path,
+                 errno_text());
+  if (keep != text.size()) {
+    // A torn last line (the writer was killed mid-write): cut it off before appending.
+    if (::ftruncate(fd, static_cast<off_t>(keep)) != 0) {
+      const std::string why = errno_text();
+      ::close(fd);
+      throw ConfigError(fmt::format("journal '{}': cannot cut off its torn last line: {}", path,
+                                    why));
+    }
+  }
+  (void)journal;
+  return JournalWriter(path, fd);
+}
+
+JournalWriter::JournalWriter(JournalWriter&& other) noexcept
+    : path_(std::move(other.path_)), fd_(other.fd_) {
+  other.fd_ = -1;
+}
+
+JournalWriter::~JournalWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void JournalWriter::append(const JobRecord& record) {
+  write_line(Json{{"job", record.to_json()}}.dump());
+}
+
+void JournalWriter::write_line(const std::string& line) {
+  const std::string data = line + '\n';
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    GPUBENCH_CHECK(n > 0, JobError, "journal '{}': write failed: {}", path_, errno_text());
+    done += static_cast<std::size_t>(n);
+  }
+  GPUBENCH_CHECK(::fsync(fd_) == 0, JobError, "journal '{}': fsync failed: {}", path_,
+                 errno_text());
+}
+
+}  // namespace gpubench
