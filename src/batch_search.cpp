@@ -24,6 +24,9 @@ using Clock = std::chrono::steady_clock;
 /// that size before it halves.
 constexpr double kPredictionBias = 0.003;
 constexpr double kBracketFraction = 0.003;
+/// How far below a hinted limit that did not fit the search gallops before it distrusts the
+/// hint and backs off fast (a hint of the same workload is off by well under 1%).
+constexpr double kHintGallop = 0.02;
 
 /// The batches the search may probe: min_batch, and multiples of granularity above it up to
 /// max_batch.
@@ -95,8 +98,21 @@ Line fit_line(const std::vector<FitPoint>& points) {
 
 }  // namespace
 
+Json SearchHint::to_json() const {
+  return {{"fixed_bytes", fixed_bytes}, {"bytes_per_sample", bytes_per_sample}};
+}
+
+std::optional<SearchHint> SearchHint::from_json(const Json& json) {
+  if (!json.is_object()) return std::nullopt;
+  SearchHint hint;
+  hint.fixed_bytes = json.value("fixed_bytes", 0.0);
+  hint.bytes_per_sample = json.value("bytes_per_sample", 0.0);
+  return hint;
+}
+
 SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_bytes,
-                            const ProbeFunction& probe, const ProbeCallback& on_probe) {
+                            const ProbeFunction& probe, const ProbeCallback& on_probe,
+                            const std::optional<SearchHint>& hint) {
   GPUBENCH_ASSERT(settings.min_batch >= 1 && settings.granularity >= 1);
   const auto started = Clock::now();
   const Candidates candidates(settings);
@@ -133,23 +149,45 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
   };
 
   const bool can_predict = capacity_bytes > 0;
+  const bool use_hint = can_predict && hint && hint->valid();
+  bool trust_hint = use_hint;  // until a probe contradicts it
+  record.hinted = use_hint;
   auto predicted = [&]() -> std::optional<double> {
     if (!can_predict) return std::nullopt;
-    const Line line = fit_line(fits);
+    Line line = fit_line(fits);
+    if (trust_hint && fits.size() < 2) {
+      // The hint's slope, through the one point measured here (or as hinted before any fits).
+      line.per_sample = hint->bytes_per_sample;
+      line.fixed = fits.empty() ? hint->fixed_bytes
+                                : fits.back().peak - line.per_sample * double(fits.back().batch);
+    }
     if (!line.valid()) return std::nullopt;
     return line.batch_at(static_cast<double>(capacity_bytes));
   };
 
   // kScout: cheap probes that give the line. kPredict: just under the line's limit, again after
-  // every fit (refitting the line). kConfirm: the line's limit itself. kUp / kDown: steps away from the prediction, doubling,
-  // until the outcome flips. kBisect: halve the bracket [lo, hi] to one batch.
+  // every fit (refitting the line). kConfirm: the line's limit itself. kUp / kDown: steps away from
+  // the prediction, doubling, until the outcome flips. kBisect: halve the bracket [lo, hi] to one
+  // batch.
   enum class Mode { kScout, kPredict, kConfirm, kUp, kDown, kBisect };
   Mode mode = Mode::kScout;
   int64_t step = settings.granularity;
-  const int64_t first = settings.first_probe > 0
-                            ? candidates.align_down(static_cast<double>(settings.first_probe))
-                            : candidates.align_down(4.0 * static_cast<double>(settings.min_batch));
-  run_probe(first, "scout");
+  int64_t hinted_first = 0;
+  if (use_hint && predicted() && *predicted() >= static_cast<double>(candidates.min())) {
+    // Straight to just under the hinted limit; its outcome decides the direction.
+    hinted_first = candidates.align_down(*predicted() * (1 - kPredictionBias));
+    const bool fit = run_probe(hinted_first, "predict");
+    mode = fit ? Mode::kPredict : Mode::kDown;
+    trust_hint = fit;
+    step = std::max(settings.granularity,
+                    candidates.align_down(kBracketFraction * static_cast<double>(hinted_first)));
+  } else {
+    const int64_t first =
+        settings.first_probe > 0
+            ? candidates.align_down(static_cast<double>(settings.first_probe))
+            : candidates.align_down(4.0 * static_cast<double>(settings.min_batch));
+    run_probe(first, "scout");
+  }
 
   while (true) {
     if (lo == candidates.top()) {
@@ -171,7 +209,7 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
     int64_t batch = 0;
     const char* phase = "bracket";
     const auto prediction = predicted();
-    if (lo == 0) {
+    if (lo == 0 && mode != Mode::kDown) {
       // Nothing fits yet: back off fast towards min_batch.
       batch = candidates.align_down(static_cast<double>(hi) / 4.0);
       phase = "scout";
@@ -191,8 +229,7 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
     } else if (mode == Mode::kPredict) {
       // Each predicted probe that fits is a point near the limit: the line through it and the
       // previous one extrapolates only a little, so the next prediction is sharper.
-      step = std::max(settings.granularity,
-                      candidates.align_down(kBracketFraction * *prediction));
+      step = std::max(settings.granularity, candidates.align_down(kBracketFraction * *prediction));
       batch = candidates.align_down(*prediction * (1 - kPredictionBias));
       phase = "predict";
       if (batch <= lo) {
@@ -237,7 +274,11 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
         if (!fit) mode = Mode::kBisect;
         break;
       case Mode::kDown:
-        if (fit) mode = Mode::kBisect;
+        if (fit) {
+          mode = Mode::kBisect;
+        } else if (lo == 0 && static_cast<double>(step) > kHintGallop * double(hinted_first)) {
+          mode = Mode::kScout;  // the hint was far off: back off fast and measure a line
+        }
         break;
       default:
         break;
@@ -275,6 +316,7 @@ Json SearchRecord::to_json() const {
           {"capacity_bytes", capacity_bytes},
           {"probe_count", probes.size()},
           {"stop_reason", stop_reason},
+          {"hinted", hinted},
           {"seconds", seconds},
           {"probes", probes_json}};
 }
@@ -288,6 +330,7 @@ SearchRecord SearchRecord::from_json(const Json& json) {
   r.fixed_bytes = json.value("fixed_bytes", 0.0);
   r.capacity_bytes = json.value("capacity_bytes", int64_t{0});
   r.stop_reason = json.value("stop_reason", std::string());
+  r.hinted = json.value("hinted", false);
   r.seconds = json.value("seconds", 0.0);
   for (const auto& p : json.value("probes", Json::array())) {
     ProbeRecord probe;

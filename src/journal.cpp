@@ -112,10 +112,10 @@ JournalWriter JournalWriter::create(const std::string& path, const JournalHeader
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     if (errno == EEXIST) {
-      throw ConfigError(fmt::format(
-          "journal '{}' already exists; continue it with --resume {} or choose another "
-          "--journal path",
-          path, path));
+      throw ConfigError(
+          fmt::format("journal '{}' already exists; continue it with --resume {} or choose another "
+                      "--journal path",
+                      path, path));
     }
     throw ConfigError(
         fmt::format("journal '{}' cannot be created: {} (check that the folder exists and is "
@@ -130,8 +130,7 @@ JournalWriter JournalWriter::create(const std::string& path, const JournalHeader
 JournalWriter JournalWriter::resume(const std::string& path) {
   const Journal journal = read_journal(path);  // validates the header and every full line
   const std::string text = read_all(path);
-  const std::size_t keep = text.empty() || text.back() == '\n' ? text.size()
-                                                               : text.rfind('\n') + 1;
+  const std::size_t keep = text.empty() || text.back() == '\n' ? text.size() : text.rfind('\n') + 1;
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   GPUBENCH_CHECK(fd >= 0, ConfigError, "journal '{}' cannot be opened for appending: {}", path,
                  errno_text());
@@ -140,8 +139,8 @@ JournalWriter JournalWriter::resume(const std::string& path) {
     if (::ftruncate(fd, static_cast<off_t>(keep)) != 0) {
       const std::string why = errno_text();
       ::close(fd);
-      throw ConfigError(fmt::format("journal '{}': cannot cut off its torn last line: {}", path,
-                                    why));
+      throw ConfigError(
+          fmt::format("journal '{}': cannot cut off its torn last line: {}", path, why));
     }
   }
   (void)journal;

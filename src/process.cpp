@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,37 @@
 #include <thread>
 
 namespace gpubench {
+
+namespace {
+
+/// The signal (SIGINT, SIGTERM, SIGHUP) that asked this process to stop while it waited for a
+/// child; the child runs in its own process group, so it would not hear it otherwise.
+volatile sig_atomic_t g_stop_signal = 0;
+
+void remember_stop(int signo) { g_stop_signal = signo; }
+
+/// Installs remember_stop for the stop signals while alive; restores the old handlers after.
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction action {};
+    action.sa_handler = remember_stop;
+    sigemptyset(&action.sa_mask);
+    for (std::size_t i = 0; i < kCount; ++i) sigaction(kSignals[i], &action, &old_[i]);
+  }
+  ~StopSignals() {
+    for (std::size_t i = 0; i < kCount; ++i) sigaction(kSignals[i], &old_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr std::size_t kCount = 3;
+  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction old_[kCount];
+};
+
+}  // namespace
 
 std::string ProcessResult::describe() const {
   if (timed_out) return fmt::format("timed out after {:.0f} s", seconds);
@@ -28,10 +60,15 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   args.push_back(nullptr);
 
   const auto started = std::chrono::steady_clock::now();
+  StopSignals stop_signals;
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw JobError(fmt::format("cannot start a worker: {}", std::strerror(errno)));
   if (pid == 0) {
     setpgid(0, 0);  // own process group, so a timeout kills everything the worker started
+    // A worker never outlives its parent, even one killed with SIGKILL.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(128 + SIGKILL);
     execv(args[0], args.data());
     std::fprintf(stderr, "error: cannot run %s: %s\n", args[0], std::strerror(errno));
     _exit(127);
@@ -46,10 +83,22 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return timeout_s > 0 && elapsed > timeout_s + extra;
   };
+  int stop_signal = 0;
+  double stop_at = 0;
   while (true) {
     const pid_t done = waitpid(pid, &status, WNOHANG);
     if (done == pid) break;
     if (done < 0 && errno != EINTR) break;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (g_stop_signal != 0 && stop_signal == 0) {
+      // Asked to stop: stop the worker too (it is in its own process group), then stop.
+      stop_signal = g_stop_signal;
+      stop_at = elapsed;
+      kill(-pid, SIGTERM);
+    } else if (stop_signal != 0 && elapsed > stop_at + 5) {
+      kill(-pid, SIGKILL);
+    }
     if (!terminated && deadline_passed(0)) {
       result.timed_out = true;
       kill(-pid, SIGTERM);
@@ -58,6 +107,12 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
       kill(-pid, SIGKILL);  // ignored SIGTERM for 10 s
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (stop_signal != 0) {
+    kill(-pid, SIGKILL);  // anything the worker left in its group
+    g_stop_signal = 0;
+    signal(stop_signal, SIG_DFL);
+    raise(stop_signal);  // end as the signal would have ended us
   }
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -37,8 +37,26 @@ std::string short_message(const std::string& what) {
   return line.size() > 400 ? line.substr(0, 400) + "..." : line;
 }
 
+/// Who is speaking in a worker's progress lines: "[2:13] job 3/12 nasnet-large" in a suite.
+struct ProgressPrefix {
+  std::string label;
+  double started_unix = 0;
+};
+ProgressPrefix& progress_prefix() {
+  static ProgressPrefix prefix;
+  return prefix;
+}
+
 void worker_log(const std::string& model, const std::string& text) {
-  std::cerr << fmt::format("  [{}] {}\n", model, text) << std::flush;
+  const ProgressPrefix& p = progress_prefix();
+  std::string prefix = p.label.empty() ? model : p.label;
+  if (p.started_unix > 0) {
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const auto elapsed = static_cast<int64_t>(std::max(0.0, now - p.started_unix));
+    prefix = fmt::format("[{}:{:02}] {}", elapsed / 60, elapsed % 60, prefix);
+  }
+  std::cerr << fmt::format("  {}: {}\n", prefix, text) << std::flush;
 }
 
 JobRecord base_record(const ModelConfig& config, const RunSettings& run) {
@@ -114,6 +132,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   reset_peak_memory(device);
 
   // Warm-up: until cuDNN autotuning and allocator growth are over and step times are steady.
+  worker_log(record.model, fmt::format("warm-up at batch {}", ctx.batch));
   StepClock clock(device);
   std::vector<double> warm_ms;
   std::string reason;
@@ -132,6 +151,8 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   }
   record.warmup = {{"steps", warm_ms.size()}, {"reason", reason}, {"step_time_ms", warm_ms}};
   worker_log(record.model, fmt::format("warm-up: {} steps ({})", warm_ms.size(), reason));
+  worker_log(record.model, fmt::format("timing: at least {} steps and {} s", t.min_steps,
+                                       format_number(t.min_seconds)));
 
   // Timed window: each step between device events; the host may run ahead, so the window is
   // checked against device time once the host thinks it is long enough.
@@ -189,7 +210,9 @@ Json JobSpec::to_json() const {
           {"phase", phase},
           {"batch", batch},
           {"device", device},
-          {"overlays", overlays_json}};
+          {"overlays", overlays_json},
+          {"search_hint", search_hint ? search_hint->to_json() : Json(nullptr)},
+          {"progress", {{"label", progress_label}, {"started_unix", progress_started_unix}}}};
 }
 
 JobSpec JobSpec::from_json(const Json& json) {
@@ -200,6 +223,11 @@ JobSpec JobSpec::from_json(const Json& json) {
   spec.device = json.at("device").get<std::string>();
   for (const auto& overlay : json.at("overlays")) {
     spec.overlays.emplace_back(overlay.at("file").get<std::string>(), overlay.at("document"));
+  }
+  if (json.contains("search_hint")) spec.search_hint = SearchHint::from_json(json["search_hint"]);
+  if (json.contains("progress")) {
+    spec.progress_label = json["progress"].value("label", std::string());
+    spec.progress_started_unix = json["progress"].value("started_unix", 0.0);
   }
   return spec;
 }
@@ -243,7 +271,8 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
                           : fmt::format("search probe {}: batch {} is out of memory ({:.1f} s)",
                                         index, p.batch, p.seconds));
       };
-      SearchRecord search = find_max_batch(config.search, capacity, probe, on_probe);
+      SearchRecord search =
+          find_max_batch(config.search, capacity, probe, on_probe, spec.search_hint);
       record.batch = search.max_batch;
       record.batch_source = "search";
       record.status = search.max_batch > 0 ? "ok" : "no-fit";
@@ -313,6 +342,7 @@ JobRecord InProcessLauncher::launch(const JobSpec& spec, double /*timeout_s*/) {
 
 int worker_main(const std::string& spec_path, const std::string& out_path) {
   const JobSpec spec = JobSpec::from_json(load_config_file(spec_path));
+  progress_prefix() = {spec.progress_label, spec.progress_started_unix};
   const JobRecord record = run_phase(spec, resolve_store(spec.overlays));
   write_file_atomically(out_path, record.to_json().dump());
   return kExitOk;
@@ -343,6 +373,25 @@ int64_t step_down(int64_t batch, const SearchSettings& search) {
 }
 }  // namespace
 
+namespace {
+/// Fills in what a record must always say, for records of workers that died before saying it.
+void fill_identity(JobRecord& record, const ModelConfig& config, const RunSettings& run,
+                   const std::string& device) {
+  if (record.family.empty()) record.family = config.family;
+  if (record.precision.empty()) record.precision = to_string(run.precision);
+  if (record.batch_unit.empty()) record.batch_unit = config.batch_unit;
+  if (record.throughput_unit.empty()) record.throughput_unit = config.throughput_unit;
+  if (!record.memory_cap_gib) record.memory_cap_gib = run.memory_cap_gib;
+  record.emulated = record.emulated || record.memory_cap_gib.has_value();
+  if (record.device.type.empty()) {
+    record.device.type = device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+    record.device.index = device.size() > 5 ? std::atoi(device.c_str() + 5) : 0;
+  }
+  if (record.config.empty()) record.config = config.to_json();
+  if (record.created_utc.empty()) record.created_utc = utc_now();
+}
+}  // namespace
+
 JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& launcher,
                   const std::function<void(const std::string&)>& log) {
   const auto started = Clock::now();
@@ -352,7 +401,12 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   spec.model = plan.model;
   spec.device = plan.device;
   spec.overlays = plan.overlays;
+  spec.search_hint = plan.search_hint;
+  spec.progress_label = plan.progress_label;
+  spec.progress_started_unix = plan.progress_started_unix;
 
+  GPUBENCH_CHECK(!plan.search_only || (!plan.fixed_batch && plan.device != "cpu"), ConfigError,
+                 "{}: a search-only job needs a CUDA device and no --batch", plan.model);
   std::optional<SearchRecord> search;
   std::string source;
   int64_t batch = 0;
@@ -366,9 +420,11 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
     log(fmt::format("{}: searching for the largest batch on {}", plan.model, plan.device));
     spec.phase = "search";
     JobRecord found = launcher.launch(spec, run.job_timeout_s);
-    if (!found.ok()) {
+    if (!found.ok() || plan.search_only) {
       found.wall_seconds = seconds_since(started);
       if (found.status == "oom") found.status = "failed";
+      found.search_only = plan.search_only;
+      fill_identity(found, config, run, plan.device);
       return found;
     }
     search = found.search;
@@ -400,6 +456,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   record.batch_source = source;
   record.confirm = attempts;
   record.wall_seconds = seconds_since(started);
+  fill_identity(record, config, run, plan.device);
   normalize(record, config, store.reference());
   return record;
 }

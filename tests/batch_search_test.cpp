@@ -76,8 +76,8 @@ TEST(BatchSearchTest, FindsTheExactLimitForManyThresholdsInFewProbes) {
   for (int64_t limit : {1, 2, 3, 7, 16, 100, 555, 1000, 2688, 4097, 30000}) {
     FakeMemory memory;
     memory.capacity = memory.fixed + memory.per_sample * limit + 1;
-    const SearchRecord r = find_max_batch(settings(1, 65536, 1, 16), memory.capacity,
-                                          std::ref(memory));
+    const SearchRecord r =
+        find_max_batch(settings(1, 65536, 1, 16), memory.capacity, std::ref(memory));
     EXPECT_EQ(r.max_batch, limit) << "limit " << limit;
     const auto bound = static_cast<std::size_t>(
         limit <= 3000 ? 8 : 5 + std::ceil(std::log2(0.006 * static_cast<double>(limit))));
@@ -129,8 +129,8 @@ TEST(BatchSearchTest, FindsTheH200LimitsOfBertWithinSevenProbes) {
   // 2026-11-30 on one H200 (docs/results): the allocator had 139.3 GiB; bert-base fp32 fitted
   // 1669 and bert-finetune fp32 609, where the line through the scouts predicted 1673 and 603.
   const int64_t capacity = static_cast<int64_t>(139.3 * double(int64_t{1} << 30));
-  const MeasuredMemory bert_base{{{16, 2.84}, {975, 81.8}, {1668, 138.9}, {1669, 139.0}, {1700, 141.6}},
-                                 1669};
+  const MeasuredMemory bert_base{
+      {{16, 2.84}, {975, 81.8}, {1668, 138.9}, {1669, 139.0}, {1700, 141.6}}, 1669};
   const MeasuredMemory bert_finetune{
       {{8, 3.5}, {307, 71.6}, {601, 137.1}, {606, 138.1}, {609, 138.8}, {640, 145.0}}, 609};
   const SearchRecord a = find_max_batch(settings(1, 65536, 1, 16), capacity, bert_base);
@@ -139,6 +139,50 @@ TEST(BatchSearchTest, FindsTheH200LimitsOfBertWithinSevenProbes) {
   const SearchRecord b = find_max_batch(settings(1, 65536, 1, 8), capacity, bert_finetune);
   EXPECT_EQ(b.max_batch, 609);
   EXPECT_LE(b.probes.size(), 7u);
+}
+
+TEST(BatchSearchTest, AHintFromAnotherCapSkipsTheScouts) {
+  // Memory tiers of one workload: the line the 24 GiB search learned predicts the 48 GiB
+  // limit, so that search starts at it and needs only a few probes.
+  for (int64_t limit : {55, 300, 1312, 5000}) {
+    FakeMemory memory;
+    memory.capacity = memory.fixed + memory.per_sample * limit + 10;
+    SearchHint hint;
+    hint.fixed_bytes = static_cast<double>(memory.fixed);
+    hint.bytes_per_sample = static_cast<double>(memory.per_sample);
+    FakeMemory unhinted = memory;
+    const SearchRecord cold =
+        find_max_batch(settings(1, 65536, 1, 16), memory.capacity, std::ref(unhinted));
+    const SearchRecord r =
+        find_max_batch(settings(1, 65536, 1, 16), memory.capacity, std::ref(memory), {}, hint);
+    EXPECT_EQ(r.max_batch, limit);
+    EXPECT_TRUE(r.hinted);
+    EXPECT_EQ(r.probes.front().phase, "predict");
+    EXPECT_LE(r.probes.size(), 4u) << "limit " << limit;
+    EXPECT_LT(r.probes.size(), cold.probes.size()) << "limit " << limit;
+  }
+}
+
+TEST(BatchSearchTest, AStaleHintCostsProbesButNotTheAnswer) {
+  // The hint's line is 2% too cheap, or 2% too dear, or far off: the answer is still exact.
+  for (double error : {0.98, 1.02, 0.5, 3.0}) {
+    FakeMemory memory;
+    memory.capacity = memory.fixed + memory.per_sample * 1312 + 10;
+    SearchHint hint;
+    hint.fixed_bytes = static_cast<double>(memory.fixed);
+    hint.bytes_per_sample = error * static_cast<double>(memory.per_sample);
+    const SearchRecord r =
+        find_max_batch(settings(1, 65536, 1, 16), memory.capacity, std::ref(memory), {}, hint);
+    EXPECT_EQ(r.max_batch, 1312) << "error " << error;
+    EXPECT_LE(r.probes.size(), 12u) << "error " << error;
+  }
+  // A hint is never trusted over a probe: nothing fits, and the search says so.
+  FakeMemory memory;
+  memory.capacity = memory.fixed / 2;
+  SearchHint hint{1e9, 1e8};
+  const SearchRecord r =
+      find_max_batch(settings(1, 65536, 1, 16), memory.capacity, std::ref(memory), {}, hint);
+  EXPECT_EQ(r.max_batch, 0);
 }
 
 TEST(BatchSearchTest, StaysExactWhenMemoryIsNotQuiteLinear) {

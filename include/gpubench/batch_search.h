@@ -50,10 +50,23 @@ struct SearchRecord {
   int64_t capacity_bytes = 0;     ///< memory the search aimed to fill
   std::vector<ProbeRecord> probes;
   std::string stop_reason;  ///< "bracket closed", "limited by search.max_batch=...", ...
+  bool hinted = false;      ///< started from an earlier search's memory line
   double seconds = 0;       ///< wall time of the whole search
 
   Json to_json() const;
   static SearchRecord from_json(const Json& json);
+};
+
+/// A memory line learned by an earlier search of the same workload and precision (another
+/// memory cap, say): peak = fixed_bytes + bytes_per_sample * batch. With one, the search skips
+/// its scouts and probes the hinted limit at once; the slope is trusted and the intercept is
+/// re-anchored on what the probes measure, so a stale hint costs probes, never correctness.
+struct SearchHint {
+  double fixed_bytes = 0;
+  double bytes_per_sample = 0;
+  bool valid() const { return bytes_per_sample > 0 && fixed_bytes >= 0; }
+  Json to_json() const;
+  static std::optional<SearchHint> from_json(const Json& json);  ///< none for null
 };
 
 /// Called after every probe (for progress lines).
@@ -66,7 +79,8 @@ using ProbeFunction = std::function<ProbeOutcome(int64_t batch)>;
 /// memory available to the allocator (for predictions only; the probes decide). Assumes that a
 /// batch fits whenever a larger one does.
 SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_bytes,
-                            const ProbeFunction& probe, const ProbeCallback& on_probe = {});
+                            const ProbeFunction& probe, const ProbeCallback& on_probe = {},
+                            const std::optional<SearchHint>& hint = std::nullopt);
 
 /// Largest power of two <= value (0 for value < 1).
 int64_t largest_power_of_two_at_most(int64_t value);

@@ -22,11 +22,14 @@ using ConfigOverlay = std::pair<std::string, Json>;
 
 /// What a worker is asked to do.
 struct JobSpec {
-  std::string model;                    ///< workload name
-  std::string phase = "time";           ///< "search" | "time"
-  int64_t batch = 0;                    ///< batch of the timed run (phase "time")
-  std::string device = "cpu";           ///< "cpu" | "cuda:N"
-  std::vector<ConfigOverlay> overlays;  ///< user config file, then the command line
+  std::string model;                      ///< workload name
+  std::string phase = "time";             ///< "search" | "time"
+  int64_t batch = 0;                      ///< batch of the timed run (phase "time")
+  std::string device = "cpu";             ///< "cpu" | "cuda:N"
+  std::vector<ConfigOverlay> overlays;    ///< user config file, then the command line
+  std::optional<SearchHint> search_hint;  ///< an earlier search's memory line (phase "search")
+  std::string progress_label;             ///< "job 3/12 nasnet-large": prefix of progress lines
+  double progress_started_unix = 0;       ///< when the suite started (for elapsed times)
 
   Json to_json() const;
   static JobSpec from_json(const Json& json);
@@ -74,10 +77,16 @@ struct JobPlan {
   std::string device = "cpu";          ///< "cpu" | "cuda:N"
   std::optional<int64_t> fixed_batch;  ///< --batch: no search
   std::vector<ConfigOverlay> overlays;
+  bool search_only = false;               ///< a memory tier: the search is the result
+  std::optional<SearchHint> search_hint;  ///< memory line of an earlier search of this model
+  std::string progress_label;             ///< passed to the workers' progress lines
+  double progress_started_unix = 0;       ///< when the suite started
 };
 
 /// Runs a job: search (on a GPU without --batch), then the timed run with step-down, then the
-/// normalized score. `log` receives progress lines (stderr in the CLI).
+/// normalized score; a search-only job ends after the search. The record always names the
+/// model, its family and units, the precision and the device, even when a worker died before
+/// it could say. `log` receives progress lines (stderr in the CLI).
 JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& launcher,
                   const std::function<void(const std::string&)>& log);
 

@@ -3,14 +3,19 @@
 #include "gpubench/config.h"
 #include "gpubench/device.h"
 #include "gpubench/errors.h"
+#include "gpubench/journal.h"
 #include "gpubench/registry.h"
 #include "gpubench/report/reporter.h"
 #include "gpubench/runner.h"
 #include "gpubench/strings.h"
+#include "gpubench/suite.h"
 #include "gpubench/version.h"
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <ctime>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -146,10 +151,20 @@ void setup_run(CLI::App& app, RunOptions& o) {
   cmd->add_option("--min-steps", o.min_steps, "Minimum timed steps");
   cmd->add_option("--min-seconds", o.min_seconds, "Minimum timed seconds");
   cmd->add_option("--timeout", o.timeout_s, "Seconds before a worker process is killed");
+  cmd->add_option("--memory-tiers", o.memory_tiers_gib,
+                  "Search the max batch under each of these caps in GiB (6,8,11,24,48) to "
+                  "emulate smaller cards; search only, no timed run")
+      ->delimiter(',');
   cmd->add_option("--json", o.json_path, "Write the results as JSON (rewritten after each job)");
   cmd->add_option("--csv", o.csv_path, "Write the results as CSV (rewritten after each job)");
+  cmd->add_option("--journal", o.journal_path,
+                  "Append each finished job to this journal (default: gpubench-DATE-TIME.jsonl "
+                  "here)");
+  cmd->add_option("--resume", o.resume_path,
+                  "Continue the suite of this journal, running only what it does not have");
   cmd->add_flag("--in-process", o.in_process, "Run jobs in this process (debugging)")
       ->group("");  // hidden
+  cmd->add_option("--worker-exe", o.worker_exe, "Worker executable (testing)")->group("");
 }
 
 namespace {
@@ -257,62 +272,187 @@ void write_outputs(const RunOptions& o, const ResultDocument& document,
   }
 }
 
+/// A fresh journal name in the current folder: gpubench-20261130-061502.jsonl.
+std::string default_journal_path() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &utc);
+  std::string path = fmt::format("gpubench-{}.jsonl", stamp);
+  for (int n = 2; std::ifstream(path).good(); ++n)
+    path = fmt::format("gpubench-{}-{}.jsonl", stamp, n);
+  return path;
+}
+
+/// --memory-tiers: sorted, distinct, each a sensible cap, and only where a search can run.
+std::vector<double> checked_tiers(const RunOptions& o, const std::string& device) {
+  if (o.memory_tiers_gib.empty()) return {};
+  GPUBENCH_CHECK(!o.memory_cap_gib, ConfigError,
+                 "--memory-tiers and --memory-cap contradict each other; give one");
+  GPUBENCH_CHECK(!o.batch, ConfigError,
+                 "--memory-tiers searches the max batch under each cap; it cannot take --batch");
+  std::vector<double> tiers = o.memory_tiers_gib;
+  for (double gib : tiers) {
+    GPUBENCH_CHECK(gib >= 0.25, ConfigError,
+                   "--memory-tiers: expected sizes in GiB of at least 0.25, got '{}'",
+                   format_number(gib));
+  }
+  std::sort(tiers.begin(), tiers.end());
+  tiers.erase(std::unique(tiers.begin(), tiers.end()), tiers.end());
+  GPUBENCH_CHECK(device != "cpu", DeviceError,
+                 "--memory-tiers emulates smaller GPUs by capping a CUDA device's memory; no "
+                 "CUDA device is in use (see 'gpubench info')");
+  const DeviceInfo info = cuda_device_info(std::stoi(device.substr(5)));
+  const double device_gib = static_cast<double>(info.memory_bytes) / double(int64_t{1} << 30);
+  GPUBENCH_CHECK(tiers.back() < device_gib, ConfigError,
+                 "--memory-tiers: {} GiB is not below the {:.1f} GiB of {}; a cap can only "
+                 "emulate a smaller card",
+                 format_number(tiers.back()), device_gib, info.name);
+  return tiers;
+}
+
+/// The options a journal fixes: with --resume they come from the journal, not the command line.
+void check_resume_options(const RunOptions& o) {
+  std::vector<std::string> given;
+  if (!o.models.empty()) given.push_back("--model");
+  if (!o.suites.empty()) given.push_back("--suite");
+  if (!o.config_file.empty()) given.push_back("--config");
+  if (o.batch) given.push_back("--batch");
+  if (!o.precision.empty()) given.push_back("--precision");
+  if (o.memory_cap_gib) given.push_back("--memory-cap");
+  if (!o.memory_tiers_gib.empty()) given.push_back("--memory-tiers");
+  if (o.warmup_steps) given.push_back("--warmup-steps");
+  if (o.min_steps) given.push_back("--min-steps");
+  if (o.min_seconds) given.push_back("--min-seconds");
+  if (!o.journal_path.empty()) given.push_back("--journal");
+  GPUBENCH_CHECK(given.empty(), ConfigError,
+                 "--resume continues the suite exactly as its journal planned it; drop {} (only "
+                 "--gpu, --device, --timeout, --json and --csv may change)",
+                 join(given, ", "));
+}
+
+/// The last record of each planned job, in plan order: what the run's outputs show.
+std::vector<JobRecord> latest_per_job(const SuitePlan& plan, const std::vector<JobRecord>& all) {
+  std::vector<JobRecord> latest;
+  for (const auto& job : plan.jobs) {
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (job.matches(*it)) {
+        latest.push_back(*it);
+        break;
+      }
+    }
+  }
+  return latest;
+}
+
 }  // namespace
 
 int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostream& out,
             std::ostream& err) {
   // Everything that can be wrong with the input is found before anything is measured.
-  ConfigStore store = ConfigStore::load_builtin(builtin_registry());
-  std::vector<ConfigOverlay> overlays;
-  if (!o.config_file.empty()) {
-    Json document = load_config_file(o.config_file);
-    store.apply_document(document, o.config_file);
-    overlays.emplace_back(o.config_file, std::move(document));
+  SuitePlan plan;
+  std::vector<JobRecord> earlier;
+  std::optional<JournalWriter> journal;
+  Json run_settings;
+  if (!o.resume_path.empty()) {
+    check_resume_options(o);
+    const Journal old = read_journal(o.resume_path);
+    plan = SuitePlan::from_json(old.header.plan, o.resume_path);
+    earlier = old.jobs;
+    run_settings = old.header.run_settings;
+    if (o.gpu || !o.device.empty()) {
+      plan.device = select_device(o, err);
+    } else if (plan.device != "cpu") {
+      const int index = std::stoi(plan.device.substr(5));
+      GPUBENCH_CHECK(index < cuda_device_count(), DeviceError,
+                     "{}: the journal's suite ran on {}, which is not visible here; choose a "
+                     "device with --gpu N or --device cpu",
+                     o.resume_path, plan.device);
+    }
+    if (o.timeout_s) {
+      RunOptions timeout_only;
+      timeout_only.timeout_s = o.timeout_s;
+      plan.overlays.emplace_back("command line", flag_overlay(timeout_only));
+    }
+    resolve_store(plan.overlays);  // the journal's configs still resolve with this gpubench
+  } else {
+    ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+    if (!o.config_file.empty()) {
+      Json document = load_config_file(o.config_file);
+      store.apply_document(document, o.config_file);
+      plan.overlays.emplace_back(o.config_file, std::move(document));
+    }
+    const Json flags = flag_overlay(o);
+    if (!flags.empty()) {
+      store.apply_document(flags, "command line");
+      plan.overlays.emplace_back("command line", flags);
+    }
+    GPUBENCH_CHECK(!o.batch || *o.batch > 0, ConfigError,
+                   "--batch: expected a positive integer, got '{}'", o.batch.value_or(0));
+    const std::vector<std::string> models = expand_models(o, store);
+    plan.device = select_device(o, err);
+    plan.fixed_batch = o.batch;
+    plan.jobs = plan_jobs(models, checked_tiers(o, plan.device));
+    run_settings = store.run().to_json();
+    if (plan.device == "cpu" && store.run().memory_cap_gib) {
+      err << "gpubench: --memory-cap applies to a CUDA device; ignored on the CPU\n";
+    }
   }
-  const Json flags = flag_overlay(o);
-  if (!flags.empty()) {
-    store.apply_document(flags, "command line");
-    overlays.emplace_back("command line", flags);
-  }
-  GPUBENCH_CHECK(!o.batch || *o.batch > 0, ConfigError,
-                 "--batch: expected a positive integer, got '{}'", o.batch.value_or(0));
-  const std::vector<std::string> models = expand_models(o, store);
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
   if (!o.csv_path.empty()) check_writable(o.csv_path, "--csv");
-  const std::string device = select_device(o, err);
-  if (device == "cpu" && store.run().memory_cap_gib) {
-    err << "gpubench: --memory-cap applies to a CUDA device; ignored on the CPU\n";
+  const ConfigStore store = resolve_store(plan.overlays);
+
+  // The journal exists before the first job starts, so even the first one cannot be lost.
+  if (!o.resume_path.empty()) {
+    journal.emplace(JournalWriter::resume(o.resume_path));
+  } else {
+    JournalHeader header;
+    header.created_utc = utc_now();
+    header.command_line = argv;
+    header.plan = plan.to_json();
+    header.run_settings = run_settings;
+    journal.emplace(JournalWriter::create(
+        o.journal_path.empty() ? default_journal_path() : o.journal_path, header));
   }
+  auto log = [&err](const std::string& line) { err << "gpubench: " << line << '\n' << std::flush; };
+  log(fmt::format("journal: {} (if this run is interrupted: gpubench run --resume {})",
+                  journal->path(), journal->path()));
 
   ResultDocument document;
   document.created_utc = utc_now();
   document.command_line = argv;
-  document.run_settings = store.run().to_json();
-  WorkerLauncher workers;
+  document.run_settings = run_settings;
+  std::vector<JobRecord> all = earlier;
+  auto refresh = [&]() {
+    document.jobs = latest_per_job(plan, all);
+    for (const auto& job : document.jobs) {
+      if (document.environment.empty() && !job.environment.empty()) {
+        document.environment = job.environment;
+      }
+    }
+    write_outputs(o, document, store.reference());  // nothing measured is lost to a later crash
+  };
+
+  WorkerLauncher workers(o.worker_exe);
   InProcessLauncher in_process;
   PhaseLauncher& launcher = o.in_process ? static_cast<PhaseLauncher&>(in_process) : workers;
-  auto log = [&err](const std::string& line) { err << "gpubench: " << line << '\n' << std::flush; };
+  SuiteCallbacks callbacks;
+  callbacks.log = log;
+  callbacks.job_ended = [&](const JobRecord& record) {
+    all.push_back(record);
+    refresh();
+  };
+  run_suite(plan, earlier, launcher, *journal, callbacks);
+  refresh();
 
-  int failed = 0;
-  for (std::size_t i = 0; i < models.size(); ++i) {
-    log(fmt::format("job {} of {}: {} ({}, {})", i + 1, models.size(), models[i], device,
-                    to_string(store.run().precision)));
-    JobPlan plan;
-    plan.model = models[i];
-    plan.device = device;
-    plan.fixed_batch = o.batch;
-    plan.overlays = overlays;
-    JobRecord record = run_job(plan, store, launcher, log);
-    if (record.status != "ok" && record.status != "no-fit") {
-      ++failed;
-      log(fmt::format("{} {}: {}", models[i], record.status, record.message));
-    }
-    if (document.environment.empty()) document.environment = record.environment;
-    document.jobs.push_back(std::move(record));
-    write_outputs(o, document, store.reference());  // nothing measured is lost to a later crash
-  }
   make_reporter("table", out)->report(document.jobs, store.reference());
-  if (failed) log(fmt::format("{} of {} jobs failed", failed, models.size()));
+  const auto failed = std::count_if(document.jobs.begin(), document.jobs.end(),
+                                    [](const JobRecord& r) { return !job_is_done(r); });
+  if (failed) {
+    log(fmt::format("{} of {} jobs failed; retry them with: gpubench run --resume {}", failed,
+                    plan.jobs.size(), journal->path()));
+  }
   return failed ? kExitJobFailed : kExitOk;
 }
 

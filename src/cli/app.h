@@ -42,7 +42,11 @@ struct RunOptions {
   std::optional<double> timeout_s;       ///< --timeout S per worker
   std::string json_path;                 ///< --json PATH
   std::string csv_path;                  ///< --csv PATH
+  std::string journal_path;              ///< --journal PATH (default: a new file here)
+  std::string resume_path;               ///< --resume JOURNAL: continue that suite
+  std::vector<double> memory_tiers_gib;  ///< --memory-tiers 6,8,11: search under each cap
   bool in_process = false;               ///< --in-process: no worker processes (debugging)
+  std::string worker_exe;                ///< --worker-exe PATH: another worker binary (tests)
 };
 
 /// `gpubench report`

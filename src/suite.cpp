@@ -1,0 +1,207 @@
+#include "gpubench/suite.h"
+
+#include "gpubench/errors.h"
+#include "gpubench/strings.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+
+namespace gpubench {
+
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+bool same_cap(const std::optional<double>& a, const std::optional<double>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  return !a || std::fabs(*a - *b) < 1e-9;
+}
+
+/// The memory line of the latest search of `model` that found a batch: a hint for its next
+/// search under another cap (same workload, same precision: the suite's settings are shared).
+std::optional<SearchHint> hint_for(const std::string& model, const std::vector<JobRecord>& done) {
+  for (auto it = done.rbegin(); it != done.rend(); ++it) {
+    if (it->model != model || !it->search || it->search->max_batch <= 0) continue;
+    SearchHint hint;
+    hint.fixed_bytes = it->search->fixed_bytes;
+    hint.bytes_per_sample = it->search->bytes_per_sample;
+    if (hint.valid()) return hint;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string format_clock(double seconds) {
+  const auto total = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  const int64_t h = total / 3600, m = total / 60 % 60, s = total % 60;
+  return h > 0 ? fmt::format("{}:{:02}:{:02}", h, m, s) : fmt::format("{}:{:02}", m, s);
+}
+
+// ---- SuiteJob ----
+
+std::string SuiteJob::label() const {
+  std::string text = model;
+  if (memory_cap_gib) text += " @" + format_number(*memory_cap_gib) + "GiB";
+  if (search_only) text += " (search only)";
+  return text;
+}
+
+bool SuiteJob::matches(const JobRecord& record) const {
+  return record.model == model && record.search_only == search_only &&
+         same_cap(record.memory_cap_gib, memory_cap_gib);
+}
+
+Json SuiteJob::to_json() const {
+  return {{"model", model},
+          {"memory_cap_gib", memory_cap_gib ? Json(*memory_cap_gib) : Json(nullptr)},
+          {"search_only", search_only}};
+}
+
+SuiteJob SuiteJob::from_json(const Json& json) {
+  SuiteJob job;
+  job.model = json.at("model").get<std::string>();
+  if (json.contains("memory_cap_gib") && json["memory_cap_gib"].is_number()) {
+    job.memory_cap_gib = json["memory_cap_gib"].get<double>();
+  }
+  job.search_only = json.value("search_only", false);
+  return job;
+}
+
+// ---- SuitePlan ----
+
+Json SuitePlan::to_json() const {
+  Json jobs_json = Json::array();
+  for (const auto& job : jobs) jobs_json.push_back(job.to_json());
+  Json overlays_json = Json::array();
+  for (const auto& [file, document] : overlays) {
+    overlays_json.push_back({{"file", file}, {"document", document}});
+  }
+  return {{"jobs", jobs_json},
+          {"device", device},
+          {"fixed_batch", fixed_batch ? Json(*fixed_batch) : Json(nullptr)},
+          {"overlays", overlays_json}};
+}
+
+SuitePlan SuitePlan::from_json(const Json& json, const std::string& file) {
+  try {
+    SuitePlan plan;
+    for (const auto& job : json.at("jobs")) plan.jobs.push_back(SuiteJob::from_json(job));
+    plan.device = json.at("device").get<std::string>();
+    if (json.contains("fixed_batch") && json["fixed_batch"].is_number_integer()) {
+      plan.fixed_batch = json["fixed_batch"].get<int64_t>();
+    }
+    for (const auto& overlay : json.at("overlays")) {
+      plan.overlays.emplace_back(overlay.at("file").get<std::string>(), overlay.at("document"));
+    }
+    return plan;
+  } catch (const Json::exception& e) {
+    throw ConfigError(fmt::format(
+        "{}: the journal's plan cannot be read ({}); it was not written by this gpubench", file,
+        e.what()));
+  }
+}
+
+std::vector<SuiteJob> plan_jobs(const std::vector<std::string>& models,
+                                const std::vector<double>& memory_tiers_gib) {
+  std::vector<SuiteJob> jobs;
+  for (const auto& model : models) {
+    if (memory_tiers_gib.empty()) {
+      jobs.push_back({model, std::nullopt, false});
+      continue;
+    }
+    for (double cap : memory_tiers_gib) jobs.push_back({model, cap, true});
+  }
+  return jobs;
+}
+
+bool job_is_done(const JobRecord& record) {
+  return record.status == "ok" || record.status == "no-fit";
+}
+
+std::vector<ConfigOverlay> job_overlays(const SuitePlan& plan, const SuiteJob& job) {
+  std::vector<ConfigOverlay> overlays = plan.overlays;
+  if (job.memory_cap_gib) {
+    overlays.emplace_back("--memory-tiers",
+                          Json{{"run", {{"memory_cap_gib", *job.memory_cap_gib}}}});
+  }
+  return overlays;
+}
+
+// ---- Running ----
+
+SuiteOutcome run_suite(const SuitePlan& plan, const std::vector<JobRecord>& earlier,
+                       PhaseLauncher& launcher, JournalWriter& journal,
+                       const SuiteCallbacks& callbacks) {
+  auto log = [&](const std::string& line) {
+    if (callbacks.log) callbacks.log(line);
+  };
+  SuiteOutcome outcome;
+  outcome.records = earlier;
+
+  // What is left: jobs without a done record in the journal.
+  std::vector<const SuiteJob*> todo;
+  for (const auto& job : plan.jobs) {
+    bool done = false;
+    for (const auto& record : earlier) done = done || (job.matches(record) && job_is_done(record));
+    if (done) {
+      ++outcome.skipped;
+    } else {
+      todo.push_back(&job);
+    }
+  }
+  if (outcome.skipped > 0) {
+    log(fmt::format("{} of {} jobs are already in the journal; {} to run", outcome.skipped,
+                    plan.jobs.size(), todo.size()));
+  }
+
+  const double started_unix = unix_now();
+  const auto started = std::chrono::steady_clock::now();
+  double finished_seconds = 0;  // wall time of the jobs this run finished
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    const SuiteJob& job = *todo[i];
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::string estimate;
+    if (i > 0) {
+      const double per_job = finished_seconds / static_cast<double>(i);
+      estimate = fmt::format(", about {} left", format_clock(per_job * double(todo.size() - i)));
+    }
+    const ConfigStore store = resolve_store(job_overlays(plan, job));
+    const std::string label = fmt::format("job {}/{} {}", i + 1, todo.size(), job.label());
+    log(fmt::format("[{}] job {} of {}: {} ({}, {}){}", format_clock(elapsed), i + 1, todo.size(),
+                    job.label(), plan.device, to_string(store.run().precision), estimate));
+
+    JobPlan job_plan;
+    job_plan.model = job.model;
+    job_plan.device = plan.device;
+    job_plan.fixed_batch = job.search_only ? std::nullopt : plan.fixed_batch;
+    job_plan.overlays = job_overlays(plan, job);
+    job_plan.search_only = job.search_only;
+    job_plan.search_hint = hint_for(job.model, outcome.records);
+    job_plan.progress_label = label;
+    job_plan.progress_started_unix = started_unix;
+    JobRecord record = run_job(job_plan, store, launcher, log);
+    finished_seconds += record.wall_seconds;
+
+    journal.append(record);  // synced before anything else happens
+    ++outcome.ran;
+    if (!job_is_done(record)) {
+      ++outcome.failed;
+      log(fmt::format("{} {}: {}", job.label(), record.status, record.message));
+    }
+    outcome.records.push_back(std::move(record));
+    if (callbacks.job_ended) callbacks.job_ended(outcome.records.back());
+  }
+  const double total =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  log(fmt::format("[{}] {} job{} run, {} skipped, {} failed", format_clock(total), outcome.ran,
+                  outcome.ran == 1 ? "" : "s", outcome.skipped, outcome.failed));
+  return outcome;
+}
+
+}  // namespace gpubench

@@ -1,0 +1,324 @@
+// Suites: planning, skipping what a journal already holds, and the whole CLI path through real
+// worker processes: a suite killed half-way continues with --resume and repeats nothing; a
+// worker that crashes or hangs costs its job only.
+#include "gpubench/suite.h"
+
+#include "gpubench/errors.h"
+#include "gpubench/journal.h"
+#include "gpubench/registry.h"
+#include "tests/testing.h"
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+namespace gpubench {
+namespace {
+
+using testing::TempDir;
+
+const std::vector<std::string> kModels = {"bert-base", "bert-base-mlm", "bert-finetune"};
+
+/// One smoke-size overlay for several models.
+std::string smoke_config(const std::vector<std::string>& models) {
+  Json merged = Json::object();
+  for (const auto& model : models)
+    merged.merge_patch(Json::parse(testing::smoke_config_json(model)));
+  return merged.dump();
+}
+
+/// A launcher that records what it was asked and answers from a script.
+class ScriptedLauncher : public PhaseLauncher {
+ public:
+  JobRecord launch(const JobSpec& spec, double) override {
+    calls.push_back(spec.model + ":" + spec.phase);
+    hinted.push_back(spec.search_hint.has_value());
+    JobRecord r;
+    r.model = spec.model;
+    r.device.type = "cuda";
+    r.device.name = "NVIDIA H200";
+    const ConfigStore store = resolve_store(spec.overlays);
+    r.memory_cap_gib = store.run().memory_cap_gib;
+    if (spec.model == failing) {
+      r.status = "crashed";
+      r.message = "time worker killed by signal 11";
+      return r;
+    }
+    r.batch = spec.phase == "search" ? 64 : spec.batch;
+    if (spec.phase == "search") {
+      SearchRecord s;
+      s.max_batch = r.memory_cap_gib ? static_cast<int64_t>(*r.memory_cap_gib) : 64;
+      s.fixed_bytes = 1e9;
+      s.bytes_per_sample = 1e8;
+      r.search = s;
+      r.batch = s.max_batch;
+    } else {
+      r.throughput = 100;
+    }
+    return r;
+  }
+  std::vector<std::string> calls;
+  std::vector<bool> hinted;  ///< whether each call came with a search hint
+  std::string failing;
+};
+
+SuitePlan gpu_plan(const std::vector<double>& tiers = {}) {
+  SuitePlan plan;
+  plan.device = "cuda:0";
+  plan.jobs = plan_jobs(kModels, tiers);
+  return plan;
+}
+
+JournalHeader header_of(const SuitePlan& plan) {
+  JournalHeader h;
+  h.plan = plan.to_json();
+  return h;
+}
+
+TEST(SuiteTest, PlansOneJobPerModelOrOneSearchPerModelAndTier) {
+  const auto plain = plan_jobs({"bert-base", "yolov3"}, {});
+  ASSERT_EQ(plain.size(), 2u);
+  EXPECT_FALSE(plain[0].search_only);
+  EXPECT_FALSE(plain[0].memory_cap_gib.has_value());
+  const auto tiers = plan_jobs({"bert-base", "yolov3"}, {6, 24});
+  ASSERT_EQ(tiers.size(), 4u);
+  EXPECT_EQ(tiers[1].model, "bert-base");
+  EXPECT_EQ(tiers[1].memory_cap_gib, 24);
+  EXPECT_TRUE(tiers[1].search_only);
+  EXPECT_EQ(tiers[1].label(), "bert-base @24GiB (search only)");
+
+  SuitePlan plan = gpu_plan({11});
+  plan.fixed_batch = 8;
+  plan.overlays.emplace_back("a.yaml", Json{{"run", {{"seed", 3}}}});
+  const SuitePlan back = SuitePlan::from_json(plan.to_json(), "j");
+  EXPECT_EQ(back.to_json(), plan.to_json());
+  EXPECT_THROWS_WITH(SuitePlan::from_json(Json{{"jobs", 3}}, "j.jsonl"), ConfigError,
+                     "j.jsonl: the journal's plan cannot be read");
+}
+
+TEST(SuiteTest, RunsOnlyWhatTheJournalDoesNotHoldAsDone) {
+  TempDir dir;
+  const SuitePlan plan = gpu_plan();
+  auto journal = JournalWriter::create(dir.file("j.jsonl"), header_of(plan));
+  JobRecord done;
+  done.model = "bert-base";
+  done.status = "ok";
+  JobRecord crashed;
+  crashed.model = "bert-base-mlm";
+  crashed.status = "crashed";
+  ScriptedLauncher launcher;
+  const SuiteOutcome outcome = run_suite(plan, {done, crashed}, launcher, journal, {});
+  EXPECT_EQ(outcome.skipped, 1);
+  EXPECT_EQ(outcome.ran, 2);
+  EXPECT_EQ(outcome.failed, 0);
+  EXPECT_EQ(launcher.calls,
+            (std::vector<std::string>{"bert-base-mlm:search", "bert-base-mlm:time",
+                                      "bert-finetune:search", "bert-finetune:time"}));
+  const Journal j = read_journal(dir.file("j.jsonl"));
+  ASSERT_EQ(j.jobs.size(), 2u);  // only the new ones are appended
+  EXPECT_EQ(j.jobs[0].model, "bert-base-mlm");
+  EXPECT_EQ(outcome.records.size(), 4u);  // earlier ones first, then the new ones
+}
+
+TEST(SuiteTest, AFailedJobIsJournaledWithItsIdentityAndTheSuiteGoesOn) {
+  TempDir dir;
+  const SuitePlan plan = gpu_plan();
+  auto journal = JournalWriter::create(dir.file("j.jsonl"), header_of(plan));
+  ScriptedLauncher launcher;
+  launcher.failing = "bert-base-mlm";
+  std::vector<std::string> ended;
+  SuiteCallbacks callbacks;
+  callbacks.job_ended = [&](const JobRecord& r) { ended.push_back(r.model + " " + r.status); };
+  const SuiteOutcome outcome = run_suite(plan, {}, launcher, journal, callbacks);
+  EXPECT_EQ(outcome.failed, 1);
+  EXPECT_EQ(ended, (std::vector<std::string>{"bert-base ok", "bert-base-mlm crashed",
+                                             "bert-finetune ok"}));
+  const Journal j = read_journal(dir.file("j.jsonl"));
+  ASSERT_EQ(j.jobs.size(), 3u);
+  const JobRecord& failed = j.jobs[1];
+  // The worker died before it could describe the job; the parent fills that in.
+  EXPECT_EQ(failed.family, "language");
+  EXPECT_EQ(failed.precision, "fp32");
+  EXPECT_EQ(failed.throughput_unit, "examples/s");
+  EXPECT_EQ(failed.device.type, "cuda");
+}
+
+TEST(SuiteTest, MemoryTierJobsSearchUnderEachCapAndStop) {
+  TempDir dir;
+  SuitePlan plan = gpu_plan({6, 24});
+  plan.jobs.resize(2);  // bert-base at 6 and 24 GiB
+  auto journal = JournalWriter::create(dir.file("j.jsonl"), header_of(plan));
+  ScriptedLauncher launcher;
+  const SuiteOutcome outcome = run_suite(plan, {}, launcher, journal, {});
+  EXPECT_EQ(launcher.calls, (std::vector<std::string>{"bert-base:search", "bert-base:search"}));
+  // The second tier starts from the memory line the first one measured.
+  EXPECT_EQ(launcher.hinted, (std::vector<bool>{false, true}));
+  ASSERT_EQ(outcome.records.size(), 2u);
+  for (const auto& r : outcome.records) {
+    EXPECT_TRUE(r.search_only);
+    EXPECT_TRUE(r.emulated);
+    EXPECT_EQ(r.throughput, 0);
+  }
+  EXPECT_EQ(outcome.records[0].memory_cap_gib, 6);
+  EXPECT_EQ(outcome.records[0].batch, 6);  // the scripted search answers with the cap
+  EXPECT_EQ(outcome.records[1].batch, 24);
+  EXPECT_FALSE(outcome.records[1].normalized.has_value());
+}
+
+TEST(SuiteTest, FormatsClockTimes) {
+  EXPECT_EQ(format_clock(0), "0:00");
+  EXPECT_EQ(format_clock(65.4), "1:05");
+  EXPECT_EQ(format_clock(3723), "1:02:03");
+}
+
+// ---- Through the CLI and real worker processes, on the CPU ----
+
+int job_lines(const std::string& path) {
+  const std::string text = testing::read_file(path);
+  int lines = 0;
+  for (char c : text) lines += c == '\n';
+  return std::max(0, lines - 1);  // minus the header
+}
+
+std::string run_args(const TempDir& dir) {
+  return "run --device cpu --model bert-base --model bert-base-mlm --model bert-finetune "
+         "--config '" +
+         dir.file("smoke.json") + "' --journal '" + dir.file("j.jsonl") + "'";
+}
+
+TEST(SuiteTest, AKilledSuiteContinuesWithResumeAndRepeatsNothing) {
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), smoke_config(kModels));
+  const std::string journal = dir.file("j.jsonl");
+  const std::string command = "exec '" + testing::gpubench_exe() + "' " + run_args(dir) + " > '" +
+                              dir.file("out.txt") + "' 2>&1";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Kill the suite (SIGKILL: no chance to clean up) as soon as its first job is journaled.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  while (job_lines(journal) < 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << testing::read_file(dir.file("out.txt"));
+
+  const Journal killed = read_journal(journal);  // still valid
+  ASSERT_EQ(killed.jobs.size(), 1u) << "the suite finished before it could be killed";
+  EXPECT_EQ(killed.jobs[0].model, "bert-base");
+  EXPECT_EQ(killed.jobs[0].status, "ok");
+
+  const auto resumed =
+      testing::run_gpubench("run --resume '" + journal + "' --json '" + dir.file("r.json") + "'");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("1 of 3 jobs are already in the journal; 2 to run"), std::string::npos)
+      << resumed.err;
+  EXPECT_NE(resumed.err.find("job 1 of 2: bert-base-mlm"), std::string::npos) << resumed.err;
+  const Journal done = read_journal(journal);
+  ASSERT_EQ(done.jobs.size(), 3u);
+  EXPECT_EQ(done.jobs[0].created_utc, killed.jobs[0].created_utc);  // untouched
+  EXPECT_EQ(done.jobs[1].model, "bert-base-mlm");
+  EXPECT_EQ(done.jobs[2].model, "bert-finetune");
+  // The result file holds the whole suite, the earlier job included.
+  const Json doc = Json::parse(testing::read_file(dir.file("r.json")));
+  ASSERT_EQ(doc["jobs"].size(), 3u);
+  EXPECT_EQ(doc["jobs"][0]["model"], "bert-base");
+
+  // Once everything is done, resuming runs nothing.
+  const auto again = testing::run_gpubench("run --resume '" + journal + "'");
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find("0 jobs run, 3 skipped"), std::string::npos) << again.err;
+  EXPECT_EQ(read_journal(journal).jobs.size(), 3u);
+}
+
+TEST(SuiteTest, CrashingAndHangingWorkersFailTheirJobOnlyAndResumeRetriesThem) {
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), smoke_config(kModels));
+  // A worker that crashes for one model, hangs for another, and is the real one otherwise.
+  const std::string worker = dir.file("worker.sh");
+  testing::write_file(worker,
+                      "#!/bin/sh\n"
+                      "spec=$3\n"
+                      "if grep -q '\"model\":\"bert-base-mlm\"' \"$spec\"; then kill -SEGV $$; fi\n"
+                      "if grep -q '\"model\":\"bert-finetune\"' \"$spec\"; then sleep 60; fi\n"
+                      "exec '" +
+                          testing::gpubench_exe() + "' \"$@\"\n");
+  chmod(worker.c_str(), 0755);
+  const auto run =
+      testing::run_gpubench(run_args(dir) + " --timeout 20 --worker-exe '" + worker + "'");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("bert-base-mlm crashed: time worker killed by signal 11"),
+            std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("bert-finetune timeout: time worker timed out after"), std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("2 of 3 jobs failed; retry them with: gpubench run --resume"),
+            std::string::npos)
+      << run.err;
+  Journal j = read_journal(dir.file("j.jsonl"));
+  ASSERT_EQ(j.jobs.size(), 3u);
+  EXPECT_EQ(j.jobs[0].status, "ok");
+  EXPECT_EQ(j.jobs[1].status, "crashed");
+  EXPECT_EQ(j.jobs[2].status, "timeout");
+
+  // With a healthy worker, --resume runs the two failed jobs and nothing else.
+  const auto resumed = testing::run_gpubench("run --resume '" + dir.file("j.jsonl") + "'");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  j = read_journal(dir.file("j.jsonl"));
+  ASSERT_EQ(j.jobs.size(), 5u);
+  EXPECT_EQ(j.jobs[3].model, "bert-base-mlm");
+  EXPECT_EQ(j.jobs[3].status, "ok");
+  EXPECT_EQ(j.jobs[4].model, "bert-finetune");
+  EXPECT_EQ(j.jobs[4].status, "ok");
+}
+
+TEST(SuiteTest, ResumeAndTierMistakesAreClearErrors) {
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), smoke_config({"bert-base"}));
+  testing::write_file(dir.file("j.jsonl"), "");
+  auto r = testing::run_gpubench("run --resume '" + dir.file("j.jsonl") +
+                                 "' --model bert-base --precision amp-bf16");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("drop --model, --precision"), std::string::npos) << r.err;
+  r = testing::run_gpubench("run --resume '" + dir.file("j.jsonl") + "'");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("empty journal"), std::string::npos) << r.err;
+  r = testing::run_gpubench("run --resume '" + dir.file("none.jsonl") + "'");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("cannot be read"), std::string::npos) << r.err;
+  // An existing journal is never overwritten.
+  r = testing::run_gpubench("run --device cpu --model bert-base --journal '" + dir.file("j.jsonl") +
+                            "'");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("already exists; continue it with --resume"), std::string::npos) << r.err;
+  r = testing::run_gpubench("run --model bert-base --memory-tiers 6,0.1 --journal '" +
+                            dir.file("k.jsonl") + "'");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--memory-tiers: expected sizes in GiB of at least 0.25, got '0.1'"),
+            std::string::npos)
+      << r.err;
+  r = testing::run_gpubench("run --model bert-base --memory-tiers 6 --memory-cap 8");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("contradict"), std::string::npos) << r.err;
+  if (cuda_device_count() == 0) {
+    r = testing::run_gpubench("run --model bert-base --memory-tiers 6,8 --journal '" +
+                              dir.file("k.jsonl") + "'");
+    EXPECT_EQ(r.exit_code, 3);
+    EXPECT_NE(r.err.find("--memory-tiers emulates smaller GPUs"), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(testing::file_exists(dir.file("k.jsonl")));  // nothing started, nothing written
+}
+
+}  // namespace
+}  // namespace gpubench
