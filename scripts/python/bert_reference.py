@@ -19,13 +19,14 @@ Usage: bert_reference.py --batch N --precision fp32|amp-bf16 [--json OUT] [--min
        [--min-seconds 5] [--model pretraining|mlm|squad]
 """
 import argparse
-import json
-import statistics
+import os
 import sys
-import time
 
 import torch
 import transformers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (the shared timing harness, a sibling module)
 
 
 def build(kind, device):
@@ -80,25 +81,21 @@ def batch(config, n, device, seed=0):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, required=True)
-    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "amp-bf16", "amp-fp16"])
+    harness.add_precision_arg(p)
     p.add_argument("--model", default="pretraining", choices=["pretraining", "mlm", "squad"])
-    p.add_argument("--min-steps", type=int, default=10)
-    p.add_argument("--min-seconds", type=float, default=5.0)
+    harness.add_window_args(p)
     p.add_argument("--json")
     a = p.parse_args()
 
     device = torch.device("cuda")
-    tf32 = a.precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(a.precision)
+    amp = harness.set_precision(a.precision)
     torch.manual_seed(0)
     model, config = build(a.model, device)
     decay = [p for n, p in model.named_parameters() if not ("bias" in n or "LayerNorm" in n)]
     no_decay = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                              {"params": no_decay, "weight_decay": 0.0}], lr=1e-4, eps=1e-6)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp == torch.float16)
+    scaler = harness.grad_scaler(amp)
     if a.model == "squad":
         inputs, types, attention, starts, ends = squad_batch(config, a.batch, device)
     else:
@@ -107,7 +104,7 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
+        with harness.autocast(amp):
             if a.model == "squad":
                 out = model(input_ids=inputs, token_type_ids=types, attention_mask=attention,
                             start_positions=starts, end_positions=ends)
@@ -122,36 +119,14 @@ def main():
         scaler.step(opt)
         scaler.update()
 
-    def timed(n):
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
-        events[0].record()
-        for i in range(n):
-            step()
-            events[i + 1].record()
-        events[-1].synchronize()
-        return [events[i].elapsed_time(events[i + 1]) for i in range(n)]
-
-    warm = []
-    while len(warm) < 3 or not all(abs(t - statistics.median(warm[-3:])) <= 0.05 * statistics.median(warm[-3:]) for t in warm[-3:]):
-        warm += timed(1)
-        if len(warm) >= 50:
-            break
-    times = timed(a.min_steps)
-    while sum(times) / 1000 < a.min_seconds:
-        times += timed(a.min_steps)
-    window = sum(times) / 1000
+    timing = harness.time_steps(step, a.min_steps, a.min_seconds)
     result = {
         "reference": f"transformers {transformers.__version__} {type(model).__name__}",
-        "torch": torch.__version__, "device": torch.cuda.get_device_name(), "batch": a.batch,
-        "precision": a.precision, "trainable_params": params, "warmup_steps": len(warm),
-        "steps": len(times), "step_time_ms_median": statistics.median(times),
-        "throughput": a.batch * len(times) / window, "throughput_unit": "examples/s",
-        "peak_memory_bytes": torch.cuda.max_memory_reserved(),
+        **harness.environment(), "batch": a.batch,
+        "precision": a.precision, "trainable_params": params,
+        **harness.summarize(timing, a.batch * len(timing.times_ms), "examples/s"),
     }
-    print(json.dumps(result, indent=2))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=2)
+    harness.finish(result, a.json)
 
 
 if __name__ == "__main__":

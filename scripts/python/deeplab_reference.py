@@ -20,15 +20,17 @@ Usage: deeplab_reference.py --batch N --precision fp32|amp-bf16 [--json OUT] [--
        [--memory-format contiguous|channels-last|auto] [--min-steps 10] [--min-seconds 5]
 """
 import argparse
-import json
 import math
-import statistics
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
 import torchvision
 from torchvision.models.segmentation import deeplabv3_resnet101
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (the shared timing harness, a sibling module)
 
 
 def batch(n, size, classes, device, seed=0, max_objects=4, band=5, ignore=255):
@@ -72,21 +74,16 @@ def batch(n, size, classes, device, seed=0, max_objects=4, band=5, ignore=255):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, required=True)
-    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "amp-bf16", "amp-fp16"])
+    harness.add_precision_arg(p)
     p.add_argument("--size", type=int, default=513)
     p.add_argument("--memory-format", default="contiguous",
                    choices=["contiguous", "channels-last", "auto"])
-    p.add_argument("--min-steps", type=int, default=10)
-    p.add_argument("--min-seconds", type=float, default=5.0)
+    harness.add_window_args(p)
     p.add_argument("--json")
     a = p.parse_args()
 
     device = torch.device("cuda")
-    tf32 = a.precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cudnn.benchmark = True
-    amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(a.precision)
+    amp = harness.set_precision(a.precision, cudnn_benchmark=True)
     channels_last = (a.memory_format == "channels-last"
                      or (a.memory_format == "auto" and a.precision != "fp32"))
     layout = torch.channels_last if channels_last else torch.contiguous_format
@@ -106,14 +103,14 @@ def main():
     else:
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda x: (1 - x / total_iters) ** 0.9)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp == torch.float16)
+    scaler = harness.grad_scaler(amp)
     images, labels = batch(a.batch, a.size, 21, device)
     images = images.contiguous(memory_format=layout)
     ignore_share = (labels == 255).float().mean().item()
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
+        with harness.autocast(amp):
             out = model(images)["out"]
             loss = F.cross_entropy(out, labels, ignore_index=255)
         scaler.scale(loss).backward()
@@ -121,38 +118,16 @@ def main():
         scaler.update()
         sched.step()
 
-    def timed(n):
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
-        events[0].record()
-        for i in range(n):
-            step()
-            events[i + 1].record()
-        events[-1].synchronize()
-        return [events[i].elapsed_time(events[i + 1]) for i in range(n)]
-
-    warm = []
-    while len(warm) < 3 or not all(abs(t - statistics.median(warm[-3:])) <= 0.05 * statistics.median(warm[-3:]) for t in warm[-3:]):
-        warm += timed(1)
-        if len(warm) >= 50:
-            break
-    times = timed(a.min_steps)
-    while sum(times) / 1000 < a.min_seconds:
-        times += timed(a.min_steps)
-    window = sum(times) / 1000
+    timing = harness.time_steps(step, a.min_steps, a.min_seconds)
     result = {
         "reference": f"torchvision {torchvision.__version__} deeplabv3_resnet101(aux_loss=False)",
-        "torch": torch.__version__, "device": torch.cuda.get_device_name(), "batch": a.batch,
+        **harness.environment(), "batch": a.batch,
         "precision": a.precision, "image_size": a.size,
         "memory_format": "channels-last" if channels_last else "contiguous",
-        "trainable_params": params, "ignore_share": ignore_share, "warmup_steps": len(warm),
-        "steps": len(times), "step_time_ms_median": statistics.median(times),
-        "throughput": a.batch * len(times) / window, "throughput_unit": "images/s",
-        "peak_memory_bytes": torch.cuda.max_memory_reserved(),
+        "trainable_params": params, "ignore_share": ignore_share,
+        **harness.summarize(timing, a.batch * len(timing.times_ms), "images/s"),
     }
-    print(json.dumps(result, indent=2))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=2)
+    harness.finish(result, a.json)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,8 @@ Usage: maskrcnn_reference.py --batch N --precision fp32|tf32|amp-bf16|amp-fp16 [
        [--min-steps 10] [--min-seconds 5] [--boxes 7] [--count-positives]
 """
 import argparse
-import json
 import math
-import statistics
+import os
 import sys
 
 import torch
@@ -40,6 +39,9 @@ import torchvision
 from torchvision.models.detection import MaskRCNN
 from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
 from torchvision.ops.misc import FrozenBatchNorm2d
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (the shared timing harness, a sibling module)
 
 HEIGHT, WIDTH, CLASSES = 800, 1333, 81
 TARGET_PARAMS = 44125173
@@ -101,34 +103,29 @@ def make_optimizer(model, batch):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, required=True)
-    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "amp-bf16", "amp-fp16"])
+    harness.add_precision_arg(p)
     p.add_argument("--boxes", type=int, default=7, help="ground-truth boxes per image")
-    p.add_argument("--min-steps", type=int, default=10)
-    p.add_argument("--min-seconds", type=float, default=5.0)
+    harness.add_window_args(p)
     p.add_argument("--count-positives", action="store_true",
                    help="after timing, count the box head's sampled positives per image")
     p.add_argument("--json")
     a = p.parse_args()
 
     device = torch.device("cuda")
-    tf32 = a.precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cudnn.benchmark = True
-    amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(a.precision)
+    amp = harness.set_precision(a.precision, cudnn_benchmark=True)
     torch.manual_seed(0)
     model = build(device)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if params != TARGET_PARAMS:
         print(f"warning: {params} trainable parameters, expected {TARGET_PARAMS}", file=sys.stderr)
     opt, sched = make_optimizer(model, a.batch)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp == torch.float16)
+    scaler = harness.grad_scaler(amp)
     images, targets = synthetic(a.batch, a.boxes, device)
     last = {}
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
+        with harness.autocast(amp):
             losses = model(images, targets)
             loss = sum(losses.values())
         scaler.scale(loss).backward()
@@ -137,33 +134,13 @@ def main():
         sched.step()
         last.update({k: v.detach() for k, v in losses.items()}, loss=loss.detach())
 
-    def timed(n):
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
-        events[0].record()
-        for i in range(n):
-            step()
-            events[i + 1].record()
-        events[-1].synchronize()
-        return [events[i].elapsed_time(events[i + 1]) for i in range(n)]
-
-    warm = []
-    while len(warm) < 3 or not all(abs(t - statistics.median(warm[-3:])) <= 0.05 * statistics.median(warm[-3:]) for t in warm[-3:]):
-        warm += timed(1)
-        if len(warm) >= 50:
-            break
-    times = timed(a.min_steps)
-    while sum(times) / 1000 < a.min_seconds:
-        times += timed(a.min_steps)
-    window = sum(times) / 1000
+    timing = harness.time_steps(step, a.min_steps, a.min_seconds)
     result = {
         "reference": f"torchvision {torchvision.__version__} MaskRCNN R-50-FPN (FrozenBN, "
                      "trainable_layers=3, 81 classes)",
-        "torch": torch.__version__, "device": torch.cuda.get_device_name(), "batch": a.batch,
+        **harness.environment(), "batch": a.batch,
         "precision": a.precision, "trainable_params": params, "gt_boxes_per_image": a.boxes,
-        "warmup_steps": len(warm), "steps": len(times),
-        "step_time_ms_median": statistics.median(times),
-        "throughput": a.batch * len(times) / window, "throughput_unit": "images/s",
-        "peak_memory_bytes": torch.cuda.max_memory_reserved(),
+        **harness.summarize(timing, a.batch * len(timing.times_ms), "images/s"),
         "losses": {k: float(v) for k, v in last.items()},
     }
     if a.count_positives:
@@ -181,10 +158,7 @@ def main():
             step()
         model.roi_heads.select_training_samples = select
         result["positive_rois_per_image"] = sum(counts) / len(counts)
-    print(json.dumps(result, indent=2))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=2)
+    harness.finish(result, a.json)
 
 
 if __name__ == "__main__":

@@ -23,12 +23,14 @@ Usage: nasnet_reference.py --batch N --precision fp32|tf32|amp-bf16|amp-fp16 [--
        [--min-steps 10] [--min-seconds 5] [--memory-format contiguous|channels_last]
 """
 import argparse
-import json
-import statistics
+import os
 import sys
 
 import timm
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (the shared timing harness, a sibling module)
 
 
 class TfRMSProp(torch.optim.Optimizer):
@@ -68,19 +70,14 @@ class TfRMSProp(torch.optim.Optimizer):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, required=True)
-    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "amp-bf16", "amp-fp16"])
+    harness.add_precision_arg(p)
     p.add_argument("--memory-format", default="contiguous", choices=["contiguous", "channels_last"])
-    p.add_argument("--min-steps", type=int, default=10)
-    p.add_argument("--min-seconds", type=float, default=5.0)
+    harness.add_window_args(p)
     p.add_argument("--json")
     a = p.parse_args()
 
     device = torch.device("cuda")
-    tf32 = a.precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cudnn.benchmark = True
-    amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(a.precision)
+    amp = harness.set_precision(a.precision, cudnn_benchmark=True)
     layout = torch.channels_last if a.memory_format == "channels_last" else torch.contiguous_format
 
     torch.manual_seed(0)
@@ -97,7 +94,7 @@ def main():
                      {"params": no_decay, "weight_decay": 0.0}], lr=0.01)
     decay_steps = max(1, int(1281167 / a.batch * 2.0))
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.94 ** (s // decay_steps))
-    scaler = torch.amp.GradScaler("cuda", enabled=amp == torch.float16)
+    scaler = harness.grad_scaler(amp)
     loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
 
     g = torch.Generator(device=device).manual_seed(1)
@@ -107,7 +104,7 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
+        with harness.autocast(amp):
             loss = loss_fn(model(images).float(), labels)
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
@@ -116,37 +113,15 @@ def main():
         scaler.update()
         schedule.step()
 
-    def timed(n):
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
-        events[0].record()
-        for i in range(n):
-            step()
-            events[i + 1].record()
-        events[-1].synchronize()
-        return [events[i].elapsed_time(events[i + 1]) for i in range(n)]
-
-    warm = []
-    while len(warm) < 3 or not all(abs(t - statistics.median(warm[-3:])) <= 0.05 * statistics.median(warm[-3:]) for t in warm[-3:]):
-        warm += timed(1)
-        if len(warm) >= 50:
-            break
-    times = timed(a.min_steps)
-    while sum(times) / 1000 < a.min_seconds:
-        times += timed(a.min_steps)
-    window = sum(times) / 1000
+    timing = harness.time_steps(step, a.min_steps, a.min_seconds)
     result = {
         "reference": f"timm {timm.__version__} nasnetalarge",
-        "torch": torch.__version__, "device": torch.cuda.get_device_name(), "batch": a.batch,
+        **harness.environment(), "batch": a.batch,
         "precision": a.precision, "memory_format": a.memory_format,
-        "trainable_params": params, "warmup_steps": len(warm),
-        "steps": len(times), "step_time_ms_median": statistics.median(times),
-        "throughput": a.batch * len(times) / window, "throughput_unit": "images/s",
-        "peak_memory_bytes": torch.cuda.max_memory_reserved(),
+        "trainable_params": params,
+        **harness.summarize(timing, a.batch * len(timing.times_ms), "images/s"),
     }
-    print(json.dumps(result, indent=2))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=2)
+    harness.finish(result, a.json)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,13 @@ import argparse
 import bisect
 import json
 import math
-import statistics
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The shared timing harness, a sibling module; it imports torch only when called, so
+# --plan-only still runs without torch.
+import harness  # noqa: E402
 
 PAD, EOS, FIRST_WORD = 1, 2, 4
 MASK64 = (1 << 64) - 1
@@ -347,11 +352,10 @@ def make_batch(torch, pairs, vocab, device, seed):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, required=True, help="token budget (--max-tokens)")
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "amp-bf16", "amp-fp16"])
+    harness.add_precision_arg(ap)
     ap.add_argument("--batches", type=int, default=8, help="pre-generated batches, used in turn")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--min-steps", type=int, default=10)
-    ap.add_argument("--min-seconds", type=float, default=5.0)
+    harness.add_window_args(ap)
     ap.add_argument("--json")
     ap.add_argument("--check", help="a gpubench result file: compare its batch_info with ours")
     ap.add_argument("--plan-only", action="store_true", help="print the batch plan and exit")
@@ -371,16 +375,13 @@ def main():
     import torch
 
     device = torch.device("cuda")
-    tf32 = a.precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(a.precision)
+    amp = harness.set_precision(a.precision)
     torch.manual_seed(a.seed)
     model = build(torch).to(device).train()
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     opt = torch.optim.Adam(model.parameters(), lr=1e-7, betas=(0.9, 0.98), eps=1e-8,
                            weight_decay=0.0, foreach=True)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp == torch.float16)
+    scaler = harness.grad_scaler(amp)
     batches = [make_batch(torch, b, 32768, device, a.seed + 1 + i) for i, b in enumerate(shapes)]
 
     def inverse_sqrt(step, lr=5e-4, warmup=4000, init=1e-7):
@@ -394,7 +395,7 @@ def main():
         for group in opt.param_groups:  # gpubench's Updater: the rate of update n is schedule(n)
             group["lr"] = inverse_sqrt(state["step"])
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
+        with harness.autocast(amp):
             logits = model(src, prev, src_padded)
             loss = label_smoothed_nll_loss(torch, logits, target, 0.1) / ntokens
         scaler.scale(loss).backward()
@@ -402,40 +403,17 @@ def main():
         scaler.update()
         return ntokens
 
-    def timed(n):
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
-        tokens = 0
-        events[0].record()
-        for i in range(n):
-            tokens += step()
-            events[i + 1].record()
-        events[-1].synchronize()
-        return [events[i].elapsed_time(events[i + 1]) for i in range(n)], tokens
-
-    warm = []
-    while len(warm) < 3 or not all(abs(t - statistics.median(warm[-3:]))
-                                   <= 0.05 * statistics.median(warm[-3:]) for t in warm[-3:]):
-        warm += timed(1)[0]
-        if len(warm) >= 50:
-            break
-    times, tokens = timed(a.min_steps)
-    while sum(times) / 1000 < a.min_seconds:
-        more, more_tokens = timed(a.min_steps)
-        times, tokens = times + more, tokens + more_tokens
-    window = sum(times) / 1000
+    # counted: each step returns its batch's target tokens (they vary by batch), summed over the
+    # timed window for fairseq's wps.
+    timing = harness.time_steps(step, a.min_steps, a.min_seconds, counted=True)
     result = {
         "reference": "torch.nn twin of fairseq transformer_vaswani_wmt_en_de_big",
-        "torch": torch.__version__, "device": torch.cuda.get_device_name(),
+        **harness.environment(),
         "batch": a.tokens, "batch_unit": "tokens", "precision": a.precision,
-        "trainable_params": params, "warmup_steps": len(warm), "steps": len(times),
-        "step_time_ms_median": statistics.median(times),
-        "throughput": tokens / window, "throughput_unit": "words/s",
-        "peak_memory_bytes": torch.cuda.max_memory_reserved(), "batch_info": info,
+        "trainable_params": params, **harness.summarize(timing, timing.units, "words/s"),
+        "batch_info": info,
     }
-    print(json.dumps(result, indent=2))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=2)
+    harness.finish(result, a.json)
     return 0
 
 
