@@ -26,6 +26,20 @@ class OptimizersTest : public ::testing::Test {
     torch::manual_seed(100 + step);
     for (auto& p : ps) p.mutable_grad() = torch::randn_like(p);
   }
+  /// Steps ours and libtorch's optimizer on the same gradients and expects the same parameters.
+  template <typename Ours, typename Theirs>
+  static void expect_same_path(Ours& ours_opt, Theirs& theirs_opt, std::vector<torch::Tensor>& ours,
+                               std::vector<torch::Tensor>& theirs, int steps) {
+    for (int step = 0; step < steps; ++step) {
+      set_grads(ours, step);
+      set_grads(theirs, step);
+      ours_opt.step();
+      theirs_opt.step();
+    }
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(ours[i], theirs[i], 1e-5, 1e-6)) << i;
+    }
+  }
 };
 
 TEST_F(OptimizersTest, AdamMatchesTorchAdam) {
@@ -33,15 +47,7 @@ TEST_F(OptimizersTest, AdamMatchesTorchAdam) {
   auto theirs = params();
   Adam adam({{ours, 0.01}}, AdamOptions{1e-2, 0.9, 0.999, 1e-8, true, WeightDecayMode::kL2});
   torch::optim::Adam reference(theirs, torch::optim::AdamOptions(1e-2).weight_decay(0.01));
-  for (int step = 0; step < 5; ++step) {
-    set_grads(ours, step);
-    set_grads(theirs, step);
-    adam.step();
-    reference.step();
-  }
-  for (std::size_t i = 0; i < ours.size(); ++i) {
-    EXPECT_TRUE(torch::allclose(ours[i], theirs[i], 1e-5, 1e-6)) << i;
-  }
+  expect_same_path(adam, reference, ours, theirs, 5);
 }
 
 TEST_F(OptimizersTest, DecoupledDecayMatchesTorchAdamW) {
@@ -50,15 +56,7 @@ TEST_F(OptimizersTest, DecoupledDecayMatchesTorchAdamW) {
   Adam adam({{ours, 0.1}}, AdamOptions{1e-2, 0.9, 0.98, 1e-8, true, WeightDecayMode::kDecoupled});
   torch::optim::AdamW reference(
       theirs, torch::optim::AdamWOptions(1e-2).betas({0.9, 0.98}).weight_decay(0.1));
-  for (int step = 0; step < 5; ++step) {
-    set_grads(ours, step);
-    set_grads(theirs, step);
-    adam.step();
-    reference.step();
-  }
-  for (std::size_t i = 0; i < ours.size(); ++i) {
-    EXPECT_TRUE(torch::allclose(ours[i], theirs[i], 1e-5, 1e-6)) << i;
-  }
+  expect_same_path(adam, reference, ours, theirs, 5);
 }
 
 TEST_F(OptimizersTest, BertAdamHasNoBiasCorrection) {
@@ -99,15 +97,7 @@ TEST_F(OptimizersTest, SgdMatchesTorchSgdWithNesterovMomentum) {
   Sgd sgd({{ours, 1e-4}}, SgdOptions{0.5, 0.99, true});
   torch::optim::SGD reference(
       theirs, torch::optim::SGDOptions(0.5).momentum(0.99).nesterov(true).weight_decay(1e-4));
-  for (int step = 0; step < 4; ++step) {
-    set_grads(ours, step);
-    set_grads(theirs, step);
-    sgd.step();
-    reference.step();
-  }
-  for (std::size_t i = 0; i < ours.size(); ++i) {
-    EXPECT_TRUE(torch::allclose(ours[i], theirs[i], 1e-5, 1e-6)) << i;
-  }
+  expect_same_path(sgd, reference, ours, theirs, 4);
 }
 
 TEST_F(OptimizersTest, SkipsParametersWithoutGradients) {

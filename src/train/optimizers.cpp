@@ -35,14 +35,16 @@ void Optimizer::with_grads(const ParamGroup& group, std::vector<torch::Tensor>& 
 }
 
 namespace {
-/// State tensors for the parameters of a group, created as zeros on first use. A parameter
-/// without a gradient keeps its slot (undefined until it gets one).
-std::vector<torch::Tensor> state_for(std::vector<torch::Tensor>& state, const ParamGroup& group) {
+/// State tensors for the parameters of a group, created filled with `initial` (zeros unless
+/// said otherwise: TF1's RMSProp starts its mean square at 1) on first use. A parameter without
+/// a gradient keeps its slot (undefined until it gets one).
+std::vector<torch::Tensor> state_for(std::vector<torch::Tensor>& state, const ParamGroup& group,
+                                     double initial = 0.0) {
   if (state.size() != group.params.size()) state.resize(group.params.size());
   std::vector<torch::Tensor> out;
   for (std::size_t i = 0; i < group.params.size(); ++i) {
     if (!group.params[i].grad().defined()) continue;
-    if (!state[i].defined()) state[i] = torch::zeros_like(group.params[i]);
+    if (!state[i].defined()) state[i] = torch::full_like(group.params[i], initial);
     out.push_back(state[i]);
   }
   return out;
@@ -197,21 +199,6 @@ LrSchedule constant(double lr) {
 
 // ---- TensorFlow's RMSProp ----
 
-namespace {
-/// Like state_for, but new slots start at `value` (TF1's RMSProp starts its mean square at 1).
-std::vector<torch::Tensor> state_filled(std::vector<torch::Tensor>& state, const ParamGroup& group,
-                                        double value) {
-  if (state.size() != group.params.size()) state.resize(group.params.size());
-  std::vector<torch::Tensor> out;
-  for (std::size_t i = 0; i < group.params.size(); ++i) {
-    if (!group.params[i].grad().defined()) continue;
-    if (!state[i].defined()) state[i] = torch::full_like(group.params[i], value);
-    out.push_back(state[i]);
-  }
-  return out;
-}
-}  // namespace
-
 TfRmsProp::TfRmsProp(std::vector<ParamGroup> groups, TfRmsPropOptions options)
     : Optimizer(std::move(groups), options.lr), options_(options) {
   mean_square_.resize(groups_.size());
@@ -226,7 +213,7 @@ void TfRmsProp::step() {
     const ParamGroup& group = groups_[g];
     with_grads(group, params, grads);
     if (params.empty()) continue;
-    auto ms = state_filled(mean_square_[g], group, options_.initial_mean_square);
+    auto ms = state_for(mean_square_[g], group, options_.initial_mean_square);
     auto mom = state_for(momentum_[g], group);
     if (group.weight_decay != 0) grads = at::_foreach_add(grads, params, group.weight_decay);
     at::_foreach_mul_(ms, options_.decay);

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# On the GPU machine: the measurements issues 3 to 7 ask for, in stages that continue where an
+# earlier call stopped (journals and marker files under results/h200/), inside one call's time.
+#
+#   scripts/gpu/h200_campaign.sh [STAGE...]     (default: build fp32 bf16 tiers refs)
+#   GPUBENCH_DEADLINE_S=560  seconds this call may use; a stage still running then is stopped
+#                            (its journal keeps every finished job) and the next call resumes it
+#
+# Stages: build (setup.sh, the _CUDA tests), fp32 / bf16 (the whole suite with search and timed
+# run through scripts/run_all.sh, wall time recorded), tiers (bert-base, nasnet-large and
+# transformer-big under 6, 8, 11, 24, 48 GiB caps), refs (the Python eager references beside
+# gpubench at one common batch and precision). Everything under results/h200/ is packed into
+# $OUT; carry results/h200 into the next call (device tool: carry ["results/h200"]) to go on.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/gpubench-out}
+R=results/h200
+mkdir -p "$OUT" "$R/refs"
+deadline=$(( $(date +%s) + ${GPUBENCH_DEADLINE_S:-560} ))
+left() { echo $(( deadline - $(date +%s) )); }
+log() { echo "campaign [$(date -u +%T)] $*" | tee -a "$R/campaign.log" >&2; }
+done_mark() { [ -f "$R/$1.done" ]; }
+field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+
+# Runs a stage command with what is left of the deadline; a stage that finishes is marked done.
+stage() {
+  local name=$1
+  shift
+  if done_mark "$name"; then log "$name: done earlier"; return 0; fi
+  if [ "$(left)" -lt 30 ]; then log "$name: no time left in this call"; return 1; fi
+  log "$name: start ($(left) s left)"
+  local s=$(date +%s) rc=0
+  timeout --signal=TERM --kill-after=20 "$(left)" "$@" || rc=$?
+  log "$name: exit $rc after $(( $(date +%s) - s )) s"
+  echo "$name $(( $(date +%s) - s )) s exit $rc" >> "$R/walltimes.txt"
+  # run_all exits 1 when a job failed: the stage ran; the journal says which job and why.
+  if [ $rc -le 1 ]; then touch "$R/$name.done"; fi
+  return 0
+}
+
+build() {
+  { date -u +%FT%TZ
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    python3 -c 'import torch, torchvision, timm, transformers as t; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "torchvision", torchvision.__version__, "timm", timm.__version__, "transformers", t.__version__)'
+    git log -1 --format='commit %h %s' 2>/dev/null || echo "commit ${GPUBENCH_GIT_COMMIT:-unknown}"
+  } > "$R/env.txt" 2>&1
+  GPUBENCH_JOBS=16 scripts/setup.sh > "$R/build.log" 2>&1 || return 2
+  build/gpubench info > "$R/info.txt" 2>&1
+  ctest --test-dir build -R _CUDA --output-on-failure > "$R/ctest-cuda.log" 2>&1
+  grep -E "tests passed|Failed" "$R/ctest-cuda.log" | tail -3
+}
+
+tiers() {
+  local j=$R/tiers/tiers.jsonl
+  mkdir -p "$R/tiers"
+  if [ -s "$j" ]; then
+    build/gpubench run --resume "$j" 2>> "$R/tiers/progress.log"
+  else
+    build/gpubench run --gpu 0 --model bert-base --model nasnet-large --model transformer-big \
+      --memory-tiers 6,8,11,24,48 --journal "$j" 2>> "$R/tiers/progress.log"
+  fi > "$R/tiers/table.txt"
+  local rc=$?
+  build/gpubench report "$j" "$R/fp32/journal.jsonl" --format md > "$R/tiers/report.md" 2>&1
+  return $rc
+}
+
+# The Python reference of one workload and gpubench at one batch both fit; the largest power of
+# two gpubench found, halved while the Python side runs out of memory.
+ref() {  # model precision script args...
+  local model=$1 p=$2 script=$3
+  shift 3
+  local j=$R/$([ "$p" = fp32 ] && echo fp32 || echo bf16)/journal.jsonl b ours py
+  b=$(python3 - "$j" "$model" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    job = d.get("job")
+    if job and job["model"] == sys.argv[2] and job.get("search"):
+        print(job["search"]["largest_pow2_batch"])
+PY
+)
+  b=${b##*$'\n'}
+  [ -n "$b" ] && [ "$b" -gt 0 ] || { log "ref $model $p: no batch in $j"; return 0; }
+  if grep -q "^$model $p " "$R/refs/compare.txt" 2>/dev/null; then return 0; fi  # done earlier
+  local flag=--batch
+  [ "$model" = transformer-big ] && flag=--tokens
+  for try in $b $((b / 2)) $((b / 4)); do
+    if python3 "scripts/python/$script" $flag "$try" --precision "$p" "$@" \
+         --json "$R/refs/$model-$p-python.json" > "$R/refs/$model-$p-python.txt" 2>&1; then
+      b=$try
+      break
+    fi
+  done
+  [ -f "$R/refs/$model-$p-python.json" ] || { log "ref $model $p: python failed"; return 0; }
+  build/gpubench run --gpu 0 --model "$model" --precision "$p" --batch "$b" \
+    --journal "$R/refs/$model-$p-b$b.jsonl" --json "$R/refs/$model-$p-b$b.json" \
+    > /dev/null 2>> "$R/refs/progress.log"
+  ours=$(field "$R/refs/$model-$p-b$b.json" "d['jobs'][0]['throughput']")
+  py=$(field "$R/refs/$model-$p-python.json" "d['throughput']")
+  echo "$model $p batch $b: gpubench $ours, python $py, ratio $(python3 -c "print(round($ours / $py, 3))")" \
+    | tee -a "$R/refs/compare.txt"
+}
+
+refs() {
+  for p in fp32 amp-bf16; do
+    ref bert-finetune "$p" bert_reference.py --model squad
+    ref nasnet-large "$p" nasnet_reference.py
+    ref deeplabv3-resnet101 "$p" deeplab_reference.py
+    ref mask-rcnn "$p" maskrcnn_reference.py
+    ref transformer-big "$p" transformer_big_reference.py
+  done
+}
+
+# `timeout` runs programs, not shell functions: a function stage runs as this script again.
+if [ "${1:-}" = --fn ]; then
+  "$2"
+  exit $?
+fi
+
+for s in ${*:-build fp32 bf16 tiers refs}; do
+  case $s in
+    build) stage build "$0" --fn build ;;
+    fp32) stage fp32 scripts/run_all.sh --gpu 0 --precision fp32 --out "$R/fp32" ;;
+    bf16) stage bf16 scripts/run_all.sh --gpu 0 --precision amp-bf16 --out "$R/bf16" ;;
+    tiers) stage tiers "$0" --fn tiers ;;
+    refs) stage refs "$0" --fn refs ;;
+    *) log "unknown stage '$s'"; exit 2 ;;
+  esac
+done
+tar -C results -czf "$OUT/h200.tgz" h200
+log "packed results/h200 into \$OUT/h200.tgz ($(left) s left)"
