@@ -6,6 +6,7 @@
 #include "gpubench/report/reporter.h"
 #include "gpubench/runner.h"
 #include "gpubench/strings.h"
+#include "src/report/svg.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>
@@ -456,6 +457,57 @@ TEST(ReportTest, EachCapIsMatchedWithTheClosest2020MemorySize) {
   EXPECT_EQ(names(36), "Titan RTX, RTX 6000");
   EXPECT_EQ(names(80), "RTX 8000");
   EXPECT_DOUBLE_EQ(closest_reference_tier(11, reference).memory_gb, 11);
+}
+
+// ---- HTML ----
+
+TEST(ReportTest, HtmlEscapesRecordTextAndLoadsNothingFromOutside) {
+  std::vector<JobRecord> jobs = sample();
+  jobs[1].status = "failed";
+  jobs[1].normalized.reset();
+  jobs[1].message = "<script>alert('x')</script> & \"more\"";
+  jobs[2].model = "bert<b>";
+  const std::string html = render("html", jobs);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>\n", 0), 0u);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_NE(html.find("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;more&quot;"),
+            std::string::npos);
+  EXPECT_EQ(html.find("bert<b>"), std::string::npos);
+  EXPECT_NE(html.find("bert&lt;b&gt;"), std::string::npos);
+  // Self-contained: no links, scripts, fonts or images from anywhere else.
+  for (const char* outside : {"src=", "https:", "@import", "url(", "<link", "<img"}) {
+    EXPECT_EQ(html.find(outside), std::string::npos) << outside;
+  }
+  auto count = [&](const std::string& text) {
+    std::size_t n = 0;
+    for (auto at = html.find(text); at != std::string::npos; at = html.find(text, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("http:"), count("xmlns=\"http://www.w3.org/2000/svg\""));  // a name, not a load
+  // Charts carry accessible text.
+  EXPECT_NE(html.find("role=\"img\" aria-labelledby=\"chart-language-title chart-language-desc\""),
+            std::string::npos);
+  EXPECT_NE(html.find("<title id=\"chart-language-title\">Language models: throughput normalized "
+                      "to the RTX 8000</title>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<td class=\"fail\">failed</td>"), std::string::npos);
+}
+
+TEST(ReportTest, BarChartScalesLinearlyFromZero) {
+  report::BarChart chart;
+  chart.id = "c";
+  chart.title = "t";
+  chart.groups = {{"g", {{"a", 40.0, "40.0", "#000", "a: 40", false},
+                         {"b", 0.001, "0.001", "#111", "b", true},
+                         {"c", std::nullopt, "OOM", "#222", "", true}}}};
+  const std::string svg = report::render_bar_chart(chart);
+  EXPECT_NE(svg.find("<rect x=\"200.0\" y=\"46.0\" width=\"620.0\""), std::string::npos) << svg;
+  EXPECT_NE(svg.find("width=\"1.0\""), std::string::npos) << "tiny bars stay visible";
+  EXPECT_EQ(std::count(svg.begin(), svg.end(), '\n') > 0, true);
+  EXPECT_NE(svg.find(">OOM</text>"), std::string::npos);
+  EXPECT_DOUBLE_EQ(report::nice_step(40, 5), 10);
+  EXPECT_DOUBLE_EQ(report::nice_step(1.3, 5), 0.5);
+  EXPECT_DOUBLE_EQ(report::nice_step(0.9, 5), 0.2);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ namespace gpubench {
 std::unique_ptr<Reporter> make_table_reporter(std::ostream& out, GridStyle style);
 std::unique_ptr<Reporter> make_csv_reporter(std::ostream& out);
 std::unique_ptr<Reporter> make_json_reporter(std::ostream& out);
+std::unique_ptr<Reporter> make_html_reporter(std::ostream& out);
 
 // ---- Flat columns ----
 
@@ -133,7 +134,7 @@ const std::vector<ResultColumn>& result_columns() {
 // ---- Factory and reading ----
 
 const std::vector<std::string>& report_formats() {
-  static const std::vector<std::string> formats = {"table", "md", "csv", "json"};
+  static const std::vector<std::string> formats = {"table", "md", "csv", "json", "html"};
   return formats;
 }
 
@@ -142,6 +143,7 @@ std::unique_ptr<Reporter> make_reporter(const std::string& format, std::ostream&
   if (format == "md") return make_table_reporter(out, GridStyle::kMarkdown);
   if (format == "csv") return make_csv_reporter(out);
   if (format == "json") return make_json_reporter(out);
+  if (format == "html") return make_html_reporter(out);
   throw ConfigError(fmt::format("--format: unknown format '{}'{}; choose one of {}", format,
                                 did_you_mean(format, report_formats()),
                                 join(report_formats(), ", ")));

@@ -165,7 +165,7 @@ class Reporter {
   std::ostream& out_;
 };
 
-/// "table", "md", "csv", "json".
+/// "table", "md", "csv", "json", "html".
 const std::vector<std::string>& report_formats();
 /// Throws ConfigError for an unknown format, with a did-you-mean.
 std::unique_ptr<Reporter> make_reporter(const std::string& format, std::ostream& out);
