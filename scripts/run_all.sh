@@ -44,7 +44,8 @@ out=${out:-results/$(date -u +%Y%m%d-%H%M%S)-$device_tag-$precision}
 mkdir -p "$out"
 say() { echo "run_all: $*" >&2; }
 
-# Runs (or, when its journal exists, continues) one suite; $1 is the journal, the rest are the
+# Runs (or, when its journal exists, continues) one suite, its table left for the report at the
+# end; $1 is the journal, the rest are the
 # options of a new run. Exit codes 0 and 1 go on to the report; anything else stops the script.
 suite() {
   local journal=$1 code=0 start
@@ -52,9 +53,9 @@ suite() {
   start=$(date +%s)
   if [ -s "$journal" ]; then
     say "continuing $journal"
-    "$gpubench" run --resume "$journal" "${device[@]}" "${outputs[@]}" || code=$?
+    "$gpubench" run --resume "$journal" "${device[@]}" "${outputs[@]}" > /dev/null || code=$?
   else
-    "$gpubench" run "${device[@]}" --journal "$journal" "${outputs[@]}" "$@" || code=$?
+    "$gpubench" run "${device[@]}" --journal "$journal" "${outputs[@]}" "$@" > /dev/null || code=$?
   fi
   [ "$code" -gt 1 ] && exit "$code"
   say "$journal: wall time $(( $(date +%s) - start )) s"
@@ -72,9 +73,9 @@ if [ -n "$tiers" ]; then
   journals+=("$out/tiers.jsonl")
 fi
 
-"$gpubench" report "${journals[@]}" --format table > "$out/report.txt"
-"$gpubench" report "${journals[@]}" --format md > "$out/report.md"
-"$gpubench" report "${journals[@]}" --format html > "$out/report.html"
+"$gpubench" report "${journals[@]}" --format table --output "$out/report.txt"
+"$gpubench" report "${journals[@]}" --format md --output "$out/report.md"
+"$gpubench" report "${journals[@]}" --format html --output "$out/report.html"
 cat "$out/report.txt"
 say "wrote $out/report.txt, report.md, report.html, results.json, results.csv"
 exit "$status"

@@ -7,7 +7,9 @@
 #   GPUBENCH_TORCH_PREFIX=/path      a libtorch archive or any Torch CMake prefix
 #   else a CUDA build of PyTorch for python3, if there is one (torch.utils.cmake_prefix_path)
 #   else Debian/Ubuntu's libtorch-dev (CPU), installed if missing
-# Other settings: GPUBENCH_BUILD_DIR (default build), GPUBENCH_JOBS (default: all cores).
+# Other settings: GPUBENCH_BUILD_DIR (default build), GPUBENCH_JOBS (default: all cores),
+# GPUBENCH_WITH_BROWSER=1 (set by scripts/test.sh: also install Chromium, for the HTML report
+# check; not needed to build or run gpubench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,6 +40,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   if ! { $sudo apt-get update -q && $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"; } >&2; then
     say "could not install ${missing[*]}; trying to build with what is there"
+  fi
+fi
+
+# Chromium for the test path only, installed on its own so that a system without the package
+# (Ubuntu ships it as a snap) still gets the build dependencies above.
+if [ "${GPUBENCH_WITH_BROWSER:-0}" = 1 ] && command -v dpkg-query >/dev/null 2>&1 &&
+  ! dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed"; then
+  say "installing: chromium (for the HTML report check)"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! { $sudo apt-get update -q && $sudo apt-get install -y -q --no-install-recommends chromium; } >&2; then
+    say "could not install chromium; the HTML report check will fail (GPUBENCH_SKIP_BROWSER_TESTS=1 skips it)"
   fi
 fi
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 
 namespace gpubench {
@@ -130,6 +131,79 @@ TEST(CliTest, UnwritableOutputFailsBeforeMeasuringAndWritesNothing) {
   EXPECT_FALSE(testing::file_exists(json));
   EXPECT_ERROR(cli({"run", "--model", "bert-base", "--device", "cpu", "--csv", dir.path()}), 2,
                "is a folder");
+}
+
+// A small result document and a journal with a torn last line, written as JSON by hand.
+std::string result_document(const std::string& precision, double throughput) {
+  return Json{{"schema", "gpubench-result"},
+              {"schema_version", 1},
+              {"jobs",
+               {{{"model", "bert-base"},
+                 {"family", "language"},
+                 {"precision", precision},
+                 {"throughput_unit", "examples/s"},
+                 {"device", {{"type", "cuda"}, {"name", "NVIDIA H200"}}},
+                 {"batch", 1312},
+                 {"throughput", throughput}}}}}
+      .dump();
+}
+
+TEST(CliTest, ReportReadsDocumentsAndJournalsAndWritesOutputAtomically) {
+  TempDir dir;
+  testing::write_file(dir.file("fp32.json"), result_document("fp32", 1880));
+  testing::write_file(
+      dir.file("bf16.jsonl"),
+      R"({"schema": "gpubench-journal", "schema_version": 1, "created_utc": "2026-12-01T00:00:00Z"})"
+      "\n{\"job\": " +
+          Json::parse(result_document("amp-bf16", 4700))["jobs"][0].dump() +
+          "}\n{\"job\": {\"mod");
+  const auto r = cli({"report", dir.file("fp32.json"), dir.file("bf16.jsonl"), "--format", "html",
+                      "--output", dir.file("report.html")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "gpubench: " + dir.file("bf16.jsonl") +
+                       ": the last line was cut short (a run killed while writing it) and is "
+                       "left out\n");
+  const std::string html = testing::read_file(dir.file("report.html"));
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(html.find("H200 fp32"), std::string::npos);
+  EXPECT_NE(html.find("H200 amp-bf16"), std::string::npos);
+  // Every format writes to --output; nothing is left beside it.
+  for (const char* format : {"table", "md", "csv", "json"}) {
+    const auto again = cli({"report", dir.file("fp32.json"), "--format", format, "--output",
+                            dir.file(std::string("report.") + format)});
+    EXPECT_EQ(again.code, 0) << again.err;
+    EXPECT_EQ(testing::read_file(dir.file(std::string("report.") + format)),
+              cli({"report", dir.file("fp32.json"), "--format", format}).out);
+  }
+  // The real executable, short flags.
+  const auto real = testing::run_gpubench("report '" + dir.file("fp32.json") + "' -f md -o '" +
+                                          dir.file("cli.md") + "'");
+  EXPECT_EQ(real.exit_code, 0) << real.err;
+  EXPECT_EQ(testing::read_file(dir.file("cli.md")), cli({"report", dir.file("fp32.json"), "-f", "md"}).out);
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos)
+        << entry.path();
+  }
+}
+
+TEST(CliTest, ReportBadInputIsExitCodeTwoAndWritesNothing) {
+  TempDir dir;
+  testing::write_file(dir.file("r.json"), result_document("fp32", 1880));
+  EXPECT_ERROR(cli({"report", dir.file("r.json"), "--format", "htlm"}), 2,
+               "--format: unknown format 'htlm' (did you mean 'html'?)");
+  // The output path is checked before any input is read.
+  const std::string out = dir.file("missing-folder/report.html");
+  EXPECT_ERROR(cli({"report", "/nonexistent/r.json", "--format", "html", "--output", out}), 2,
+               "--output '" + out + "': folder '" + dir.file("missing-folder") +
+                   "' does not exist");
+  EXPECT_ERROR(cli({"report", dir.file("r.json"), "--output", dir.path()}), 2, "is a folder");
+  // A bad input leaves an existing output alone.
+  testing::write_file(dir.file("keep.md"), "old report\n");
+  EXPECT_ERROR(cli({"report", dir.file("r.json"), dir.file("nope.json"), "--output",
+                    dir.file("keep.md")}),
+               2, "result file '" + dir.file("nope.json") + "' cannot be read");
+  EXPECT_EQ(testing::read_file(dir.file("keep.md")), "old report\n");
 }
 
 TEST(CliTest, GpuPastTheDeviceCountIsExitCodeThree) {

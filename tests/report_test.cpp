@@ -1,13 +1,17 @@
 // Reporters against golden output, from fixed records.
 #include "gpubench/config.h"
 #include "gpubench/errors.h"
+#include "gpubench/journal.h"
 #include "gpubench/registry.h"
 #include "gpubench/report/reporter.h"
 #include "gpubench/runner.h"
+#include "gpubench/strings.h"
+#include "src/report/svg.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <sstream>
 
 namespace gpubench {
@@ -91,6 +95,19 @@ model          unit          H200 fp32  H200 amp-bf16  H200 fp32 @24GiB   RTX 20
 bert-base      examples/s  20.0 (1312)    50.0 (1400)        18.1 (300)  0.362 (8)  0.500 (16)  0.617 (16)   0.638 (32)   0.883 (32)  1.09 (64)  1.04 (64)  1.00 (128)
 bert-base-mlm  examples/s          n/a
 
+Geometric mean of normalized throughput per family (RTX 8000 = 1.00)
+family    models  H200 fp32  H200 amp-bf16  H200 fp32 @24GiB  RTX 2060  RTX 2070  RTX 2080  GTX 1080 Ti  RTX 2080 Ti  Titan RTX  RTX 6000  RTX 8000
+--------  ------  ---------  -------------  ----------------  --------  --------  --------  -----------  -----------  ---------  --------  --------
+language  1 of 1       20.0           50.0              18.1     0.362     0.500     0.617        0.638        0.883       1.09      1.04      1.00
+
+note: a row's means are over the models its runs measured OK ("models"; twins without a 2020 row have no normalized score and are not counted), the 2020 GPUs' over the same models, so a row compares like with like
+
+Max batch: the search's largest fitting batch beside the 2020 max batch
+model          batch unit  H200 fp32  H200 amp-bf16  H200 fp32 @24GiB  RTX 2060  RTX 2070  RTX 2080  GTX 1080 Ti  RTX 2080 Ti  Titan RTX  RTX 6000  RTX 8000
+-------------  ----------  ---------  -------------  ----------------  --------  --------  --------  -----------  -----------  ---------  --------  --------
+bert-base      sequences        1312           1400               300         8        16        16           32           32         64        64       128
+bert-base-mlm  sequences        1100
+
 Measured
 model          device       precision  status           batch       throughput  vs RTX 8000  step median  peak memory            search    wall
 -------------  -----------  ---------  ------  --------------  ---------------  -----------  -----------  -----------  ----------------  ------
@@ -113,6 +130,20 @@ TEST(ReportTest, MarkdownGolden) {
 | :-------- | :--------- | ----------: | --------: | ---------: | ---------: | ----------: | ----------: | --------: | --------: | ---------: |
 | bert-base | examples/s | 20.0 (1312) | 0.362 (8) | 0.500 (16) | 0.617 (16) |  0.638 (32) |  0.883 (32) | 1.09 (64) | 1.04 (64) | 1.00 (128) |
 
+### Geometric mean of normalized throughput per family (RTX 8000 = 1.00)
+
+| family   | models | H200 fp32 | RTX 2060 | RTX 2070 | RTX 2080 | GTX 1080 Ti | RTX 2080 Ti | Titan RTX | RTX 6000 | RTX 8000 |
+| :------- | :----- | --------: | -------: | -------: | -------: | ----------: | ----------: | --------: | -------: | -------: |
+| language | 1 of 1 |      20.0 |    0.362 |    0.500 |    0.617 |       0.638 |       0.883 |      1.09 |     1.04 |     1.00 |
+
+- a row's means are over the models its runs measured OK ("models"; twins without a 2020 row have no normalized score and are not counted), the 2020 GPUs' over the same models, so a row compares like with like
+
+### Max batch: the search's largest fitting batch beside the 2020 max batch
+
+| model     | batch unit | H200 fp32 | RTX 2060 | RTX 2070 | RTX 2080 | GTX 1080 Ti | RTX 2080 Ti | Titan RTX | RTX 6000 | RTX 8000 |
+| :-------- | :--------- | --------: | -------: | -------: | -------: | ----------: | ----------: | --------: | -------: | -------: |
+| bert-base | sequences  |      1312 |        8 |       16 |       16 |          32 |          32 |        64 |       64 |      128 |
+
 ### Measured
 
 | model     | device      | precision | status |          batch |      throughput | vs RTX 8000 | step median | peak memory |           search |   wall |
@@ -127,7 +158,8 @@ TEST(ReportTest, CsvGolden) {
   const std::string csv = render("csv", jobs);
   const std::string header = csv.substr(0, csv.find('\n'));
   EXPECT_EQ(header,
-            "model,family,device,device_type,precision,emulated,memory_cap_gib,status,batch,"
+            "model,family,device,device_type,precision,emulated,search_only,memory_cap_gib,status,"
+            "batch,"
             "batch_unit,batch_source,max_batch,largest_pow2_batch,search_probes,search_seconds,"
             "throughput,throughput_unit,normalized_score,rtx8000_2020_throughput,"
             "rtx8000_2020_max_batch,step_time_ms_median,step_time_ms_mean,step_time_ms_min,"
@@ -135,7 +167,8 @@ TEST(ReportTest, CsvGolden) {
             "bytes_per_sample,fixed_bytes,trainable_params,wall_seconds,gpubench_commit,"
             "created_utc,message");
   EXPECT_EQ(csv.substr(header.size() + 1),
-            "bert-base,language,NVIDIA H200,cuda,fp32,false,,ok,1312,sequences,search,1312,1024,5,"
+            "bert-base,language,NVIDIA H200,cuda,fp32,false,false,,ok,1312,sequences,search,1312,"
+            "1024,5,"
             "21.5,1880,examples/s,20,94,128,100,100,99,101,1,3,0.3,139586437120,100000000,"
             "2000000000,0,40.25,,2026-11-30T00:00:00Z,\"warning: a \"\"quoted\"\", message\"\n");
 }
@@ -198,6 +231,283 @@ TEST(ReportTest, ResultFilesRoundTrip) {
   EXPECT_THROWS_WITH(read_results({dir.file("future.json")}), ConfigError,
                      "result schema version 99 is not supported");
   EXPECT_THROWS_WITH(read_results({dir.file("nope.json")}), ConfigError, "cannot be read");
+}
+
+
+// ---- Merging, journals ----
+
+JournalHeader suite_header() {
+  JournalHeader h;
+  h.created_utc = "2026-11-30T00:00:00Z";
+  h.command_line = {"gpubench", "run", "--suite", "language"};
+  return h;
+}
+
+TEST(ReportTest, TheLastRecordOfAJobWinsAndKeepsItsPlace) {
+  testing::TempDir dir;
+  JobRecord failed = h200("bert-base", "fp32", 0, 0);
+  failed.status = "crashed";
+  failed.message = "worker died of signal 9";
+  failed.normalized.reset();
+  {
+    auto writer = JournalWriter::create(dir.file("suite.jsonl"), suite_header());
+    writer.append(failed);
+    writer.append(h200("bert-base-mlm", "fp32", 1100, 1500));
+    writer.append(h200("bert-base", "fp32", 1312, 1880));  // the retry
+  }
+  const auto jobs = read_results({dir.file("suite.jsonl")});
+  ASSERT_EQ(jobs.size(), 3u);
+  const auto merged = latest_records(jobs);
+  ASSERT_EQ(merged.size(), 2u);
+  EXPECT_EQ(merged[0].model, "bert-base");
+  EXPECT_EQ(merged[0].status, "ok");
+  EXPECT_EQ(merged[1].model, "bert-base-mlm");
+
+  const Comparison c = build_comparison(jobs, store().reference());
+  ASSERT_EQ(c.runs.size(), 1u);
+  EXPECT_EQ(c.cells[0][0].status, "ok");
+  EXPECT_DOUBLE_EQ(*c.cells[0][0].normalized, 20.0);
+
+  const std::string table = render("table", jobs);
+  EXPECT_NE(table.find("note: 1 earlier record was replaced by a later one of the same job"),
+            std::string::npos)
+      << table;
+  EXPECT_EQ(table.find("signal 9"), std::string::npos) << "the failed try was replaced";
+  const std::string csv = render("csv", jobs);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3);  // header + two jobs
+
+  // Different precision, cap or search-only are different jobs.
+  JobRecord tier = h200("bert-base", "fp32", 200, 0);
+  tier.search_only = true;
+  tier.memory_cap_gib = 24;
+  JobRecord capped = h200("bert-base", "fp32", 210, 900);
+  capped.memory_cap_gib = 24;
+  EXPECT_EQ(latest_records({jobs[2], tier, capped, h200("bert-base", "amp-bf16", 1, 1)}).size(),
+            4u);
+}
+
+TEST(ReportTest, ReadsDocumentsAndJournalsByContentNotByName) {
+  testing::TempDir dir;
+  ResultDocument doc;
+  doc.jobs = {h200("bert-base", "fp32", 1312, 1880)};
+  doc.environment = {{"host", "box"}};
+  doc.jobs[0].environment = Json::object();
+  // Names that lie about the content.
+  write_file_atomically(dir.file("run.jsonl"), doc.to_json().dump());
+  JournalWriter::create(dir.file("suite.json"), suite_header())
+      .append(h200("bert-base", "amp-bf16", 1400, 4700));
+  const ResultFiles files = read_result_files({dir.file("run.jsonl"), dir.file("suite.json")});
+  ASSERT_EQ(files.jobs.size(), 2u);
+  EXPECT_TRUE(files.notes.empty());
+  EXPECT_EQ(files.jobs[0].environment["host"], "box");  // the document's, given to its jobs
+  EXPECT_EQ(files.jobs[1].precision, "amp-bf16");
+  EXPECT_EQ(build_comparison(files.jobs, store().reference()).runs.size(), 2u);
+}
+
+TEST(ReportTest, AJournalTornAtItsLastLineReadsWithANote) {
+  testing::TempDir dir;
+  const std::string path = dir.file("suite.jsonl");
+  JournalWriter::create(path, suite_header()).append(h200("bert-base", "fp32", 1312, 1880));
+  testing::write_file(path, testing::read_file(path) + "{\"job\": {\"model\": \"tra");
+  const ResultFiles files = read_result_files({path});
+  ASSERT_EQ(files.jobs.size(), 1u);
+  ASSERT_EQ(files.notes.size(), 1u);
+  EXPECT_EQ(files.notes[0], path +
+                                ": the last line was cut short (a run killed while writing it) "
+                                "and is left out");
+}
+
+TEST(ReportTest, UnreadableInputIsAnErrorNamingTheFile) {
+  testing::TempDir dir;
+  EXPECT_THROWS_WITH(read_results({dir.path()}), ConfigError,
+                     "result file '" + dir.path() + "' is a folder");
+  testing::write_file(dir.file("empty.json"), "");
+  EXPECT_THROWS_WITH(read_results({dir.file("empty.json")}), ConfigError,
+                     "result file '" + dir.file("empty.json") + "' is empty");
+  testing::write_file(dir.file("broken.json"), "{\"schema\": ");
+  EXPECT_THROWS_WITH(read_results({dir.file("broken.json")}), ConfigError,
+                     dir.file("broken.json"));
+  testing::write_file(dir.file("damaged.jsonl"),
+                      suite_header().to_json().dump() + "\nnot json\n{\"job\": {}}\n");
+  EXPECT_THROWS_WITH(read_results({dir.file("damaged.jsonl")}), ConfigError,
+                     dir.file("damaged.jsonl") + ":2:");
+}
+
+// ---- Geometric means ----
+
+TEST(ReportTest, GeometricMeanPerFamilyComparesLikeWithLike) {
+  JobRecord transformer = h200("transformer-big", "fp32", 262000, 15014);  // 2.0x RTX 8000
+  transformer.batch_unit = "tokens";
+  const std::vector<JobRecord> jobs = {h200("bert-base", "fp32", 1312, 1880),  // 20.0x
+                                       transformer, h200("bert-base-mlm", "fp32", 1100, 1500)};
+  const Comparison c = build_comparison(jobs, store().reference());
+  const auto summaries = summarize_families(c, store().reference());
+  ASSERT_EQ(summaries.size(), 1u);  // no image model
+  const FamilySummary& s = summaries[0];
+  EXPECT_EQ(s.family, "language");
+  EXPECT_EQ(s.models, (std::vector<std::string>{"bert-base", "transformer-big"}));  // no twin
+  EXPECT_TRUE(s.missing.empty());
+  ASSERT_TRUE(s.runs[0].has_value());
+  EXPECT_NEAR(*s.runs[0]->value, std::sqrt(20.0 * 2.0), 1e-12);
+  EXPECT_EQ(s.runs[0]->counted.size(), 2u);
+  EXPECT_EQ(s.runs[0]->of, 2u);
+  const auto& reference = store().reference();
+  // RTX 2080 Ti: both models.
+  const std::size_t ti = *reference.gpu_index("rtx-2080-ti");
+  EXPECT_NEAR(*s.reference[ti].value, std::sqrt(83.0 / 94.0 * 7780.0 / 7507.0), 1e-12);
+  // RTX 2060 could not train Transformer Big (0 in 2020): left out, and the count says so.
+  const std::size_t r2060 = *reference.gpu_index("rtx-2060");
+  EXPECT_NEAR(*s.reference[r2060].value, 34.0 / 94.0, 1e-12);
+  EXPECT_EQ(s.reference[r2060].counted, (std::vector<std::string>{"bert-base"}));
+  EXPECT_EQ(s.reference[r2060].of, 2u);
+
+  const std::string table = render("table", jobs);
+  EXPECT_NE(table.find("language  2 of 2       6.32  0.362 (1 of 2)     0.553"), std::string::npos)
+      << table;
+}
+
+TEST(ReportTest, RunsThatMeasuredDifferentModelsGetTheirOwnSummary) {
+  JobRecord transformer = h200("transformer-big", "fp32", 262000, 15014);
+  JobRecord failed = h200("transformer-big", "amp-bf16", 0, 0);
+  failed.status = "failed";
+  failed.normalized.reset();
+  const std::vector<JobRecord> jobs = {h200("bert-base", "fp32", 1312, 1880), transformer,
+                                       h200("bert-base", "amp-bf16", 1400, 4700), failed};
+  const Comparison c = build_comparison(jobs, store().reference());
+  const auto summaries = summarize_families(c, store().reference());
+  ASSERT_EQ(summaries.size(), 2u);
+  EXPECT_EQ(summaries[0].models.size(), 2u);
+  EXPECT_TRUE(summaries[0].runs[0].has_value());
+  EXPECT_FALSE(summaries[0].runs[1].has_value());
+  EXPECT_EQ(summaries[1].models, (std::vector<std::string>{"bert-base"}));
+  EXPECT_EQ(summaries[1].missing, (std::vector<std::string>{"transformer-big"}));
+  EXPECT_NEAR(*summaries[1].runs[1]->value, 50.0, 1e-12);
+  EXPECT_EQ(summaries[1].runs[1]->of, 2u);
+  // The 2020 means of the second row are over bert-base alone.
+  EXPECT_NEAR(*summaries[1].reference[0].value, 34.0 / 94.0, 1e-12);
+  EXPECT_NE(render("table", jobs).find("1 of 2 (not transformer-big)"), std::string::npos);
+}
+
+// ---- Memory tiers ----
+
+JobRecord tier_record(const std::string& model, double cap, int64_t max_batch) {
+  JobRecord r = h200(model, "fp32", max_batch, 0);
+  r.normalized.reset();
+  r.throughput = 0;
+  r.search_only = true;
+  r.emulated = true;
+  r.memory_cap_gib = cap;
+  r.search->max_batch = max_batch;
+  if (max_batch == 0) r.status = "no-fit";
+  return r;
+}
+
+TEST(ReportTest, MemoryTierRecordsMakeTheirOwnTableNotThroughputColumns) {
+  const std::vector<JobRecord> jobs = {
+      tier_record("bert-base", 24, 233), tier_record("bert-base", 8, 49),
+      tier_record("bert-base", 6, 0),    h200("bert-base", "fp32", 1312, 1880),
+      tier_record("bert-base", 11, 80),  tier_record("bert-base-mlm", 11, 81)};
+  const Comparison c = build_comparison(jobs, store().reference());
+  ASSERT_EQ(c.runs.size(), 1u);  // the tier jobs (throughput 0) are no columns
+  EXPECT_EQ(c.runs[0].label, "H200 fp32");
+
+  const auto tables = build_memory_tiers(jobs, store().reference());
+  ASSERT_EQ(tables.size(), 1u);
+  const MemoryTierTable& t = tables[0];
+  EXPECT_EQ(t.label, "H200 fp32");
+  EXPECT_EQ(t.caps_gib, (std::vector<double>{6, 8, 11, 24}));
+  EXPECT_TRUE(t.has_uncapped);
+  ASSERT_EQ(t.models, (std::vector<std::string>{"bert-base", "bert-base-mlm"}));
+  ASSERT_EQ(t.cells[0].size(), 5u);
+  EXPECT_EQ(t.cells[0][0].status, "no-fit");
+  EXPECT_FALSE(t.cells[0][0].max_batch.has_value());
+  EXPECT_EQ(*t.cells[0][1].max_batch, 49);
+  EXPECT_EQ(*t.cells[0][4].max_batch, 1312);  // uncapped: the full run's search
+  EXPECT_FALSE(t.cells[1][0].present);
+  EXPECT_EQ(t.reference[1], nullptr);  // a twin has no 2020 row
+  ASSERT_EQ(t.reference_tiers.size(), 4u);
+
+  const std::string table = render("table", jobs);
+  EXPECT_NE(table.find("Memory tiers, H200 fp32: max batch under an emulated memory cap"),
+            std::string::npos);
+  EXPECT_NE(table.find("bert-base      sequences     OOM     49      80     233      1312          8"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("note: emulated: the cap limits PyTorch's caching allocator only"),
+            std::string::npos);
+  EXPECT_EQ(table.find("@N GiB columns are emulated"), std::string::npos);
+}
+
+TEST(ReportTest, EachCapIsMatchedWithTheClosest2020MemorySize) {
+  const auto& reference = store().reference();
+  auto names = [&](double cap) {
+    std::vector<std::string> out;
+    for (std::size_t g : closest_reference_tier(cap, reference).gpus) {
+      out.push_back(reference.gpus()[g].name);
+    }
+    return join(out, ", ");
+  };
+  EXPECT_EQ(names(6), "RTX 2060");
+  EXPECT_EQ(names(8), "RTX 2070, RTX 2080");
+  EXPECT_EQ(names(11), "GTX 1080 Ti, RTX 2080 Ti");
+  EXPECT_EQ(names(24), "Titan RTX, RTX 6000");
+  EXPECT_EQ(names(48), "RTX 8000");
+  EXPECT_EQ(names(2), "RTX 2060");
+  EXPECT_EQ(names(9.5), "RTX 2070, RTX 2080");  // a tie goes to the smaller card
+  EXPECT_EQ(names(36), "Titan RTX, RTX 6000");
+  EXPECT_EQ(names(80), "RTX 8000");
+  EXPECT_DOUBLE_EQ(closest_reference_tier(11, reference).memory_gb, 11);
+}
+
+// ---- HTML ----
+
+TEST(ReportTest, HtmlEscapesRecordTextAndLoadsNothingFromOutside) {
+  std::vector<JobRecord> jobs = sample();
+  jobs[1].status = "failed";
+  jobs[1].normalized.reset();
+  jobs[1].message = "<script>alert('x')</script> & \"more\"";
+  jobs[2].model = "bert<b>";
+  const std::string html = render("html", jobs);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>\n", 0), 0u);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_NE(html.find("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;more&quot;"),
+            std::string::npos);
+  EXPECT_EQ(html.find("bert<b>"), std::string::npos);
+  EXPECT_NE(html.find("bert&lt;b&gt;"), std::string::npos);
+  // Self-contained: no links, scripts, fonts or images from anywhere else.
+  for (const char* outside : {"src=", "https:", "@import", "url(", "<link", "<img"}) {
+    EXPECT_EQ(html.find(outside), std::string::npos) << outside;
+  }
+  auto count = [&](const std::string& text) {
+    std::size_t n = 0;
+    for (auto at = html.find(text); at != std::string::npos; at = html.find(text, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("http:"), count("xmlns=\"http://www.w3.org/2000/svg\""));  // a name, not a load
+  // Charts carry accessible text.
+  EXPECT_NE(html.find("role=\"img\" aria-labelledby=\"chart-language-title chart-language-desc\""),
+            std::string::npos);
+  EXPECT_NE(html.find("<title id=\"chart-language-title\">Language models: throughput normalized "
+                      "to the RTX 8000</title>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<td class=\"fail\">failed</td>"), std::string::npos);
+}
+
+TEST(ReportTest, BarChartScalesLinearlyFromZero) {
+  report::BarChart chart;
+  chart.id = "c";
+  chart.title = "t";
+  chart.groups = {{"g", {{"a", 40.0, "40.0", "#000", "a: 40", false},
+                         {"b", 0.001, "0.001", "#111", "b", true},
+                         {"c", std::nullopt, "OOM", "#222", "", true}}}};
+  const std::string svg = report::render_bar_chart(chart);
+  EXPECT_NE(svg.find("<rect x=\"200.0\" y=\"46.0\" width=\"620.0\""), std::string::npos) << svg;
+  EXPECT_NE(svg.find("width=\"1.0\""), std::string::npos) << "tiny bars stay visible";
+  EXPECT_EQ(std::count(svg.begin(), svg.end(), '\n') > 0, true);
+  EXPECT_NE(svg.find(">OOM</text>"), std::string::npos);
+  EXPECT_DOUBLE_EQ(report::nice_step(40, 5), 10);
+  EXPECT_DOUBLE_EQ(report::nice_step(1.3, 5), 0.5);
+  EXPECT_DOUBLE_EQ(report::nice_step(0.9, 5), 0.2);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 # ones included) and record the environment. Logs go to $OUT (the device tool's output folder).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+# Nothing can be installed on the GPU machine, so no Chromium: the HTML check runs in CI.
+export GPUBENCH_SKIP_BROWSER_TESTS=${GPUBENCH_SKIP_BROWSER_TESTS:-1}
 OUT=${OUT:-/tmp/gpubench-out}
 mkdir -p "$OUT"
 {

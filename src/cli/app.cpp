@@ -460,14 +460,28 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
 
 void setup_report(CLI::App& app, ReportOptions& o) {
   auto* cmd = app.add_subcommand("report", "Print result files beside the 2020 GPUs");
-  cmd->add_option("files", o.files, "Result files written by 'gpubench run --json'")->required();
-  cmd->add_option("--format,-f", o.format, "table (default), md, csv, json");
+  cmd->add_option("files", o.files,
+                  "Result files of 'gpubench run --json' and journals of 'gpubench run "
+                  "--journal', in any mix; the last record of a job wins")
+      ->required();
+  cmd->add_option("--format,-f", o.format, "table (default), md, csv, json, html");
+  cmd->add_option("--output,-o", o.output, "Write the report to PATH instead of stdout");
 }
 
-int run_report(const ReportOptions& o, std::ostream& out, std::ostream& /*err*/) {
-  auto reporter = make_reporter(o.format, out);  // a bad format fails before reading files
+int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
+  // All bad input fails before anything is read or written: the format, then the output path.
+  std::ostringstream text;
+  auto reporter = make_reporter(o.format, text);
+  if (!o.output.empty()) check_writable(o.output, "--output");
   const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
-  reporter->report(read_results(o.files), store.reference());
+  const ResultFiles files = read_result_files(o.files);
+  for (const auto& note : files.notes) err << "gpubench: " << note << '\n';
+  reporter->report(files.jobs, store.reference());
+  if (o.output.empty()) {
+    out << text.str();
+  } else {
+    write_file_atomically(o.output, text.str());  // never half a report
+  }
   return kExitOk;
 }
 

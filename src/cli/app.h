@@ -51,8 +51,9 @@ struct RunOptions {
 
 /// `gpubench report`
 struct ReportOptions {
-  std::vector<std::string> files;
-  std::string format = "table";
+  std::vector<std::string> files;  ///< result documents and journals, in any mix
+  std::string format = "table";    ///< --format table|md|csv|json|html
+  std::string output;              ///< --output PATH (written atomically); default stdout
 };
 
 /// `gpubench worker` (internal: one phase of one job, started by `run`)

@@ -1,4 +1,5 @@
-// One row per job, every flat column, raw numbers (RFC 4180 quoting). Sample:
+// One row per job (merged: the last record of a job wins), every flat column, raw numbers
+// (RFC 4180 quoting). Sample:
 //   model,family,device,...,message
 //   bert-base,language,NVIDIA H200,...,
 #include "gpubench/report/reporter.h"
@@ -25,7 +26,7 @@ class CsvReporter final : public Reporter {
     const auto& columns = result_columns();
     for (std::size_t c = 0; c < columns.size(); ++c) out_ << (c ? "," : "") << columns[c].key;
     out_ << '\n';
-    for (const auto& job : jobs) {
+    for (const auto& job : latest_records(jobs)) {
       for (std::size_t c = 0; c < columns.size(); ++c) {
         out_ << (c ? "," : "") << csv_field(columns[c].raw(job));
       }

@@ -2,7 +2,10 @@
 
 #include "gpubench/config.h"
 #include "gpubench/errors.h"
+#include "gpubench/journal.h"
 #include "gpubench/strings.h"
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <fstream>
@@ -14,78 +17,7 @@ namespace gpubench {
 std::unique_ptr<Reporter> make_table_reporter(std::ostream& out, GridStyle style);
 std::unique_ptr<Reporter> make_csv_reporter(std::ostream& out);
 std::unique_ptr<Reporter> make_json_reporter(std::ostream& out);
-
-namespace {
-
-std::string short_device_name(const DeviceInfo& device) {
-  if (device.type == "cpu") return "CPU";
-  std::string name = device.name.empty() ? "GPU" : device.name;
-  for (const char* prefix : {"NVIDIA ", "Tesla "}) {
-    if (name.rfind(prefix, 0) == 0) name = name.substr(std::string(prefix).size());
-  }
-  return name;
-}
-
-RunColumn column_of(const JobRecord& job) {
-  RunColumn c;
-  c.device = job.device.name.empty() ? job.device.type : job.device.name;
-  c.precision = job.precision;
-  c.memory_cap_gib = job.memory_cap_gib;
-  c.label = short_device_name(job.device) + " " + job.precision;
-  if (job.memory_cap_gib) c.label += " @" + format_number(*job.memory_cap_gib) + "GiB";
-  return c;
-}
-
-bool same_column(const RunColumn& a, const RunColumn& b) {
-  return a.device == b.device && a.precision == b.precision && a.memory_cap_gib == b.memory_cap_gib;
-}
-
-std::string reference_row_of(const JobRecord& job) {
-  if (job.normalized) return job.normalized->reference_row;
-  if (job.config.contains("reference_2020") && job.config["reference_2020"].is_object()) {
-    return job.config["reference_2020"].value("row", std::string());
-  }
-  return "";
-}
-
-}  // namespace
-
-Comparison build_comparison(const std::vector<JobRecord>& jobs, const ReferenceTable& reference) {
-  Comparison c;
-  for (const auto& job : jobs) {
-    auto row = std::find(c.models.begin(), c.models.end(), job.model);
-    std::size_t r = static_cast<std::size_t>(row - c.models.begin());
-    if (row == c.models.end()) {
-      c.models.push_back(job.model);
-      c.units.push_back(job.throughput_unit);
-      c.batch_units.push_back(job.batch_unit);
-      const std::string name = reference_row_of(job);
-      c.reference.push_back(name.empty() ? nullptr : reference.find_row(name));
-      c.cells.emplace_back(c.runs.size());
-      r = c.models.size() - 1;
-    }
-    const RunColumn column = column_of(job);
-    auto found = std::find_if(c.runs.begin(), c.runs.end(),
-                              [&](const RunColumn& x) { return same_column(x, column); });
-    std::size_t k = static_cast<std::size_t>(found - c.runs.begin());
-    if (found == c.runs.end()) {
-      c.runs.push_back(column);
-      for (auto& cells : c.cells) cells.emplace_back();
-      k = c.runs.size() - 1;
-    }
-    RunCell& cell = c.cells[r][k];
-    cell.present = true;
-    cell.status = job.status;
-    cell.batch = job.batch;
-    cell.throughput = job.throughput;
-    cell.normalized.reset();
-    if (c.reference[r] && job.ok() && job.normalized) {
-      cell.normalized =
-          normalized_score(job.throughput, reference.baseline_throughput(*c.reference[r]));
-    }
-  }
-  return c;
-}
+std::unique_ptr<Reporter> make_html_reporter(std::ostream& out);
 
 // ---- Flat columns ----
 
@@ -118,6 +50,8 @@ const std::vector<ResultColumn>& result_columns() {
       {"precision", "precision", [](const JobRecord& j) { return j.precision; }, nullptr},
       {"emulated", "emulated",
        [](const JobRecord& j) { return std::string(j.emulated ? "true" : "false"); }, nullptr},
+      {"search_only", "search only",
+       [](const JobRecord& j) { return std::string(j.search_only ? "true" : "false"); }, nullptr},
       {"memory_cap_gib", "cap",
        [](const JobRecord& j) { return j.memory_cap_gib ? number(*j.memory_cap_gib) : ""; },
        nullptr},
@@ -200,7 +134,7 @@ const std::vector<ResultColumn>& result_columns() {
 // ---- Factory and reading ----
 
 const std::vector<std::string>& report_formats() {
-  static const std::vector<std::string> formats = {"table", "md", "csv", "json"};
+  static const std::vector<std::string> formats = {"table", "md", "csv", "json", "html"};
   return formats;
 }
 
@@ -209,28 +143,59 @@ std::unique_ptr<Reporter> make_reporter(const std::string& format, std::ostream&
   if (format == "md") return make_table_reporter(out, GridStyle::kMarkdown);
   if (format == "csv") return make_csv_reporter(out);
   if (format == "json") return make_json_reporter(out);
+  if (format == "html") return make_html_reporter(out);
   throw ConfigError(fmt::format("--format: unknown format '{}'{}; choose one of {}", format,
                                 did_you_mean(format, report_formats()),
                                 join(report_formats(), ", ")));
 }
 
-std::vector<JobRecord> read_results(const std::vector<std::string>& paths) {
-  std::vector<JobRecord> jobs;
+namespace {
+
+std::string read_text(const std::string& path) {
+  struct stat st {};
+  GPUBENCH_CHECK(!(::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)), ConfigError,
+                 "result file '{}' is a folder (give the result files or journals in it)", path);
+  std::ifstream in(path, std::ios::binary);
+  GPUBENCH_CHECK(in.good(), ConfigError,
+                 "result file '{}' cannot be read (check the path; 'gpubench run --json FILE' "
+                 "writes one)",
+                 path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  GPUBENCH_CHECK(!in.bad(), ConfigError, "result file '{}' cannot be read", path);
+  return buffer.str();
+}
+
+}  // namespace
+
+ResultFiles read_result_files(const std::vector<std::string>& paths) {
+  ResultFiles files;
   for (const auto& path : paths) {
-    std::ifstream in(path, std::ios::binary);
-    GPUBENCH_CHECK(in.good(), ConfigError,
-                   "result file '{}' cannot be read (check the path; 'gpubench run --json FILE' "
-                   "writes one)",
+    const std::string text = read_text(path);  // a missing or unreadable file fails here
+    if (is_journal_file(path)) {
+      const Journal journal = read_journal(path);
+      for (const auto& job : journal.jobs) files.jobs.push_back(job);
+      if (journal.torn_tail) {
+        files.notes.push_back(fmt::format(
+            "{}: the last line was cut short (a run killed while writing it) and is left out",
+            path));
+      }
+      continue;
+    }
+    GPUBENCH_CHECK(text.find_first_not_of(" \t\r\n") != std::string::npos, ConfigError,
+                   "result file '{}' is empty (a run writes its --json file after its first job)",
                    path);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    const ResultDocument doc = ResultDocument::from_json(parse_json(buffer.str(), path), path);
+    const ResultDocument doc = ResultDocument::from_json(parse_json(text, path), path);
     for (auto job : doc.jobs) {
       if (job.environment.empty()) job.environment = doc.environment;
-      jobs.push_back(std::move(job));
+      files.jobs.push_back(std::move(job));
     }
   }
-  return jobs;
+  return files;
+}
+
+std::vector<JobRecord> read_results(const std::vector<std::string>& paths) {
+  return read_result_files(paths).jobs;
 }
 
 // ---- Grids ----

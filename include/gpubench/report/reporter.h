@@ -1,9 +1,14 @@
-// Reporters: read JobRecords (from a run or from result files) and print them beside the 2020
-// reference, normalized to the Quadro RTX 8000. Measurement never formats; reporters never
-// measure.
+// Reporters: read JobRecords (from a run, from result files or from journals) and print them
+// beside the 2020 reference, normalized to the Quadro RTX 8000. Measurement never formats;
+// reporters never measure.
 //
-// The comparison every format shares: one row per model; one column per measured run (device,
-// precision, memory cap), then the eight 2020 GPUs.
+// What every format shares (the data model below, no formatting in it):
+//   - merging: records of the same job (model, device, precision, memory cap, search_only) are
+//     merged, the last one read wins (latest_records);
+//   - the comparison: one row per model; one column per measured run (device, precision, memory
+//     cap), then the eight 2020 GPUs; memory-tier records (search_only) are not in it;
+//   - the geometric-mean summary per family (summarize_families);
+//   - the memory-tier tables (build_memory_tiers).
 #pragma once
 
 #include "gpubench/reference.h"
@@ -18,6 +23,18 @@
 
 namespace gpubench {
 
+// ---- Merging ----
+
+/// The identity of a job when results are merged: records with equal keys are the same job
+/// measured again (a retry, a rerun), and the later one replaces the earlier.
+std::string job_key(const JobRecord& job);
+
+/// The records that survive merging: for each job_key the last record, kept at the position
+/// where that key first occurred (so a retried job stays in its suite's order).
+std::vector<JobRecord> latest_records(const std::vector<JobRecord>& jobs);
+
+// ---- The comparison ----
+
 /// A measured run as a report column: one device at one precision (and memory cap).
 struct RunColumn {
   std::string label;      ///< "H200 fp32", "H200 fp32 @24GiB"
@@ -30,14 +47,16 @@ struct RunColumn {
 struct RunCell {
   bool present = false;  ///< the column measured this model
   std::string status;    ///< "ok", "no-fit", "failed", ...
-  int64_t batch = 0;
+  int64_t batch = 0;     ///< batch of the timed run
   double throughput = 0;
   std::optional<double> normalized;  ///< throughput / baseline; none without a 2020 row
+  std::optional<int64_t> max_batch;  ///< what the search found; none when the batch was fixed
 };
 
 /// Models x (measured runs + 2020 GPUs).
 struct Comparison {
   std::vector<std::string> models;             ///< rows, in first-seen order
+  std::vector<std::string> families;           ///< "image" | "language" per row
   std::vector<std::string> units;              ///< throughput unit per row
   std::vector<std::string> batch_units;        ///< batch unit per row
   std::vector<const ReferenceRow*> reference;  ///< 2020 row per model (null for twins)
@@ -46,8 +65,82 @@ struct Comparison {
 };
 
 /// Groups records into the comparison. When a (model, column) pair occurs more than once, the
-/// last record wins.
+/// last record wins. Memory-tier records (search_only) are left out: they have no throughput.
 Comparison build_comparison(const std::vector<JobRecord>& jobs, const ReferenceTable& reference);
+
+// ---- Geometric-mean summary ----
+
+/// A geometric mean of normalized scores and the models it is over.
+struct GeoMean {
+  std::optional<double> value;       ///< none when no model counted
+  std::vector<std::string> counted;  ///< the models in the mean
+  std::size_t of = 0;                ///< out of how many it could have had
+};
+
+/// One family's geometric means over one set of models: the runs that measured exactly these
+/// models OK, and every 2020 GPU over the same models (like for like).
+///
+/// Rules: a family's models are the report's rows of that family that have a 2020 row (twins
+/// have no normalized score). Each run column counts the models it measured OK; run columns that
+/// counted the same models share a summary (the usual case: one per family). A 2020 GPU that
+/// could not train a model (throughput 0, the post's "0*") leaves that model out of its mean;
+/// its `counted` says which remain.
+struct FamilySummary {
+  std::string family;                   ///< "image"
+  std::vector<std::string> models;      ///< the models of this summary, in row order
+  std::vector<std::string> missing;     ///< the family's models in the report not among them
+  std::vector<std::optional<GeoMean>> runs;  ///< per Comparison::runs; set for runs covered
+  std::vector<GeoMean> reference;       ///< per 2020 GPU, over `models`
+};
+
+/// The geometric-mean summaries, image family first, then language (the 2020 table's order).
+std::vector<FamilySummary> summarize_families(const Comparison& comparison,
+                                              const ReferenceTable& reference);
+
+// ---- Memory tiers ----
+
+/// A max-batch answer: what a search found, or why there is none.
+struct MaxBatchCell {
+  bool present = false;              ///< a record exists
+  std::string status;                ///< the record's status
+  std::optional<int64_t> max_batch;  ///< the search's largest fitting batch
+};
+
+/// The 2020 GPUs of one memory size, matched to a cap.
+struct ReferenceTier {
+  double memory_gb = 0;              ///< the post's size ("11 GB")
+  std::vector<std::size_t> gpus;     ///< indices into ReferenceTable::gpus()
+};
+
+/// Max batch under emulated memory caps (records with search_only and a memory cap) for one
+/// device and precision: rows = models, columns = caps ascending, then the uncapped search of
+/// the same device and precision when the report has one.
+struct MemoryTierTable {
+  std::string label;      ///< "H200 fp32"
+  std::string device;     ///< "NVIDIA H200"
+  std::string precision;  ///< "fp32"
+  std::vector<double> caps_gib;  ///< ascending
+  bool has_uncapped = false;     ///< cells have one more column: the uncapped search
+  std::vector<std::string> models;
+  std::vector<std::string> batch_units;
+  std::vector<const ReferenceRow*> reference;  ///< per model (null for twins)
+  std::vector<std::vector<MaxBatchCell>> cells;  ///< [model][cap (+ uncapped)]
+  /// The 2020 memory sizes closest to the caps, in cap order without repeats.
+  std::vector<ReferenceTier> reference_tiers;
+};
+
+/// One table per (device, precision) with memory-tier records, in first-seen order.
+std::vector<MemoryTierTable> build_memory_tiers(const std::vector<JobRecord>& jobs,
+                                                const ReferenceTable& reference);
+
+/// The 2020 memory size closest to `cap_gib` (ties go to the smaller card) and its GPUs.
+/// The post's sizes are nominal card memory, which is binary: an "11 GB" card carries 11 GiB.
+ReferenceTier closest_reference_tier(double cap_gib, const ReferenceTable& reference);
+
+/// The search's answer in a record (OOM for no-fit, none for a fixed batch).
+MaxBatchCell max_batch_of(const JobRecord& job);
+
+// ---- Flat per-job columns ----
 
 /// A column of the flat per-job tables (CSV and the "measured" table).
 struct ResultColumn {
@@ -59,7 +152,9 @@ struct ResultColumn {
 /// The flat columns of a job record, in CSV order.
 const std::vector<ResultColumn>& result_columns();
 
-/// Prints a set of results in one format.
+// ---- Reporters ----
+
+/// Prints a set of results in one format. Every reporter merges first (latest_records).
 class Reporter {
  public:
   explicit Reporter(std::ostream& out) : out_(out) {}
@@ -70,13 +165,23 @@ class Reporter {
   std::ostream& out_;
 };
 
-/// "table", "md", "csv", "json".
+/// "table", "md", "csv", "json", "html".
 const std::vector<std::string>& report_formats();
 /// Throws ConfigError for an unknown format, with a did-you-mean.
 std::unique_ptr<Reporter> make_reporter(const std::string& format, std::ostream& out);
 
-/// Reads result files (`gpubench run --json` documents) into records. Throws ConfigError naming
-/// the file for a missing, malformed or foreign file.
+/// What read_result_files found.
+struct ResultFiles {
+  std::vector<JobRecord> jobs;     ///< every record, in file order, then line order
+  std::vector<std::string> notes;  ///< for stderr: "FILE: its last line was cut short ..."
+};
+
+/// Reads result files: `gpubench run --json` documents and results journals (told apart by
+/// content, not by name), in any mix. A journal whose last line was cut short by a kill reads
+/// without it (and a note says so). Throws ConfigError naming the file for a missing, unreadable,
+/// malformed or foreign file.
+ResultFiles read_result_files(const std::vector<std::string>& paths);
+/// read_result_files(paths).jobs
 std::vector<JobRecord> read_results(const std::vector<std::string>& paths);
 
 // ---- Text grids (shared by the table and markdown reporters) ----

@@ -1,0 +1,63 @@
+// The report's tables as text: headers, rows and footnotes, built once from the data model and
+// rendered by the terminal, markdown and HTML reporters alike (so all three say the same thing).
+// Internal to src/report/.
+#pragma once
+
+#include "gpubench/report/reporter.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpubench::report {
+
+/// One table of the report.
+struct Section {
+  std::string id;     ///< HTML anchor: "normalized"
+  std::string title;  ///< the heading
+  std::vector<std::string> headers;
+  std::vector<std::vector<std::string>> rows;
+  std::size_t left_columns = 1;    ///< columns after these are numbers (right-aligned)
+  std::size_t reference_from = 0;  ///< first column of 2020 values (0: none); HTML shades them
+  std::vector<std::string> notes;  ///< footnotes under the table
+};
+
+/// Everything a report shows, computed once.
+struct ReportView {
+  std::vector<JobRecord> jobs;     ///< merged (latest_records), in first-seen order
+  std::size_t superseded = 0;      ///< records replaced by a later one of the same job
+  Comparison comparison;           ///< throughput runs only (no memory-tier records)
+  std::vector<FamilySummary> summary;
+  std::vector<MemoryTierTable> tiers;
+};
+ReportView make_view(const std::vector<JobRecord>& jobs, const ReferenceTable& reference);
+
+/// Throughput normalized to the baseline, measured columns then the 2020 GPUs.
+Section normalized_section(const ReportView& view, const ReferenceTable& reference);
+/// Geometric means per family; none when no run measured a model with a 2020 row.
+std::optional<Section> summary_section(const ReportView& view, const ReferenceTable& reference);
+/// Max batch, measured columns then the 2020 GPUs; none without throughput runs.
+std::optional<Section> max_batch_section(const ReportView& view,
+                                         const ReferenceTable& reference);
+/// One table per device and precision with memory-tier records.
+std::vector<Section> memory_tier_sections(const ReportView& view,
+                                          const ReferenceTable& reference);
+/// One row per throughput job (memory-tier jobs are in their own table); `with_message` adds
+/// the message column (HTML shows failures in place; the text formats list them as notes).
+Section measured_section(const ReportView& view, bool with_message);
+/// Notes on the whole report: emulated columns, CPU rows, modified configs, job messages,
+/// merged records.
+std::vector<std::string> report_notes(const ReportView& view);
+
+/// A measured cell of the normalized table: "20.0 (1312)", "OOM", "n/a", "failed".
+std::string normalized_text(const RunCell& cell);
+/// A max-batch cell: "1669", "OOM", "-" (a fixed batch, no search), the status, or "".
+std::string max_batch_text(const MaxBatchCell& cell);
+/// A 2020 max batch ("OOM" where the GPU could not train the model).
+std::string reference_batch_text(const ReferenceRow& row, std::size_t gpu);
+/// "8 GB: RTX 2070, RTX 2080"
+std::string reference_tier_name(const ReferenceTier& tier, const ReferenceTable& reference);
+/// The 2020 GPUs of a tier on one model: "8", or "8/16" where they differ.
+std::string reference_tier_text(const ReferenceTier& tier, const ReferenceRow& row);
+
+}  // namespace gpubench::report

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# ctest RunAllScriptWritesEveryReportAndContinues: scripts/run_all.sh end to end on the CPU with
+# two smoke-size models. It must write the journal, results and every report; run again on the
+# same folder it must continue the journal and run nothing twice.
+# Usage: run_all_test.sh BUILD_DIR (the folder that holds the gpubench executable)
+set -euo pipefail
+build=$(cd "$1" && pwd)
+repo=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+small='{"vocab_size": 2000, "hidden_size": 64, "layers": 2, "heads": 2, "intermediate_size": 128, "max_positions": 64, "seq_length": 32, "masked_per_sequence": 5}'
+cat > "$tmp/smoke.json" <<JSON
+{"run": {"cpu_timing": {"warmup_steps": 1, "max_warmup_steps": 1, "min_steps": 2, "min_seconds": 0}},
+ "models": {"bert-base": {"cpu_batch": 2, "model": $small},
+            "bert-base-mlm": {"cpu_batch": 2, "model": $small}}}
+JSON
+
+run() {
+  GPUBENCH_BUILD_DIR=$build "$repo/scripts/run_all.sh" --cpu --model bert-base --model bert-base-mlm \
+    --out "$tmp/out" -- --config "$tmp/smoke.json" > "$tmp/stdout" 2> "$tmp/stderr"
+}
+run || fail "run_all.sh exited $? ($(tail -5 "$tmp/stderr"))"
+for f in journal.jsonl results.json results.csv report.txt report.md report.html; do
+  [ -s "$tmp/out/$f" ] || fail "$f was not written"
+done
+[ "$(wc -l < "$tmp/out/journal.jsonl")" -eq 3 ] || fail "journal: expected a header and 2 jobs"
+grep -q "| bert-base-mlm" "$tmp/out/report.md" || fail "report.md lacks bert-base-mlm"
+grep -q "<svg" "$tmp/out/report.html" || fail "report.html has no chart"
+grep -q "Training throughput normalized" "$tmp/stdout" || fail "no table on stdout"
+
+# Again on the same folder: continues the journal, runs nothing.
+run || fail "second run_all.sh exited $? ($(tail -5 "$tmp/stderr"))"
+grep -q "continuing $tmp/out/journal.jsonl" "$tmp/stderr" || fail "did not continue the journal"
+grep -q "0 jobs run, 2 skipped" "$tmp/stderr" || fail "ran jobs again: $(grep 'jobs run' "$tmp/stderr")"
+[ "$(wc -l < "$tmp/out/journal.jsonl")" -eq 3 ] || fail "the journal grew on a rerun"
+
+# Bad input stops the script with exit 2 before anything runs.
+code=0
+"$repo/scripts/run_all.sh" --bogus > /dev/null 2>&1 || code=$?
+[ "$code" -eq 2 ] || fail "unknown option: expected exit 2, got $code"
+echo "run_all.sh: ok"
