@@ -70,6 +70,7 @@ ref() {  # model precision script args...
   local model=$1 p=$2 script=$3
   shift 3
   local j=$R/$([ "$p" = fp32 ] && echo fp32 || echo bf16)/journal.jsonl b ours py
+  [ -f "$j" ] || { log "ref $model $p: no $j yet (run its suite stage first)"; return 2; }
   b=$(python3 - "$j" "$model" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
@@ -80,7 +81,7 @@ for line in open(sys.argv[1]):
 PY
 )
   b=${b##*$'\n'}
-  [ -n "$b" ] && [ "$b" -gt 0 ] || { log "ref $model $p: no batch in $j"; return 0; }
+  [ -n "$b" ] && [ "$b" -gt 0 ] || { log "ref $model $p: no searched batch in $j"; return 2; }
   if grep -q "^$model $p " "$R/refs/compare.txt" 2>/dev/null; then return 0; fi  # done earlier
   local flag=--batch
   [ "$model" = transformer-big ] && flag=--tokens
@@ -91,24 +92,28 @@ PY
       break
     fi
   done
-  [ -f "$R/refs/$model-$p-python.json" ] || { log "ref $model $p: python failed"; return 0; }
+  [ -f "$R/refs/$model-$p-python.json" ] || { log "ref $model $p: python failed"; return 2; }
   build/gpubench run --gpu 0 --model "$model" --precision "$p" --batch "$b" \
     --journal "$R/refs/$model-$p-b$b.jsonl" --json "$R/refs/$model-$p-b$b.json" \
     > /dev/null 2>> "$R/refs/progress.log"
+  [ -f "$R/refs/$model-$p-b$b.json" ] || { log "ref $model $p: gpubench at batch $b failed"; return 2; }
   ours=$(field "$R/refs/$model-$p-b$b.json" "d['jobs'][0]['throughput']")
   py=$(field "$R/refs/$model-$p-python.json" "d['throughput']")
   echo "$model $p batch $b: gpubench $ours, python $py, ratio $(python3 -c "print(round($ours / $py, 3))")" \
     | tee -a "$R/refs/compare.txt"
 }
 
+# Exit 2 (the stage stays open for the next call) unless every comparison was made.
 refs() {
+  local rc=0
   for p in fp32 amp-bf16; do
-    ref bert-finetune "$p" bert_reference.py --model squad
-    ref nasnet-large "$p" nasnet_reference.py
-    ref deeplabv3-resnet101 "$p" deeplab_reference.py
-    ref mask-rcnn "$p" maskrcnn_reference.py
-    ref transformer-big "$p" transformer_big_reference.py
+    ref bert-finetune "$p" bert_reference.py --model squad || rc=2
+    ref nasnet-large "$p" nasnet_reference.py || rc=2
+    ref deeplabv3-resnet101 "$p" deeplab_reference.py || rc=2
+    ref mask-rcnn "$p" maskrcnn_reference.py || rc=2
+    ref transformer-big "$p" transformer_big_reference.py || rc=2
   done
+  return $rc
 }
 
 # `timeout` runs programs, not shell functions: a function stage runs as this script again.
