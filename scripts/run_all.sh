@@ -6,15 +6,16 @@
 #                      [--suite all|image|language | --model NAME ...] [--memory-tiers 6,8,11,24,48]
 #                      [--out DIR] [-- more 'gpubench run' options, e.g. --config FILE]
 #
-# Writes into DIR (default results/DATE-gpuN-PRECISION):
+# Writes into DIR (default results/DATE-gpuN-PRECISION, relative to the current folder):
 #   journal.jsonl   every finished job, appended as it ends; results.json and results.csv
 #   tiers.jsonl     the memory-tier searches (with --memory-tiers)
 #   report.txt, report.md, report.html   everything above, beside the 2020 GPUs
-# The same command again with the same --out continues an interrupted run: jobs already in the
-# journal are not repeated. Exit code: 0 when every job succeeded, 1 when any failed (the
-# reports are written either way), 2 for bad input, 3 when the GPU is not there.
+# The same command again with the same --out continues an interrupted run as it was started
+# (its journals keep their options): jobs already done are not repeated. Exit code: 0 when every
+# job succeeded, 1 when any failed, 2 for bad input, 3 when the device is not there, 4 when the
+# run stopped early; the reports are written for whatever was measured.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+repo=$(cd "$(dirname "$0")/.." && pwd)
 
 device=(--gpu 0)
 device_tag=gpu0
@@ -32,50 +33,69 @@ while [ $# -gt 0 ]; do
     --memory-tiers) tiers=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run_all.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [ ${#selection[@]} -eq 0 ] && selection=(--suite all)
+if [ -n "$tiers" ] && [ "$device_tag" = cpu ]; then
+  echo "run_all.sh: --memory-tiers emulates smaller GPUs; it needs --gpu N, not --cpu" >&2
+  exit 3
+fi
 
-gpubench=${GPUBENCH_BUILD_DIR:-build}/gpubench
-[ -x "$gpubench" ] || scripts/setup.sh
+build_dir=${GPUBENCH_BUILD_DIR:-build}
+case $build_dir in /*) ;; *) build_dir=$repo/$build_dir ;; esac
+gpubench=$build_dir/gpubench
+[ -x "$gpubench" ] || GPUBENCH_BUILD_DIR=$build_dir "$repo/scripts/setup.sh"
 out=${out:-results/$(date -u +%Y%m%d-%H%M%S)-$device_tag-$precision}
 mkdir -p "$out"
 say() { echo "run_all: $*" >&2; }
 
-# Runs (or, when its journal exists, continues) one suite, its table left for the report at the
-# end; $1 is the journal, the rest are the
-# options of a new run. Exit codes 0 and 1 go on to the report; anything else stops the script.
+# Runs (or, when its journal exists, continues) one suite; its table is left for the reports at
+# the end. $1 is the journal, the rest are the options of a new run. Returns gpubench's code.
 suite() {
   local journal=$1 code=0 start
   shift
   start=$(date +%s)
   if [ -s "$journal" ]; then
-    say "continuing $journal"
-    "$gpubench" run --resume "$journal" "${device[@]}" "${outputs[@]}" > /dev/null || code=$?
+    say "continuing $journal as it was started (another --out starts a new run)"
+    "$gpubench" run --resume "$journal" "${device[@]}" ${outputs[@]+"${outputs[@]}"} \
+      > /dev/null || code=$?
   else
-    "$gpubench" run "${device[@]}" --journal "$journal" "${outputs[@]}" "$@" > /dev/null || code=$?
+    "$gpubench" run "${device[@]}" --journal "$journal" ${outputs[@]+"${outputs[@]}"} "$@" \
+      > /dev/null || code=$?
   fi
-  [ "$code" -gt 1 ] && exit "$code"
-  say "$journal: wall time $(( $(date +%s) - start )) s"
+  say "$journal: exit $code, wall time $(( $(date +%s) - start )) s"
   return "$code"
 }
 
 status=0
+worst() { [ "$1" -gt "$status" ] && status=$1; return 0; }
 outputs=(--json "$out/results.json" --csv "$out/results.csv")
-suite "$out/journal.jsonl" "${selection[@]}" --precision "$precision" "${extra[@]}" || status=1
-journals=("$out/journal.jsonl")
-if [ -n "$tiers" ]; then
+code=0
+suite "$out/journal.jsonl" "${selection[@]}" --precision "$precision" \
+  ${extra[@]+"${extra[@]}"} || code=$?
+worst "$code"
+if [ -n "$tiers" ] && [ "$code" -le 1 ]; then
   outputs=()
+  code=0
   suite "$out/tiers.jsonl" "${selection[@]}" --precision "$precision" --memory-tiers "$tiers" \
-    "${extra[@]}" || status=1
-  journals+=("$out/tiers.jsonl")
+    ${extra[@]+"${extra[@]}"} || code=$?
+  worst "$code"
 fi
 
-"$gpubench" report "${journals[@]}" --format table --output "$out/report.txt"
-"$gpubench" report "${journals[@]}" --format md --output "$out/report.md"
-"$gpubench" report "${journals[@]}" --format html --output "$out/report.html"
-cat "$out/report.txt"
-say "wrote $out/report.txt, report.md, report.html, results.json, results.csv"
+# Reports of whatever was measured, even when a run stopped with an error.
+journals=()
+for j in "$out/journal.jsonl" "$out/tiers.jsonl"; do
+  [ -s "$j" ] && journals+=("$j")
+done
+if [ ${#journals[@]} -gt 0 ]; then
+  for format in table md html; do
+    name=$([ $format = table ] && echo txt || echo $format)
+    "$gpubench" report "${journals[@]}" --format $format --output "$out/report.$name" ||
+      worst 4
+  done
+  [ -f "$out/report.txt" ] && cat "$out/report.txt"
+  say "wrote $out/report.txt, report.md, report.html, results.json, results.csv"
+fi
 exit "$status"

@@ -3,6 +3,7 @@
 #include "gpubench/errors.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +30,11 @@ std::string read_all(const std::string& path) {
 }
 
 JournalHeader parse_header(const Json& j, const std::string& path) {
+  GPUBENCH_CHECK(!(j.is_object() && j.value("schema", std::string()) == "gpubench-result"),
+                 ConfigError,
+                 "{}: is a result document ('gpubench run --json'), not a journal; resume the "
+                 "journal the run named on stderr (gpubench-DATE-TIME.jsonl or --journal)",
+                 path);
   GPUBENCH_CHECK(j.is_object() && j.value("schema", std::string()) == kSchema, ConfigError,
                  "{}:1: not a gpubench journal (no \"schema\": \"{}\" on the first line)", path,
                  kSchema);
@@ -46,6 +52,18 @@ JournalHeader parse_header(const Json& j, const std::string& path) {
 }
 
 std::string errno_text() { return std::strerror(errno); }
+
+/// One writer per journal: a second gpubench on the same file would run jobs twice and
+/// interleave its lines. The lock goes with the file descriptor.
+void lock_or_throw(int fd, const std::string& path) {
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return;
+  const std::string why = errno == EWOULDBLOCK ? "" : std::string(": ") + errno_text();
+  ::close(fd);
+  throw ConfigError(fmt::format(
+      "journal '{}' is in use by another gpubench{}; wait for it to finish (or stop it), then "
+      "continue with --resume {}",
+      path, why, path));
+}
 
 }  // namespace
 
@@ -97,54 +115,78 @@ Journal read_journal(const std::string& path) {
       continue;
     }
     GPUBENCH_CHECK(j.is_object() && j.contains("job") && j["job"].is_object(), ConfigError,
-                   "{}:{}: expected a {{\"job\": ...}} line", path, line_number);
+                   "{}:{}: expected a {{\"job\": ...}} line; the journal is damaged (remove "
+                   "the line to keep the rest)",
+                   path, line_number);
     try {
       journal.jobs.push_back(JobRecord::from_json(j["job"]));
     } catch (const Json::exception& e) {
       throw ConfigError(fmt::format("{}:{}: not a job record: {}", path, line_number, e.what()));
     }
   }
-  GPUBENCH_CHECK(have_header, ConfigError, "{}: empty journal (no header line)", path);
+  GPUBENCH_CHECK(have_header, ConfigError,
+                 "{}: empty journal (no header line: its run was stopped as it started); delete "
+                 "it and start the run again",
+                 path);
   return journal;
 }
 
 JournalWriter JournalWriter::create(const std::string& path, const JournalHeader& header) {
+  auto writer = create_if_absent(path, header);
+  if (!writer) {
+    throw ConfigError(
+        fmt::format("journal '{}' already exists; continue it with --resume {} or choose another "
+                    "--journal path",
+                    path, path));
+  }
+  return std::move(*writer);
+}
+
+std::optional<JournalWriter> JournalWriter::create_if_absent(const std::string& path,
+                                                             const JournalHeader& header) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
-    if (errno == EEXIST) {
-      throw ConfigError(
-          fmt::format("journal '{}' already exists; continue it with --resume {} or choose another "
-                      "--journal path",
-                      path, path));
-    }
+    if (errno == EEXIST) return std::nullopt;
     throw ConfigError(
         fmt::format("journal '{}' cannot be created: {} (check that the folder exists and is "
                     "writable)",
                     path, errno_text()));
   }
+  lock_or_throw(fd, path);
   JournalWriter writer(path, fd);
   writer.write_line(header.to_json().dump());
-  return writer;
+  // The new file's name is durable too, not only its content.
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+  return std::optional<JournalWriter>(std::move(writer));
 }
 
 JournalWriter JournalWriter::resume(const std::string& path) {
-  const Journal journal = read_journal(path);  // validates the header and every full line
-  const std::string text = read_all(path);
-  const std::size_t keep = text.empty() || text.back() == '\n' ? text.size() : text.rfind('\n') + 1;
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  GPUBENCH_CHECK(fd >= 0, ConfigError, "journal '{}' cannot be opened for appending: {}", path,
-                 errno_text());
-  if (keep != text.size()) {
-    // A torn last line (the writer was killed mid-write): cut it off before appending.
-    if (::ftruncate(fd, static_cast<off_t>(keep)) != 0) {
-      const std::string why = errno_text();
-      ::close(fd);
-      throw ConfigError(
-          fmt::format("journal '{}': cannot cut off its torn last line: {}", path, why));
+  GPUBENCH_CHECK(fd >= 0, ConfigError,
+                 "journal '{}' cannot be opened for appending: {} (check the path and its "
+                 "permissions)",
+                 path, errno_text());
+  lock_or_throw(fd, path);  // before reading, so no other writer changes it under us
+  JournalWriter writer(path, fd);
+  read_journal(path);  // validates the header and every full line
+  const std::string text = read_all(path);
+  if (!text.empty() && text.back() != '\n') {
+    const std::size_t start = text.rfind('\n') + 1;  // npos + 1 == 0: a one-line file
+    const Json last = Json::parse(text.substr(start), nullptr, /*allow_exceptions=*/false);
+    if (!last.is_discarded()) {
+      writer.write_raw("\n");  // a whole record cut before its newline: keep it
+    } else if (::ftruncate(fd, static_cast<off_t>(start)) != 0) {
+      throw AbortError(
+          fmt::format("journal '{}': cannot cut off its torn last line: {}", path, errno_text()));
     }
   }
-  (void)journal;
-  return JournalWriter(path, fd);
+  return writer;
 }
 
 JournalWriter::JournalWriter(JournalWriter&& other) noexcept
@@ -160,17 +202,22 @@ void JournalWriter::append(const JobRecord& record) {
   write_line(Json{{"job", record.to_json()}}.dump());
 }
 
-void JournalWriter::write_line(const std::string& line) {
-  const std::string data = line + '\n';
+void JournalWriter::write_line(const std::string& line) { write_raw(line + '\n'); }
+
+void JournalWriter::write_raw(const std::string& data) {
   std::size_t done = 0;
   while (done < data.size()) {
     const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    GPUBENCH_CHECK(n > 0, JobError, "journal '{}': write failed: {}", path_, errno_text());
+    GPUBENCH_CHECK(n > 0, AbortError,
+                   "journal '{}': write failed: {}; free space or fix the folder, then continue "
+                   "with --resume {}",
+                   path_, n < 0 ? errno_text() : "no bytes written", path_);
     done += static_cast<std::size_t>(n);
   }
-  GPUBENCH_CHECK(::fsync(fd_) == 0, JobError, "journal '{}': fsync failed: {}", path_,
-                 errno_text());
+  GPUBENCH_CHECK(::fsync(fd_) == 0, AbortError,
+                 "journal '{}': fsync failed: {}; fix the disk, then continue with --resume {}",
+                 path_, errno_text(), path_);
 }
 
 }  // namespace gpubench

@@ -31,10 +31,17 @@ class StopSignals {
     struct sigaction action {};
     action.sa_handler = remember_stop;
     sigemptyset(&action.sa_mask);
-    for (std::size_t i = 0; i < kCount; ++i) sigaction(kSignals[i], &action, &old_[i]);
+    for (std::size_t i = 0; i < kCount; ++i) {
+      sigaction(kSignals[i], nullptr, &old_[i]);
+      // A signal the user chose to ignore (nohup, a background job) stays ignored.
+      installed_[i] = old_[i].sa_handler != SIG_IGN;
+      if (installed_[i]) sigaction(kSignals[i], &action, nullptr);
+    }
   }
   ~StopSignals() {
-    for (std::size_t i = 0; i < kCount; ++i) sigaction(kSignals[i], &old_[i], nullptr);
+    for (std::size_t i = 0; i < kCount; ++i) {
+      if (installed_[i]) sigaction(kSignals[i], &old_[i], nullptr);
+    }
   }
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
@@ -43,6 +50,7 @@ class StopSignals {
   static constexpr std::size_t kCount = 3;
   static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP};
   struct sigaction old_[kCount];
+  bool installed_[kCount] = {};
 };
 
 }  // namespace
@@ -63,14 +71,21 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   StopSignals stop_signals;
   const pid_t parent = getpid();
   const pid_t pid = fork();
-  if (pid < 0) throw JobError(fmt::format("cannot start a worker: {}", std::strerror(errno)));
+  if (pid < 0) {
+    throw AbortError(
+        fmt::format("cannot start a worker process: {} (too many processes or too "
+                    "little memory?)",
+                    std::strerror(errno)));
+  }
   if (pid == 0) {
     setpgid(0, 0);  // own process group, so a timeout kills everything the worker started
     // A worker never outlives its parent, even one killed with SIGKILL.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(128 + SIGKILL);
     execv(args[0], args.data());
-    std::fprintf(stderr, "error: cannot run %s: %s\n", args[0], std::strerror(errno));
+    // Only async-signal-safe calls between fork and exec.
+    static const char kMessage[] = "error: cannot start the gpubench worker executable\n";
+    [[maybe_unused]] const ssize_t n = ::write(2, kMessage, sizeof kMessage - 1);
     _exit(127);
   }
   setpgid(pid, pid);
@@ -108,6 +123,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  if (stop_signal == 0) stop_signal = g_stop_signal;  // arrived as the worker was ending
   if (stop_signal != 0) {
     kill(-pid, SIGKILL);  // anything the worker left in its group
     g_stop_signal = 0;

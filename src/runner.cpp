@@ -11,10 +11,12 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -252,6 +254,13 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
       capacity = device_memory_info(device).first;  // free memory once the context exists
       if (run.memory_cap_gib) {
         const auto cap = static_cast<int64_t>(*run.memory_cap_gib * double(int64_t{1} << 30));
+        // A cap at or above what is free would not be enforced: the result would be this card's,
+        // labelled as a smaller one's.
+        GPUBENCH_CHECK(cap < capacity, ConfigError,
+                       "memory cap {} GiB: {} has only {:.1f} GiB free; a cap can only emulate "
+                       "a smaller card (choose caps below that)",
+                       format_number(*run.memory_cap_gib), record.device.name,
+                       static_cast<double>(capacity) / double(int64_t{1} << 30));
         set_memory_cap(device, cap);
         capacity = std::min(capacity, cap);
       }
@@ -301,13 +310,18 @@ WorkerLauncher::WorkerLauncher(std::string executable)
 
 namespace {
 std::string temp_path(const char* tag) {
-  const char* dir = std::getenv("TMPDIR");
-  std::string pattern = fmt::format("{}/gpubench-{}-XXXXXX", dir && *dir ? dir : "/tmp", tag);
+  const char* env = std::getenv("TMPDIR");
+  const std::string dir = env && *env ? env : "/tmp";
+  std::string pattern = fmt::format("{}/gpubench-{}-XXXXXX", dir, tag);
   std::vector<char> buffer(pattern.begin(), pattern.end());
   buffer.push_back('\0');
   const int fd = mkstemp(buffer.data());
-  if (fd < 0)
-    throw JobError("cannot create a temporary file in " + std::string(dir ? dir : "/tmp"));
+  if (fd < 0) {
+    throw AbortError(
+        fmt::format("cannot create a work file in {}: {} (set TMPDIR to a writable "
+                    "folder, then continue with --resume)",
+                    dir, std::strerror(errno)));
+  }
   close(fd);
   return buffer.data();
 }
@@ -383,9 +397,10 @@ void fill_identity(JobRecord& record, const ModelConfig& config, const RunSettin
   if (record.throughput_unit.empty()) record.throughput_unit = config.throughput_unit;
   if (!record.memory_cap_gib) record.memory_cap_gib = run.memory_cap_gib;
   record.emulated = record.emulated || record.memory_cap_gib.has_value();
-  if (record.device.type.empty()) {
-    record.device.type = device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
-    record.device.index = device.size() > 5 ? std::atoi(device.c_str() + 5) : 0;
+  if (record.device.type.empty() || record.device.name.empty()) {
+    // The whole description, so the record groups with the job's other records in reports.
+    record.device = device.rfind("cuda:", 0) == 0 ? cuda_device_info(std::atoi(device.c_str() + 5))
+                                                  : cpu_device_info();
   }
   if (record.config.empty()) record.config = config.to_json();
   if (record.created_utc.empty()) record.created_utc = utc_now();

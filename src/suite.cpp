@@ -21,11 +21,14 @@ bool same_cap(const std::optional<double>& a, const std::optional<double>& b) {
   return !a || std::fabs(*a - *b) < 1e-9;
 }
 
-/// The memory line of the latest search of `model` that found a batch: a hint for its next
-/// search under another cap (same workload, same precision: the suite's settings are shared).
+/// The memory line of the latest search of `model` that found a batch without a hint itself: a
+/// hint for its next search under another cap (same workload, same precision: the suite's
+/// settings are shared). Only a search that scouted has a line with a long lever; a hinted
+/// search's probes all sit near its limit, and a line through them is far less sure.
 std::optional<SearchHint> hint_for(const std::string& model, const std::vector<JobRecord>& done) {
   for (auto it = done.rbegin(); it != done.rend(); ++it) {
     if (it->model != model || !it->search || it->search->max_batch <= 0) continue;
+    if (it->search->hinted) continue;
     SearchHint hint;
     hint.fixed_bytes = it->search->fixed_bytes;
     hint.bytes_per_sample = it->search->bytes_per_sample;
@@ -52,8 +55,10 @@ std::string SuiteJob::label() const {
 }
 
 bool SuiteJob::matches(const JobRecord& record) const {
-  return record.model == model && record.search_only == search_only &&
-         same_cap(record.memory_cap_gib, memory_cap_gib);
+  if (record.model != model || record.search_only != search_only) return false;
+  // A tier job is its cap; a plain job runs under whatever cap the plan's configs set
+  // (--memory-cap), the same for all of them.
+  return !search_only || same_cap(record.memory_cap_gib, memory_cap_gib);
 }
 
 Json SuiteJob::to_json() const {
@@ -83,6 +88,7 @@ Json SuitePlan::to_json() const {
   }
   return {{"jobs", jobs_json},
           {"device", device},
+          {"device_name", device_name},
           {"fixed_batch", fixed_batch ? Json(*fixed_batch) : Json(nullptr)},
           {"overlays", overlays_json}};
 }
@@ -92,6 +98,7 @@ SuitePlan SuitePlan::from_json(const Json& json, const std::string& file) {
     SuitePlan plan;
     for (const auto& job : json.at("jobs")) plan.jobs.push_back(SuiteJob::from_json(job));
     plan.device = json.at("device").get<std::string>();
+    plan.device_name = json.value("device_name", std::string());
     if (json.contains("fixed_batch") && json["fixed_batch"].is_number_integer()) {
       plan.fixed_batch = json["fixed_batch"].get<int64_t>();
     }

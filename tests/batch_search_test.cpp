@@ -141,6 +141,13 @@ TEST(BatchSearchTest, FindsTheH200LimitsOfBertWithinSevenProbes) {
   EXPECT_LE(b.probes.size(), 7u);
 }
 
+/// The shipped default budget: what a hinted search must live within.
+SearchSettings hint_settings() {
+  SearchSettings s = settings(1, 65536, 1, 16);
+  s.max_probes = SearchSettings{}.max_probes;
+  return s;
+}
+
 TEST(BatchSearchTest, AHintFromAnotherCapSkipsTheScouts) {
   // Memory tiers of one workload: the line the 24 GiB search learned predicts the 48 GiB
   // limit, so that search starts at it and needs only a few probes.
@@ -151,10 +158,9 @@ TEST(BatchSearchTest, AHintFromAnotherCapSkipsTheScouts) {
     hint.fixed_bytes = static_cast<double>(memory.fixed);
     hint.bytes_per_sample = static_cast<double>(memory.per_sample);
     FakeMemory unhinted = memory;
-    const SearchRecord cold =
-        find_max_batch(settings(1, 65536, 1, 16), memory.capacity, std::ref(unhinted));
+    const SearchRecord cold = find_max_batch(hint_settings(), memory.capacity, std::ref(unhinted));
     const SearchRecord r =
-        find_max_batch(settings(1, 65536, 1, 16), memory.capacity, std::ref(memory), {}, hint);
+        find_max_batch(hint_settings(), memory.capacity, std::ref(memory), {}, hint);
     EXPECT_EQ(r.max_batch, limit);
     EXPECT_TRUE(r.hinted);
     EXPECT_EQ(r.probes.front().phase, "predict");
@@ -172,7 +178,7 @@ TEST(BatchSearchTest, AStaleHintCostsProbesButNotTheAnswer) {
     hint.fixed_bytes = static_cast<double>(memory.fixed);
     hint.bytes_per_sample = error * static_cast<double>(memory.per_sample);
     const SearchRecord r =
-        find_max_batch(settings(1, 65536, 1, 16), memory.capacity, std::ref(memory), {}, hint);
+        find_max_batch(hint_settings(), memory.capacity, std::ref(memory), {}, hint);
     EXPECT_EQ(r.max_batch, 1312) << "error " << error;
     EXPECT_LE(r.probes.size(), 12u) << "error " << error;
   }
@@ -181,7 +187,7 @@ TEST(BatchSearchTest, AStaleHintCostsProbesButNotTheAnswer) {
   memory.capacity = memory.fixed / 2;
   SearchHint hint{1e9, 1e8};
   const SearchRecord r =
-      find_max_batch(settings(1, 65536, 1, 16), memory.capacity, std::ref(memory), {}, hint);
+      find_max_batch(hint_settings(), memory.capacity, std::ref(memory), {}, hint);
   EXPECT_EQ(r.max_batch, 0);
 }
 

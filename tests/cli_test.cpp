@@ -1,6 +1,7 @@
 // The command line: subcommands in-process (exit codes and messages), and end to end through
 // the real executable with worker processes.
 #include "gpubench/device.h"
+#include "gpubench/journal.h"
 #include "gpubench/json.h"
 #include "src/cli/app.h"
 #include "tests/testing.h"
@@ -155,8 +156,7 @@ TEST(CliTest, ReportReadsDocumentsAndJournalsAndWritesOutputAtomically) {
       dir.file("bf16.jsonl"),
       R"({"schema": "gpubench-journal", "schema_version": 1, "created_utc": "2026-12-01T00:00:00Z"})"
       "\n{\"job\": " +
-          Json::parse(result_document("amp-bf16", 4700))["jobs"][0].dump() +
-          "}\n{\"job\": {\"mod");
+          Json::parse(result_document("amp-bf16", 4700))["jobs"][0].dump() + "}\n{\"job\": {\"mod");
   const auto r = cli({"report", dir.file("fp32.json"), dir.file("bf16.jsonl"), "--format", "html",
                       "--output", dir.file("report.html")});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -180,10 +180,10 @@ TEST(CliTest, ReportReadsDocumentsAndJournalsAndWritesOutputAtomically) {
   const auto real = testing::run_gpubench("report '" + dir.file("fp32.json") + "' -f md -o '" +
                                           dir.file("cli.md") + "'");
   EXPECT_EQ(real.exit_code, 0) << real.err;
-  EXPECT_EQ(testing::read_file(dir.file("cli.md")), cli({"report", dir.file("fp32.json"), "-f", "md"}).out);
+  EXPECT_EQ(testing::read_file(dir.file("cli.md")),
+            cli({"report", dir.file("fp32.json"), "-f", "md"}).out);
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
-    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos)
-        << entry.path();
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
   }
 }
 
@@ -194,15 +194,15 @@ TEST(CliTest, ReportBadInputIsExitCodeTwoAndWritesNothing) {
                "--format: unknown format 'htlm' (did you mean 'html'?)");
   // The output path is checked before any input is read.
   const std::string out = dir.file("missing-folder/report.html");
-  EXPECT_ERROR(cli({"report", "/nonexistent/r.json", "--format", "html", "--output", out}), 2,
-               "--output '" + out + "': folder '" + dir.file("missing-folder") +
-                   "' does not exist");
+  EXPECT_ERROR(
+      cli({"report", "/nonexistent/r.json", "--format", "html", "--output", out}), 2,
+      "--output '" + out + "': folder '" + dir.file("missing-folder") + "' does not exist");
   EXPECT_ERROR(cli({"report", dir.file("r.json"), "--output", dir.path()}), 2, "is a folder");
   // A bad input leaves an existing output alone.
   testing::write_file(dir.file("keep.md"), "old report\n");
-  EXPECT_ERROR(cli({"report", dir.file("r.json"), dir.file("nope.json"), "--output",
-                    dir.file("keep.md")}),
-               2, "result file '" + dir.file("nope.json") + "' cannot be read");
+  EXPECT_ERROR(
+      cli({"report", dir.file("r.json"), dir.file("nope.json"), "--output", dir.file("keep.md")}),
+      2, "result file '" + dir.file("nope.json") + "' cannot be read");
   EXPECT_EQ(testing::read_file(dir.file("keep.md")), "old report\n");
 }
 
@@ -215,9 +215,10 @@ TEST(CliTest, GpuPastTheDeviceCountIsExitCodeThree) {
 TEST(CliTest, RunOnTheCpuWritesJsonAndCsvAndTheReportReadsThemBack) {
   TempDir dir;
   testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
-  const auto run = testing::run_gpubench(
-      "run --model bert-base --device cpu --config '" + dir.file("smoke.json") + "' --json '" +
-      dir.file("r.json") + "' --csv '" + dir.file("r.csv") + "'");
+  const auto run = testing::run_gpubench("run --model bert-base --device cpu --config '" +
+                                         dir.file("smoke.json") + "' --json '" +
+                                         dir.file("r.json") + "' --csv '" + dir.file("r.csv") +
+                                         "' --journal '" + dir.file("j.jsonl") + "'");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("Training throughput normalized to the RTX 8000"), std::string::npos);
   EXPECT_NE(run.out.find("bert-base  examples/s       n/a  0.362 (8)"), std::string::npos)
@@ -252,9 +253,9 @@ TEST(CliTest, AFailingJobIsExitCodeOneAndStillRecorded) {
   Json config = Json::parse(testing::smoke_config_json("bert-base"));
   config["models"]["bert-base"]["model"]["heads"] = 3;  // 64 is not divisible by 3
   testing::write_file(dir.file("broken.json"), config.dump());
-  const auto run =
-      testing::run_gpubench("run --model bert-base --device cpu --config '" +
-                            dir.file("broken.json") + "' --json '" + dir.file("r.json") + "'");
+  const auto run = testing::run_gpubench(
+      "run --model bert-base --device cpu --config '" + dir.file("broken.json") + "' --json '" +
+      dir.file("r.json") + "' --journal '" + dir.file("j.jsonl") + "'");
   EXPECT_EQ(run.exit_code, 1) << run.err;
   const Json doc = Json::parse(testing::read_file(dir.file("r.json")));
   EXPECT_EQ(doc["jobs"][0]["status"], "failed");
@@ -266,10 +267,16 @@ TEST(CliTest, WithoutAGpuRunSaysSoAndUsesTheCpu) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
   TempDir dir;
   testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
-  const auto run =
-      testing::run_gpubench("run --model bert-base --config '" + dir.file("smoke.json") + "'");
+  // As the README's main command runs: no flags but the model, in the current folder.
+  const auto run = testing::run_gpubench(
+      "run --model bert-base --config '" + dir.file("smoke.json") + "'", dir.path());
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.err.find("no CUDA device found; running on the CPU"), std::string::npos);
+  // The journal goes to a new file in the current folder, and says so.
+  const auto at = run.err.find("journal: gpubench-");
+  ASSERT_NE(at, std::string::npos) << run.err;
+  const std::string name = run.err.substr(at + 9, run.err.find(' ', at + 9) - at - 9);
+  EXPECT_EQ(read_journal(dir.file(name)).jobs.size(), 1u) << name;
   EXPECT_NE(run.out.find("CPU fp32"), std::string::npos);
 }
 

@@ -75,12 +75,46 @@ TEST(JournalTest, ATornLastLineIsIgnoredAndCutOffWhenContinued) {
   EXPECT_EQ(j.jobs[1].model, "yolov3");
 }
 
+TEST(JournalTest, AWholeRecordMissingOnlyItsNewlineIsKept) {
+  TempDir dir;
+  const std::string path = dir.file("j.jsonl");
+  JournalWriter::create(path, header()).append(record("bert-base", 1));
+  std::string text = testing::read_file(path);
+  text.pop_back();  // the kill came between the record and its newline
+  testing::write_file(path, text);
+  EXPECT_EQ(read_journal(path).jobs.size(), 1u);
+  JournalWriter::resume(path).append(record("yolov3", 2));
+  const Journal j = read_journal(path);
+  ASSERT_EQ(j.jobs.size(), 2u);  // the first record survived the resume
+  EXPECT_EQ(j.jobs[0].model, "bert-base");
+  EXPECT_EQ(j.jobs[1].model, "yolov3");
+}
+
+TEST(JournalTest, OneWriterAtATime) {
+  TempDir dir;
+  const std::string path = dir.file("j.jsonl");
+  auto first = JournalWriter::create(path, header());
+  EXPECT_THROWS_WITH(JournalWriter::resume(path), ConfigError, "is in use by another gpubench");
+  first.append(record("bert-base", 1));
+  EXPECT_EQ(read_journal(path).jobs.size(), 1u);  // reading needs no lock
+}
+
+TEST(JournalTest, CreateIfAbsentLeavesAnExistingFileAlone) {
+  TempDir dir;
+  const std::string path = dir.file("j.jsonl");
+  testing::write_file(path, "precious");
+  EXPECT_FALSE(JournalWriter::create_if_absent(path, header()).has_value());
+  EXPECT_EQ(testing::read_file(path), "precious");
+}
+
 TEST(JournalTest, DamageInTheMiddleIsAnErrorNamingTheLine) {
   TempDir dir;
   const std::string path = dir.file("j.jsonl");
   testing::write_file(path, header().to_json().dump() + "\nnot json\n{\"job\": {}}\n");
   EXPECT_THROWS_WITH(read_journal(path), ConfigError, "j.jsonl:2:");
   testing::write_file(path, "{\"schema\": \"gpubench-result\"}\n");
+  EXPECT_THROWS_WITH(read_journal(path), ConfigError, "is a result document");
+  testing::write_file(path, "{\"schema\": \"other\"}\n");
   EXPECT_THROWS_WITH(read_journal(path), ConfigError, "not a gpubench journal");
   EXPECT_FALSE(is_journal_file(path));
   EXPECT_THROWS_WITH(read_journal(dir.file("missing.jsonl")), ConfigError, "cannot be read");

@@ -36,8 +36,16 @@ grep -q "continuing $tmp/out/journal.jsonl" "$tmp/stderr" || fail "did not conti
 grep -q "0 jobs run, 2 skipped" "$tmp/stderr" || fail "ran jobs again: $(grep 'jobs run' "$tmp/stderr")"
 [ "$(wc -l < "$tmp/out/journal.jsonl")" -eq 3 ] || fail "the journal grew on a rerun"
 
+# Relative paths are the caller's, not the repository's.
+(cd "$tmp" && GPUBENCH_BUILD_DIR=$build "$repo/scripts/run_all.sh" --cpu --model bert-base \
+  --out relative -- --config smoke.json > /dev/null 2>&1) || fail "run from another folder failed"
+[ -s "$tmp/relative/report.md" ] || fail "--out relative was not written in the caller's folder"
+
 # Bad input stops the script with exit 2 before anything runs.
 code=0
 "$repo/scripts/run_all.sh" --bogus > /dev/null 2>&1 || code=$?
 [ "$code" -eq 2 ] || fail "unknown option: expected exit 2, got $code"
+code=0
+"$repo/scripts/run_all.sh" --cpu --memory-tiers 6 > /dev/null 2>&1 || code=$?
+[ "$code" -eq 3 ] || fail "--memory-tiers with --cpu: expected exit 3, got $code"
 echo "run_all.sh: ok"

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 namespace gpubench {
@@ -149,6 +150,25 @@ TEST(SuiteTest, AFailedJobIsJournaledWithItsIdentityAndTheSuiteGoesOn) {
   EXPECT_EQ(failed.device.type, "cuda");
 }
 
+TEST(SuiteTest, PlainJobsMatchTheirRecordsUnderAConfiguredMemoryCap) {
+  // --memory-cap 8 (or run.memory_cap_gib in a config): every record carries the cap, and the
+  // plain jobs of the plan must still recognise them as theirs.
+  TempDir dir;
+  SuitePlan plan = gpu_plan();
+  plan.overlays.emplace_back("command line", Json{{"run", {{"memory_cap_gib", 8}}}});
+  auto journal = JournalWriter::create(dir.file("j.jsonl"), header_of(plan));
+  ScriptedLauncher launcher;
+  const SuiteOutcome first = run_suite(plan, {}, launcher, journal, {});
+  ASSERT_EQ(first.records.size(), 3u);
+  EXPECT_EQ(first.records[0].memory_cap_gib, 8);
+  for (const auto& job : plan.jobs)
+    EXPECT_TRUE(job.matches(first.records[0]) || job.model != "bert-base");
+  ScriptedLauncher again;
+  const SuiteOutcome second = run_suite(plan, first.records, again, journal, {});
+  EXPECT_EQ(second.skipped, 3);
+  EXPECT_TRUE(again.calls.empty());
+}
+
 TEST(SuiteTest, MemoryTierJobsSearchUnderEachCapAndStop) {
   TempDir dir;
   SuitePlan plan = gpu_plan({6, 24});
@@ -196,26 +216,49 @@ TEST(SuiteTest, AKilledSuiteContinuesWithResumeAndRepeatsNothing) {
   TempDir dir;
   testing::write_file(dir.file("smoke.json"), smoke_config(kModels));
   const std::string journal = dir.file("j.jsonl");
-  const std::string command = "exec '" + testing::gpubench_exe() + "' " + run_args(dir) + " > '" +
-                              dir.file("out.txt") + "' 2>&1";
+  // The second job's worker hangs, so the kill lands while it runs however slow the machine.
+  const std::string worker = dir.file("worker.sh");
+  testing::write_file(worker,
+                      "#!/bin/sh\n"
+                      "if grep -q '\"model\":\"bert-base-mlm\"' \"$3\"; then sleep 600; fi\n"
+                      "exec '" +
+                          testing::gpubench_exe() + "' \"$@\"\n");
+  chmod(worker.c_str(), 0755);
+  const std::string command = "exec '" + testing::gpubench_exe() + "' " + run_args(dir) +
+                              " --worker-exe '" + worker + "' > '" + dir.file("out.txt") + "' 2>&1";
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  // Kill the suite (SIGKILL: no chance to clean up) as soon as its first job is journaled.
+  // Kill the suite (SIGKILL: no chance to clean up) once its first job is journaled.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  int status = 0;
+  bool exited = false;
   while (job_lines(journal) < 1 && std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;  // it must not end by itself: job 2 hangs
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  ASSERT_FALSE(exited) << testing::read_file(dir.file("out.txt"));
   kill(pid, SIGKILL);
-  int status = 0;
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status)) << testing::read_file(dir.file("out.txt"));
+  // The hanging worker dies with its parent (PR_SET_PDEATHSIG): no orphan keeps running.
+  bool orphan = true;
+  for (int i = 0; i < 100 && orphan; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // "worker.s[h]": a pattern that matches the worker but not the shell running pgrep.
+    const std::string pattern = worker.substr(0, worker.size() - 1) + "[h]";
+    orphan = std::system(("pgrep -f '" + pattern + "' > /dev/null").c_str()) == 0;
+  }
+  EXPECT_FALSE(orphan) << "the worker outlived the killed suite";
 
   const Journal killed = read_journal(journal);  // still valid
-  ASSERT_EQ(killed.jobs.size(), 1u) << "the suite finished before it could be killed";
+  ASSERT_EQ(killed.jobs.size(), 1u);
   EXPECT_EQ(killed.jobs[0].model, "bert-base");
   EXPECT_EQ(killed.jobs[0].status, "ok");
 

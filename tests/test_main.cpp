@@ -56,10 +56,11 @@ std::string gpubench_exe() {
   return self.substr(0, self.find_last_of('/')) + "/gpubench";
 }
 
-CommandResult run_gpubench(const std::string& args) {
+CommandResult run_gpubench(const std::string& args, const std::string& cwd) {
   TempDir dir;
   const std::string command =
-      fmt::format("'{}' {} > '{}' 2> '{}'", gpubench_exe(), args, dir.file("out"), dir.file("err"));
+      fmt::format("{}'{}' {} > '{}' 2> '{}'", cwd.empty() ? "" : "cd '" + cwd + "' && ",
+                  gpubench_exe(), args, dir.file("out"), dir.file("err"));
   const int status = std::system(command.c_str());
   CommandResult result;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -38,8 +38,9 @@ struct CommandResult {
   std::string out;  ///< stdout
   std::string err;  ///< stderr
 };
-/// Runs gpubench with `args` (shell-quoted by the caller), capturing stdout and stderr.
-CommandResult run_gpubench(const std::string& args);
+/// Runs gpubench with `args` (shell-quoted by the caller), capturing stdout and stderr; in the
+/// folder `cwd` when one is given.
+CommandResult run_gpubench(const std::string& args, const std::string& cwd = "");
 
 /// A JSON config overlay that shrinks a workload to its smoke size (its config's `smoke:`
 /// section) with a short CPU timing window, so end-to-end runs on the CPU take seconds.

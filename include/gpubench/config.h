@@ -47,10 +47,10 @@ struct ModelConfig {
   std::optional<ModelReference> reference_2020;  ///< absent for peer twins
   int64_t cpu_batch = 2;                         ///< fixed batch on the CPU (no search). Default: 2
   SearchSettings search;
-  Params model;                      ///< architecture parameters (the `model:` section)
-  Params optimizer;                  ///< optimizer parameters (the `optimizer:` section)
-  int64_t smoke_batch = 2;           ///< batch of the CPU smoke test
-  Params smoke_model;                ///< `model:` overlaid with `smoke.model:` (reduced size)
+  Params model;             ///< architecture parameters (the `model:` section)
+  Params optimizer;         ///< optimizer parameters (the `optimizer:` section)
+  int64_t smoke_batch = 2;  ///< batch of the CPU smoke test
+  Params smoke_model;       ///< `model:` overlaid with `smoke.model:` (reduced size)
   /// `optimizer:` overlaid with `smoke.optimizer:` (say, no warm-up, so that one smoke step
   /// visibly moves every parameter).
   Params smoke_optimizer;

@@ -21,6 +21,7 @@ enum ExitCode : int {
   kExitJobFailed = 1,
   kExitBadInput = 2,
   kExitNoDevice = 3,
+  kExitAborted = 4,  ///< the run stopped early (journal or work files could not be written)
 };
 
 /// Base of every error a user can see; knows the exit code it maps to.
@@ -56,6 +57,13 @@ class DeviceError : public Error {
 class JobError : public Error {
  public:
   explicit JobError(const std::string& message) : Error(message, kExitJobFailed) {}
+};
+
+/// The run cannot go on (the journal or a work file cannot be written): the jobs after it do
+/// not run. What was journaled stays. Exit code 4.
+class AbortError : public Error {
+ public:
+  explicit AbortError(const std::string& message) : Error(message, kExitAborted) {}
 };
 
 }  // namespace gpubench

@@ -5,12 +5,14 @@
 // Line 1 is the header: {"schema": "gpubench-journal", "schema_version": 1, "created_utc",
 // "command_line", "plan", "run_settings"}; the plan is everything a resume needs to continue
 // the same suite. Every further line is {"job": <JobRecord>}. A final line cut short by a kill
-// (no newline, not JSON) is ignored when read and cut off when the journal is continued.
+// (no newline, not JSON) is ignored when read and cut off when the journal is continued; a last
+// line that is a whole record without its newline counts, and gets its newline.
 #pragma once
 
 #include "gpubench/json.h"
 #include "gpubench/result.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,12 +45,18 @@ bool is_journal_file(const std::string& path);
 Journal read_journal(const std::string& path);
 
 /// Appends job records, each as one line written in one call and synced before append returns.
+/// Holds an exclusive lock on the file (flock) while it lives: one writer per journal. A write
+/// that fails throws AbortError (exit code 4).
 class JournalWriter {
  public:
   /// Starts a new journal at `path` with `header` as its first line. Throws ConfigError if the
   /// file exists (never overwrite measurements) or cannot be written.
   static JournalWriter create(const std::string& path, const JournalHeader& header);
-  /// Continues the journal at `path`: cuts off a torn final line, then appends after it.
+  /// As create, but no journal (and no error) when `path` exists already.
+  static std::optional<JournalWriter> create_if_absent(const std::string& path,
+                                                       const JournalHeader& header);
+  /// Continues the journal at `path`: cuts off a torn final line (one that is not JSON), ends a
+  /// whole record that lacks only its newline, then appends after it.
   static JournalWriter resume(const std::string& path);
 
   JournalWriter(JournalWriter&& other) noexcept;
@@ -62,6 +70,7 @@ class JournalWriter {
  private:
   JournalWriter(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
   void write_line(const std::string& line);
+  void write_raw(const std::string& data);
 
   std::string path_;
   int fd_ = -1;

@@ -20,7 +20,7 @@ struct SuiteJob {
   std::optional<double> memory_cap_gib;  ///< a memory tier (search only) when set
   bool search_only = false;
 
-  /// "bert-base", "bert-base @24GiB search"
+  /// "bert-base", "bert-base @24GiB (search only)"
   std::string label() const;
   /// Whether `record` is this job's result.
   bool matches(const JobRecord& record) const;
@@ -32,6 +32,7 @@ struct SuiteJob {
 struct SuitePlan {
   std::vector<SuiteJob> jobs;
   std::string device = "cpu";           ///< "cpu" | "cuda:N"
+  std::string device_name;              ///< "NVIDIA H200": a resume must run on the same kind
   std::optional<int64_t> fixed_batch;   ///< --batch
   std::vector<ConfigOverlay> overlays;  ///< config file, then the command line
 

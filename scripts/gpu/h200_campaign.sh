@@ -12,7 +12,8 @@
 # gpubench at one common batch and precision). Everything under results/h200/ is packed into
 # $OUT; carry results/h200 into the next call (device tool: carry ["results/h200"]) to go on.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+self=$(readlink -f "$0")
+cd "$(dirname "$self")/../.."
 OUT=${OUT:-/tmp/gpubench-out}
 R=results/h200
 mkdir -p "$OUT" "$R/refs"
@@ -124,11 +125,11 @@ fi
 
 for s in ${*:-build fp32 bf16 tiers refs}; do
   case $s in
-    build) stage build "$0" --fn build ;;
+    build) stage build "$self" --fn build ;;
     fp32) stage fp32 scripts/run_all.sh --gpu 0 --precision fp32 --out "$R/fp32" ;;
     bf16) stage bf16 scripts/run_all.sh --gpu 0 --precision amp-bf16 --out "$R/bf16" ;;
-    tiers) stage tiers "$0" --fn tiers ;;
-    refs) stage refs "$0" --fn refs ;;
+    tiers) stage tiers "$self" --fn tiers ;;
+    refs) stage refs "$self" --fn refs ;;
     *) log "unknown stage '$s'"; exit 2 ;;
   esac
 done

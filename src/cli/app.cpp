@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -272,17 +273,53 @@ void write_outputs(const RunOptions& o, const ResultDocument& document,
   }
 }
 
-/// A fresh journal name in the current folder: gpubench-20261130-061502.jsonl.
-std::string default_journal_path() {
+/// A new journal in the current folder: gpubench-20261130-061502.jsonl, or -2, -3, ... when
+/// another run took that name in the same second.
+JournalWriter create_default_journal(const JournalHeader& header) {
   const std::time_t now = std::time(nullptr);
   std::tm utc{};
   gmtime_r(&now, &utc);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &utc);
-  std::string path = fmt::format("gpubench-{}.jsonl", stamp);
-  for (int n = 2; std::ifstream(path).good(); ++n)
-    path = fmt::format("gpubench-{}-{}.jsonl", stamp, n);
-  return path;
+  for (int n = 1;; ++n) {
+    const std::string path = n == 1 ? fmt::format("gpubench-{}.jsonl", stamp)
+                                    : fmt::format("gpubench-{}-{}.jsonl", stamp, n);
+    if (auto journal = JournalWriter::create_if_absent(path, header)) return std::move(*journal);
+  }
+}
+
+/// The device a plan names: "NVIDIA H200", or "cpu".
+std::string device_name_of(const std::string& device) {
+  if (device == "cpu") return "cpu";
+  return cuda_device_info(std::stoi(device.substr(5))).name;
+}
+
+/// Memory tiers can only emulate smaller cards than the one they run on.
+void check_tier_caps(const std::vector<double>& tiers, const std::string& device) {
+  if (tiers.empty()) return;
+  GPUBENCH_CHECK(device != "cpu", DeviceError,
+                 "--memory-tiers emulates smaller GPUs by capping a CUDA device's memory; no "
+                 "CUDA device is in use (see 'gpubench info'; to continue a tier journal, give "
+                 "--gpu N)");
+  const DeviceInfo info = cuda_device_info(std::stoi(device.substr(5)));
+  const double device_gib = static_cast<double>(info.memory_bytes) / double(int64_t{1} << 30);
+  const double largest = *std::max_element(tiers.begin(), tiers.end());
+  GPUBENCH_CHECK(largest < device_gib, ConfigError,
+                 "--memory-tiers: {} GiB is not below the {:.1f} GiB of {}; a cap can only "
+                 "emulate a smaller card",
+                 format_number(largest), device_gib, info.name);
+}
+
+/// --json or --csv on the journal's own path would replace the journal with another file.
+void check_not_journal(const std::string& path, const std::string& flag,
+                       const std::string& journal) {
+  if (path.empty() || journal.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code a, b;
+  const auto x = fs::weakly_canonical(path, a);
+  const auto y = fs::weakly_canonical(journal, b);
+  GPUBENCH_CHECK(a || b || x != y, ConfigError,
+                 "{} '{}' is the journal's own path; choose another file for {}", flag, path, flag);
 }
 
 /// --memory-tiers: sorted, distinct, each a sensible cap, and only where a search can run.
@@ -300,15 +337,7 @@ std::vector<double> checked_tiers(const RunOptions& o, const std::string& device
   }
   std::sort(tiers.begin(), tiers.end());
   tiers.erase(std::unique(tiers.begin(), tiers.end()), tiers.end());
-  GPUBENCH_CHECK(device != "cpu", DeviceError,
-                 "--memory-tiers emulates smaller GPUs by capping a CUDA device's memory; no "
-                 "CUDA device is in use (see 'gpubench info')");
-  const DeviceInfo info = cuda_device_info(std::stoi(device.substr(5)));
-  const double device_gib = static_cast<double>(info.memory_bytes) / double(int64_t{1} << 30);
-  GPUBENCH_CHECK(tiers.back() < device_gib, ConfigError,
-                 "--memory-tiers: {} GiB is not below the {:.1f} GiB of {}; a cap can only "
-                 "emulate a smaller card",
-                 format_number(tiers.back()), device_gib, info.name);
+  check_tier_caps(tiers, device);
   return tiers;
 }
 
@@ -367,15 +396,28 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
       const int index = std::stoi(plan.device.substr(5));
       GPUBENCH_CHECK(index < cuda_device_count(), DeviceError,
                      "{}: the journal's suite ran on {}, which is not visible here; choose a "
-                     "device with --gpu N or --device cpu",
+                     "device with --gpu N",
                      o.resume_path, plan.device);
     }
+    // One journal, one kind of device: results of two cards must not mix in one suite.
+    const std::string here = device_name_of(plan.device);
+    GPUBENCH_CHECK(plan.device_name.empty() || plan.device_name == here, DeviceError,
+                   "{}: its suite ran on {}, and {} here is {}; resume it on the same kind of "
+                   "device, or start a new journal for this one",
+                   o.resume_path, plan.device_name, plan.device, here);
     if (o.timeout_s) {
       RunOptions timeout_only;
       timeout_only.timeout_s = o.timeout_s;
       plan.overlays.emplace_back("command line", flag_overlay(timeout_only));
     }
-    resolve_store(plan.overlays);  // the journal's configs still resolve with this gpubench
+    // Everything the plan needs still holds with this gpubench and this device, before any job.
+    const ConfigStore resolved = resolve_store(plan.overlays);
+    std::vector<double> tiers;
+    for (const auto& job : plan.jobs) {
+      resolved.model(job.model);  // throws with a did-you-mean for a workload that is gone
+      if (job.search_only && job.memory_cap_gib) tiers.push_back(*job.memory_cap_gib);
+    }
+    check_tier_caps(tiers, plan.device);
   } else {
     ConfigStore store = ConfigStore::load_builtin(builtin_registry());
     if (!o.config_file.empty()) {
@@ -394,6 +436,7 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
     plan.device = select_device(o, err);
     plan.fixed_batch = o.batch;
     plan.jobs = plan_jobs(models, checked_tiers(o, plan.device));
+    plan.device_name = device_name_of(plan.device);
     run_settings = store.run().to_json();
     if (plan.device == "cpu" && store.run().memory_cap_gib) {
       err << "gpubench: --memory-cap applies to a CUDA device; ignored on the CPU\n";
@@ -404,6 +447,9 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
   const ConfigStore store = resolve_store(plan.overlays);
 
   // The journal exists before the first job starts, so even the first one cannot be lost.
+  const std::string journal_path = !o.resume_path.empty() ? o.resume_path : o.journal_path;
+  check_not_journal(o.json_path, "--json", journal_path);
+  check_not_journal(o.csv_path, "--csv", journal_path);
   if (!o.resume_path.empty()) {
     journal.emplace(JournalWriter::resume(o.resume_path));
   } else {
@@ -412,8 +458,8 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
     header.command_line = argv;
     header.plan = plan.to_json();
     header.run_settings = run_settings;
-    journal.emplace(JournalWriter::create(
-        o.journal_path.empty() ? default_journal_path() : o.journal_path, header));
+    journal.emplace(o.journal_path.empty() ? create_default_journal(header)
+                                           : JournalWriter::create(o.journal_path, header));
   }
   auto log = [&err](const std::string& line) { err << "gpubench: " << line << '\n' << std::flush; };
   log(fmt::format("journal: {} (if this run is interrupted: gpubench run --resume {})",
@@ -447,8 +493,10 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
   refresh();
 
   make_reporter("table", out)->report(document.jobs, store.reference());
-  const auto failed = std::count_if(document.jobs.begin(), document.jobs.end(),
-                                    [](const JobRecord& r) { return !job_is_done(r); });
+  // A planned job without a done record failed, whatever records the others left.
+  const auto done = std::count_if(document.jobs.begin(), document.jobs.end(),
+                                  [](const JobRecord& r) { return job_is_done(r); });
+  const auto failed = static_cast<std::ptrdiff_t>(plan.jobs.size()) - done;
   if (failed) {
     log(fmt::format("{} of {} jobs failed; retry them with: gpubench run --resume {}", failed,
                     plan.jobs.size(), journal->path()));
