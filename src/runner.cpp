@@ -56,7 +56,10 @@ void worker_log(const std::string& model, const std::string& text) {
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     const auto elapsed = static_cast<int64_t>(std::max(0.0, now - p.started_unix));
-    prefix = fmt::format("[{}:{:02}] {}", elapsed / 60, elapsed % 60, prefix);
+    const int64_t h = elapsed / 3600, m = elapsed / 60 % 60, sec = elapsed % 60;
+    // As the parent's lines: m:ss, or h:mm:ss past an hour.
+    prefix = h > 0 ? fmt::format("[{}:{:02}:{:02}] {}", h, m, sec, prefix)
+                   : fmt::format("[{}:{:02}] {}", m, sec, prefix);
   }
   std::cerr << fmt::format("  {}: {}\n", prefix, text) << std::flush;
 }
