@@ -292,6 +292,12 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
         record.message = fmt::format("does not fit at batch {} ({})", config.search.min_batch,
                                      search.stop_reason);
       }
+      if (record.message.empty() && search.stop_reason.rfind("probe budget", 0) == 0) {
+        record.message = fmt::format(
+            "warning: the search {}; batch {} fits but may be a little below the largest that "
+            "does (raise search.max_probes to close the bracket)",
+            search.stop_reason, search.max_batch);
+      }
       record.search = std::move(search);
     } else {
       GPUBENCH_ASSERT(spec.batch > 0);

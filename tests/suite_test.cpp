@@ -326,6 +326,37 @@ TEST(SuiteTest, CrashingAndHangingWorkersFailTheirJobOnlyAndResumeRetriesThem) {
   EXPECT_EQ(j.jobs[4].status, "ok");
 }
 
+TEST(SuiteTest, ResumeWarnsWhenTheRunSettingsResolveDifferently) {
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), smoke_config({"bert-base"}));
+  const std::string journal = dir.file("j.jsonl");
+  auto r = testing::run_gpubench("run --device cpu --model bert-base --config '" +
+                                 dir.file("smoke.json") + "' --journal '" + journal + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = testing::run_gpubench("run --resume '" + journal + "' --timeout 99");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;  // same settings: no warning
+  // As if an older gpubench, with another default seed, had started the journal.
+  std::string text = testing::read_file(journal);
+  const auto at = text.find("\"seed\":0");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 8, "\"seed\":7");
+  testing::write_file(journal, text);
+  r = testing::run_gpubench("run --resume '" + journal + "'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("resolves the run settings differently"), std::string::npos) << r.err;
+}
+
+TEST(SuiteTest, AResultFileOnTheJournalsPathIsRefused) {
+  TempDir dir;
+  const auto r =
+      testing::run_gpubench("run --device cpu --model bert-base --journal '" + dir.file("x.json") +
+                            "' --json '" + dir.file("x.json") + "'");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("is the journal's own path"), std::string::npos) << r.err;
+  EXPECT_FALSE(testing::file_exists(dir.file("x.json")));
+}
+
 TEST(SuiteTest, ResumeAndTierMistakesAreClearErrors) {
   TempDir dir;
   testing::write_file(dir.file("smoke.json"), smoke_config({"bert-base"}));

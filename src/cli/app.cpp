@@ -418,6 +418,17 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
       if (job.search_only && job.memory_cap_gib) tiers.push_back(*job.memory_cap_gib);
     }
     check_tier_caps(tiers, plan.device);
+    // Built-in defaults can change between gpubench versions: say so rather than mix silently.
+    Json now = resolved.run().to_json(), then = run_settings;
+    for (Json* settings : {&now, &then}) {
+      if (settings->is_object()) settings->erase("job_timeout_s");  // --timeout may change
+    }
+    if (now != then) {
+      err << "gpubench: warning: " << o.resume_path
+          << ": this gpubench resolves the run settings differently from the one that started "
+             "the journal; the jobs run now use the current ones (start a new journal to keep "
+             "one set)\n";
+    }
   } else {
     ConfigStore store = ConfigStore::load_builtin(builtin_registry());
     if (!o.config_file.empty()) {
