@@ -6,24 +6,17 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpubench-out}
 mkdir -p "$OUT"
-field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+. scripts/gpu/common.sh
 for p in ${PRECISIONS:-fp32 amp-bf16}; do
-  s=$(date +%s.%N)
-  build/gpubench run --gpu 0 --model bert-base --precision "$p" --json "$OUT/bert-base-$p.json" \
-    > "$OUT/bert-base-$p.txt" 2> "$OUT/bert-base-$p.log"
-  rc=$?
-  e=$(date +%s.%N)
-  echo "bert-base $p: exit $rc, wall $(python3 -c "print(round($e - $s, 1))") s" | tee -a "$OUT/walltimes.txt"
+  timed_search bert-base "$p"
   tail -4 "$OUT/bert-base-$p.log"
 done
 # One common batch for the eager comparison: HF computes logits at every position, so it needs
 # more memory than bert-base; take the largest power of two both fit.
 for p in ${PRECISIONS:-fp32 amp-bf16}; do
   b=$(field "$OUT/bert-base-$p.json" "d['jobs'][0]['search']['largest_pow2_batch']")
-  for try in $b $((b / 2)) $((b / 4)); do
-    if python3 scripts/python/bert_reference.py --batch "$try" --precision "$p" \
-         --json "$OUT/hf-bert-$p.json" > "$OUT/hf-bert-$p.txt" 2>&1; then b=$try; break; fi
-  done
+  b=$(fitting_reference --batch "$b" "$OUT/hf-bert-$p.json" "$OUT/hf-bert-$p.txt" \
+    scripts/python/bert_reference.py --precision "$p")
   tail -3 "$OUT/hf-bert-$p.txt"
   build/gpubench run --gpu 0 --model bert-base --precision "$p" --batch "$b" \
     --json "$OUT/bert-base-$p-b$b.json" > /dev/null 2>> "$OUT/compare.log"

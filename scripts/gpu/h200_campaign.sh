@@ -21,7 +21,7 @@ deadline=$(( $(date +%s) + ${GPUBENCH_DEADLINE_S:-560} ))
 left() { echo $(( deadline - $(date +%s) )); }
 log() { echo "campaign [$(date -u +%T)] $*" | tee -a "$R/campaign.log" >&2; }
 done_mark() { [ -f "$R/$1.done" ]; }
-field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+. scripts/gpu/common.sh
 
 # Runs a stage command with what is left of the deadline; a stage that finishes is marked done.
 stage() {
@@ -86,13 +86,8 @@ PY
   if grep -q "^$model $p " "$R/refs/compare.txt" 2>/dev/null; then return 0; fi  # done earlier
   local flag=--batch
   [ "$model" = transformer-big ] && flag=--tokens
-  for try in $b $((b / 2)) $((b / 4)); do
-    if python3 "scripts/python/$script" $flag "$try" --precision "$p" "$@" \
-         --json "$R/refs/$model-$p-python.json" > "$R/refs/$model-$p-python.txt" 2>&1; then
-      b=$try
-      break
-    fi
-  done
+  b=$(fitting_reference $flag "$b" "$R/refs/$model-$p-python.json" \
+    "$R/refs/$model-$p-python.txt" "scripts/python/$script" --precision "$p" "$@")
   [ -f "$R/refs/$model-$p-python.json" ] || { log "ref $model $p: python failed"; return 2; }
   build/gpubench run --gpu 0 --model "$model" --precision "$p" --batch "$b" \
     --journal "$R/refs/$model-$p-b$b.jsonl" --json "$R/refs/$model-$p-b$b.json" \

@@ -6,24 +6,17 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpubench-out}
 mkdir -p "$OUT"
-field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+. scripts/gpu/common.sh
 for m in ${MODELS:-bert-finetune mt-dnn}; do
   for p in fp32 amp-bf16; do
-    s=$(date +%s.%N)
-    build/gpubench run --gpu 0 --model "$m" --precision "$p" --json "$OUT/$m-$p.json" \
-      > "$OUT/$m-$p.txt" 2> "$OUT/$m-$p.log"
-    rc=$?
-    e=$(date +%s.%N)
-    echo "$m $p: exit $rc, wall $(python3 -c "print(round($e - $s, 1))") s" | tee -a "$OUT/walltimes.txt"
+    timed_search "$m" "$p"
     grep -E "probe|warm-up|timed|step" "$OUT/$m-$p.log" | tail -12
   done
 done
 for p in fp32 amp-bf16; do
   b=$(field "$OUT/bert-finetune-$p.json" "d['jobs'][0]['search']['largest_pow2_batch']")
-  for try in $b $((b / 2)) $((b / 4)); do
-    if python3 scripts/python/bert_reference.py --model squad --batch "$try" --precision "$p" \
-         --json "$OUT/hf-squad-$p.json" > "$OUT/hf-squad-$p.txt" 2>&1; then b=$try; break; fi
-  done
+  b=$(fitting_reference --batch "$b" "$OUT/hf-squad-$p.json" "$OUT/hf-squad-$p.txt" \
+    scripts/python/bert_reference.py --model squad --precision "$p")
   build/gpubench run --gpu 0 --model bert-finetune --precision "$p" --batch "$b" \
     --json "$OUT/bert-finetune-$p-b$b.json" > /dev/null 2>> "$OUT/compare.log"
   ours=$(field "$OUT/bert-finetune-$p-b$b.json" "d['jobs'][0]['throughput']")

@@ -6,24 +6,17 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpubench-out}
 mkdir -p "$OUT"
-field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+. scripts/gpu/common.sh
 for p in ${PRECISIONS:-fp32 amp-bf16}; do
-  s=$(date +%s.%N)
-  build/gpubench run --gpu 0 --model nasnet-large --precision "$p" \
-    --json "$OUT/nasnet-large-$p.json" > "$OUT/nasnet-large-$p.txt" 2> "$OUT/nasnet-large-$p.log"
-  rc=$?
-  e=$(date +%s.%N)
-  echo "nasnet-large $p: exit $rc, wall $(python3 -c "print(round($e - $s, 1))") s" | tee -a "$OUT/walltimes.txt"
+  timed_search nasnet-large "$p"
   tail -4 "$OUT/nasnet-large-$p.log"
 done
 # One common batch: the largest power of two gpubench fits (timm keeps every cell output alive
 # through the forward pass, so it may need a smaller one).
 for p in ${PRECISIONS:-fp32 amp-bf16}; do
   b=$(field "$OUT/nasnet-large-$p.json" "d['jobs'][0]['search']['largest_pow2_batch']")
-  for try in $b $((b / 2)) $((b / 4)); do
-    if python3 scripts/python/nasnet_reference.py --batch "$try" --precision "$p" \
-         --json "$OUT/timm-nasnet-$p-nchw.json" > "$OUT/timm-nasnet-$p-nchw.txt" 2>&1; then b=$try; break; fi
-  done
+  b=$(fitting_reference --batch "$b" "$OUT/timm-nasnet-$p-nchw.json" \
+    "$OUT/timm-nasnet-$p-nchw.txt" scripts/python/nasnet_reference.py --precision "$p")
   tail -3 "$OUT/timm-nasnet-$p-nchw.txt"
   python3 scripts/python/nasnet_reference.py --batch "$b" --precision "$p" --memory-format channels_last \
     --json "$OUT/timm-nasnet-$p-nhwc.json" > "$OUT/timm-nasnet-$p-nhwc.txt" 2>&1
