@@ -53,6 +53,9 @@ JournalHeader parse_header(const Json& j, const std::string& path) {
 
 std::string errno_text() { return std::strerror(errno); }
 
+/// read_journal on text already read (`path` names it in errors).
+Journal parse_journal(const std::string& text, const std::string& path);
+
 /// One writer per journal: a second gpubench on the same file would run jobs twice and
 /// interleave its lines. The lock goes with the file descriptor.
 void lock_or_throw(int fd, const std::string& path) {
@@ -84,8 +87,10 @@ bool is_journal_file(const std::string& path) {
   return j.is_object() && j.value("schema", std::string()) == kSchema;
 }
 
-Journal read_journal(const std::string& path) {
-  const std::string text = read_all(path);
+Journal read_journal(const std::string& path) { return parse_journal(read_all(path), path); }
+
+namespace {
+Journal parse_journal(const std::string& text, const std::string& path) {
   Journal journal;
   journal.path = path;
   std::size_t start = 0;
@@ -130,6 +135,7 @@ Journal read_journal(const std::string& path) {
                  path);
   return journal;
 }
+}  // namespace
 
 JournalWriter JournalWriter::create(const std::string& path, const JournalHeader& header) {
   auto writer = create_if_absent(path, header);
@@ -174,8 +180,8 @@ JournalWriter JournalWriter::resume(const std::string& path) {
                  path, errno_text());
   lock_or_throw(fd, path);  // before reading, so no other writer changes it under us
   JournalWriter writer(path, fd);
-  read_journal(path);  // validates the header and every full line
   const std::string text = read_all(path);
+  parse_journal(text, path);  // validates the header and every full line
   if (!text.empty() && text.back() != '\n') {
     const std::size_t start = text.rfind('\n') + 1;  // npos + 1 == 0: a one-line file
     const Json last = Json::parse(text.substr(start), nullptr, /*allow_exceptions=*/false);
