@@ -3,7 +3,10 @@
 # fp32, amp-bf16 and amp-fp16, does the Python mask-rcnn reference stay finite, and how fast is
 # stylegan's step at batch 16 (issue 11). Builds nothing.
 #
-#   scripts/gpu/health_check.sh GPUBENCH OUTDIR      (about 5 minutes on an H200)
+#   scripts/gpu/health_check.sh GPUBENCH OUTDIR [PART...]      (about 5 minutes on an H200)
+#
+# Parts (default: all three): detection (yolov3 and mask-rcnn, about 3 minutes), stylegan,
+# python (maskrcnn_reference.py). The summary covers every JSON under OUTDIR.
 #
 # Writes OUTDIR/MODEL-PRECISION-b16.{json,log}, OUTDIR/maskrcnn-python-amp-bf16.{json,txt} and
 # prints one line per run last: status, throughput, the losses after the warm-up and at the end
@@ -11,6 +14,8 @@
 set -uo pipefail
 bin=${1:?usage: health_check.sh GPUBENCH OUTDIR}
 out=${2:?usage: health_check.sh GPUBENCH OUTDIR}
+shift 2
+parts=" ${*:-detection stylegan python} "
 mkdir -p "$out"
 cd "$(dirname "$(readlink -f "$0")")/../.."
 
@@ -23,13 +28,17 @@ one() {  # model precision batch [extra flags]
   echo "$m $p b$b: exit $?, wall $(( $(date +%s) - s )) s" >> "$out/walltimes.txt"
 }
 
-for p in fp32 amp-bf16 amp-fp16; do one yolov3 "$p" 16; done
-for p in fp32 amp-bf16 amp-fp16; do one mask-rcnn "$p" 16; done
-one stylegan fp32 16
-s=$(date +%s)
-PYTHONUNBUFFERED=1 python3 scripts/python/maskrcnn_reference.py --batch 16 --precision amp-bf16 \
-  --min-seconds 3 --json "$out/maskrcnn-python-amp-bf16.json" > "$out/maskrcnn-python-amp-bf16.txt" 2>&1
-echo "maskrcnn_reference.py amp-bf16 b16: exit $?, wall $(( $(date +%s) - s )) s" >> "$out/walltimes.txt"
+if [[ $parts == *" detection "* ]]; then
+  for p in fp32 amp-bf16 amp-fp16; do one yolov3 "$p" 16; done
+  for p in fp32 amp-bf16 amp-fp16; do one mask-rcnn "$p" 16; done
+fi
+if [[ $parts == *" stylegan "* ]]; then one stylegan fp32 16; fi
+if [[ $parts == *" python "* ]]; then
+  s=$(date +%s)
+  PYTHONUNBUFFERED=1 python3 scripts/python/maskrcnn_reference.py --batch 16 --precision amp-bf16 \
+    --min-seconds 3 --json "$out/maskrcnn-python-amp-bf16.json" > "$out/maskrcnn-python-amp-bf16.txt" 2>&1
+  echo "maskrcnn_reference.py amp-bf16 b16: exit $?, wall $(( $(date +%s) - s )) s" >> "$out/walltimes.txt"
+fi
 
 cat "$out/walltimes.txt"
 python3 - "$out" <<'PY'
