@@ -134,8 +134,16 @@ Blur2dImpl::Blur2dImpl(int64_t channels) {
   kernel = register_buffer("kernel", filter.expand({channels, 1, 3, 3}).contiguous());
 }
 
+// Every channel has the same filter, so the depthwise convolution is one single-channel
+// convolution over [N * C, 1, H, W] (the same sums), and that one runs through gradfix_conv2d:
+// libtorch's own double backward of a grouped convolution loops over the groups with the
+// feature map as the kernel, which took 18.3 of the 19.2 s of a batch-16 step of the R1
+// penalty on the H200 (docs/workloads/stylegan.md, "Step speed").
 torch::Tensor Blur2dImpl::forward(const torch::Tensor& x, const torch::Tensor& bias) {
-  return torch::conv2d(x, kernel, bias, 1, 1, 1, kernel.size(0));
+  const auto sizes = x.sizes();
+  const auto planes = x.reshape({sizes[0] * sizes[1], 1, sizes[2], sizes[3]});
+  auto y = gradfix_conv2d(planes, kernel.narrow(0, 0, 1), torch::Tensor(), 1, 1).view(sizes);
+  return bias.defined() ? y + bias.view({1, -1, 1, 1}).to(y.scalar_type()) : y;
 }
 
 torch::Tensor upscale2d(const torch::Tensor& x) {

@@ -118,7 +118,8 @@ TORCH_MODULE(EqualizedConv2d);
 class Blur2dImpl : public torch::nn::Module {
  public:
   explicit Blur2dImpl(int64_t channels);
-  /// Blurs x; adds `bias` ([C], or undefined) in the same kernel.
+  /// Blurs x (as one single-channel gradfix convolution over the N x C planes); adds `bias`
+  /// ([C], or undefined) after it.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias = {});
 
   torch::Tensor kernel;  ///< [C, 1, 3, 3]

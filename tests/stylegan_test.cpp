@@ -13,6 +13,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <tuple>
+
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -152,6 +155,39 @@ TEST(StyleGanTest, UpscaleRepeatsPixelsAndBlurIsTheBinomialFilter) {
   EXPECT_EQ(out[0][0].abs().sum().item<float>(), 0.0f);  // depthwise: channels stay apart
   const auto with_bias = blur->forward(impulse, torch::tensor({0.5f, -1.0f}));
   EXPECT_TRUE(torch::allclose(with_bias[0][0], torch::full({5, 5}, 0.5)));
+}
+
+// The blur runs as one single-channel gradfix convolution over the planes: the same values,
+// gradients and R1-style double gradients as the depthwise convolution it replaces.
+TEST(StyleGanTest, BlurMatchesTheDepthwiseConvolutionToSecondOrder) {
+  torch::manual_seed(0);
+  Blur2d blur(3);
+  blur->to(torch::kDouble);
+  const auto depthwise = [&](const torch::Tensor& x) {
+    return torch::conv2d(x, blur->kernel, {}, 1, 1, 1, 3);
+  };
+  const auto x0 = torch::randn({2, 3, 7, 6}, torch::kDouble);
+  const auto upstream = torch::randn({2, 3, 7, 6}, torch::kDouble);
+  // An R1-like chain: a trainable per-channel scale, the blur, the input gradient of a score,
+  // its squared norm, and that differentiated with respect to the scale.
+  auto second_order = [&](const std::function<torch::Tensor(const torch::Tensor&)>& f) {
+    auto scale = torch::rand({1, 3, 1, 1}, torch::kDouble).add_(0.5).requires_grad_(true);
+    auto x = x0.clone().requires_grad_(true);
+    const auto y = f(x * scale);
+    const auto score = (y * upstream).sum() + (y * y).sum();
+    const auto gx = torch::autograd::grad({score}, {x}, {}, /*retain_graph=*/true,
+                                          /*create_graph=*/true)[0];
+    const auto penalty = gx.pow(2).sum();
+    const auto gscale = torch::autograd::grad({penalty}, {scale})[0];
+    return std::make_tuple(y.detach(), gx.detach(), gscale);
+  };
+  torch::manual_seed(1);
+  const auto [y, gx, gs] = second_order([&](const torch::Tensor& t) { return blur(t); });
+  torch::manual_seed(1);
+  const auto [y_ref, gx_ref, gs_ref] = second_order(depthwise);
+  EXPECT_TRUE(torch::allclose(y, y_ref, 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(gx, gx_ref, 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(gs, gs_ref, 1e-10, 1e-12)) << gs << gs_ref;
 }
 
 TEST(StyleGanTest, MinibatchStddevOnAHandMadeBatch) {
