@@ -2,11 +2,12 @@
 # On the GPU machine: the measurements issues 3 to 7 ask for, in stages that continue where an
 # earlier call stopped (journals and marker files under results/h200/), inside one call's time.
 #
-#   scripts/gpu/h200_campaign.sh [STAGE...]     (default: build fp32 bf16 tiers refs)
+#   scripts/gpu/h200_campaign.sh [STAGE...]     (default: build stylegan fp32 bf16 tiers refs)
 #   GPUBENCH_DEADLINE_S=560  seconds this call may use; a stage still running then is stopped
 #                            (its journal keeps every finished job) and the next call resumes it
 #
-# Stages: build (setup.sh, the _CUDA tests), fp32 / bf16 (the whole suite with search and timed
+# Stages: build (setup.sh for the executable alone; GPUBENCH_CUDA_TESTS=1 also builds and runs
+# the _CUDA tests), stylegan (health_check.sh's stylegan part: its step at batch 16), fp32 / bf16 (the whole suite with search and timed
 # run through scripts/run_all.sh, wall time recorded), tiers (bert-base, nasnet-large and
 # transformer-big under 6, 8, 11, 24, 48 GiB caps), refs (the Python eager references beside
 # gpubench at one common batch and precision). Everything under results/h200/ is packed into
@@ -45,10 +46,13 @@ build() {
     python3 -c 'import torch, torchvision, timm, transformers as t; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "torchvision", torchvision.__version__, "timm", timm.__version__, "transformers", t.__version__)'
     git log -1 --format='commit %h %s' 2>/dev/null || echo "commit ${GPUBENCH_GIT_COMMIT:-unknown}"
   } > "$R/env.txt" 2>&1
-  GPUBENCH_JOBS=16 scripts/setup.sh > "$R/build.log" 2>&1 || return 2
+  GPUBENCH_JOBS=16 GPUBENCH_TARGET=gpubench scripts/setup.sh > "$R/build.log" 2>&1 || return 2
   build/gpubench info > "$R/info.txt" 2>&1
-  ctest --test-dir build -R _CUDA --output-on-failure > "$R/ctest-cuda.log" 2>&1
-  grep -E "tests passed|Failed" "$R/ctest-cuda.log" | tail -3
+  if [ "${GPUBENCH_CUDA_TESTS:-0}" = 1 ]; then
+    GPUBENCH_JOBS=16 scripts/setup.sh >> "$R/build.log" 2>&1 || return 2
+    ctest --test-dir build -R _CUDA --output-on-failure > "$R/ctest-cuda.log" 2>&1
+    grep -E "tests passed|Failed" "$R/ctest-cuda.log" | tail -3
+  fi
 }
 
 tiers() {
@@ -118,9 +122,10 @@ if [ "${1:-}" = --fn ]; then
   exit $?
 fi
 
-for s in ${*:-build fp32 bf16 tiers refs}; do
+for s in ${*:-build stylegan fp32 bf16 tiers refs}; do
   case $s in
     build) stage build "$self" --fn build ;;
+    stylegan) stage stylegan scripts/gpu/health_check.sh build/gpubench "$R/health" stylegan ;;
     fp32) stage fp32 scripts/run_all.sh --gpu 0 --precision fp32 --out "$R/fp32" ;;
     bf16) stage bf16 scripts/run_all.sh --gpu 0 --precision amp-bf16 --out "$R/bf16" ;;
     tiers) stage tiers "$self" --fn tiers ;;
