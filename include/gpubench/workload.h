@@ -65,6 +65,12 @@ class TrainStep {
   /// Consecutive steps whose work represents the workload's mix (every frequent task or length
   /// bucket in its share). The timed window runs a multiple of this many. Default: 1
   virtual int64_t representative_steps() const { return 1; }
+
+  /// A workload's own check that its training is still sound after the last run(), beyond
+  /// finite losses (which the runner checks for every workload): for a GAN, that its
+  /// discriminator still depends on its input. Returns why the model is degenerate, or "" when
+  /// it is healthy. May synchronize: the runner calls it outside the timed region.
+  virtual std::string degeneracy() const { return {}; }
 };
 
 /// Code that builds a workload's training step. Named configs (configs/models/*.yaml) select an
