@@ -137,6 +137,16 @@ def jobs(name):
         return json.load(f).get('jobs', [])
 
 print(f"search_probe_costs: {wall} s wall" + (f"; skipped (deadline): {skipped}" if skipped else ""))
+# Each stage's exit status and wall time (this call's and earlier ones'); a stage that wrote no
+# result document says why in OUT/STAGE.log.
+walltimes = os.path.join(out, 'walltimes.txt')
+if os.path.exists(walltimes):
+    with open(walltimes) as f:
+        for line in f:
+            name = line.split(':', 1)[0]
+            missing = '' if os.path.exists(os.path.join(out, name + '.json')) else \
+                f"  (no {name}.json: see {os.path.join(out, name + '.log')})"
+            print('  ' + line.rstrip() + missing)
 print()
 print("| stage | model | cuDNN | batch | fits | probe s | build s | steps s | peak reserved GiB | "
       "peak allocated GiB | resident GiB | the same batch autotuned on 2026-12-01 |")
