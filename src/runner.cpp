@@ -583,6 +583,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   GPUBENCH_CHECK(!plan.search_only || (!plan.fixed_batch && plan.device != "cpu"), ConfigError,
                  "{}: a search-only job needs a CUDA device and no --batch", plan.model);
   std::optional<SearchRecord> search;
+  std::string search_warning;  // a search that did not converge: said again in the final record
   std::string source;
   int64_t batch = 0;
   if (plan.fixed_batch) {
@@ -607,6 +608,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
     }
     if (found.search && !found.search->converged && found.ok()) {
       log(fmt::format("{}: warning: {}", plan.model, found.message));
+      search_warning = found.message;
     }
     if (!found.ok() || plan.search_only) {
       found.wall_seconds = seconds_since(started);
@@ -660,6 +662,9 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
     record.message = fmt::format(
         "the search's batch {} did not fit in a fresh process with autotuning; timed at {}",
         outcomes.front().first, record.batch);
+  }
+  if (!search_warning.empty() && record.ok() && record.message.empty()) {
+    record.message = search_warning;  // the timed run's record must not drop it
   }
   record.search = search;
   record.batch_source = source;

@@ -208,10 +208,17 @@ class FakeLauncher : public PhaseLauncher {
       p.fits = true;
       s.probes.push_back(p);
       s.max_batch = found_;
-      s.converged = true;
+      s.converged = converges;
       r.search = s;
       r.batch = found_;
       r.status = found_ > 0 ? "ok" : "no-fit";
+      if (!converges) {
+        // What run_phase writes for a search that spent its probe budget.
+        r.search->stop_reason = "probe budget spent (search.max_probes=10)";
+        r.message = "warning: the search did not converge (probe budget spent "
+                    "(search.max_probes=10)); batch " + std::to_string(found_) +
+                    " fits but may be below the largest that does";
+      }
       return r;
     }
     r.batch = spec.batch;
@@ -225,6 +232,7 @@ class FakeLauncher : public PhaseLauncher {
   }
   std::vector<std::string> calls;
   std::vector<JobSpec> search_specs;
+  bool converges = true;  ///< false: the search spends its probe budget
 
  private:
   int64_t found_, fits_up_to_;
@@ -336,6 +344,34 @@ TEST(RunnerTest, ASearchThatBreaksEveryWorkerFailsTheJobOnly) {
   EXPECT_NE(r.message.find("left its worker unusable"), std::string::npos) << r.message;
   ASSERT_TRUE(r.search.has_value());
   EXPECT_EQ(r.search->probes.size(), static_cast<std::size_t>(kMaxSearchWorkers));
+}
+
+TEST(RunnerTest, ASearchThatDidNotConvergeSaysSoOnStderrAndInTheRecord) {
+  // The job still runs at the largest batch the search saw fit; the warning is logged (stderr)
+  // when the search ends and kept in the final record, whose search says it did not converge.
+  FakeLauncher launcher(700, 1000);
+  launcher.converges = false;
+  JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
+  std::vector<std::string> lines;
+  const JobRecord r =
+      run_job(plan, builtin(), launcher, [&](const std::string& l) { lines.push_back(l); });
+  EXPECT_EQ(launcher.calls, (std::vector<std::string>{"search:0", "time:700"}));
+  EXPECT_EQ(r.status, "ok");
+  EXPECT_EQ(r.batch, 700);
+  ASSERT_TRUE(r.search.has_value());
+  EXPECT_FALSE(r.search->converged);
+  EXPECT_NE(r.message.find("did not converge"), std::string::npos) << r.message;
+  bool said = false;
+  for (const auto& l : lines) {
+    said = said || (l.find("bert-base: warning:") != std::string::npos &&
+                    l.find("did not converge") != std::string::npos);
+  }
+  EXPECT_TRUE(said);
+  // And through JSON, as the journal and the reports read it.
+  const JobRecord back = JobRecord::from_json(r.to_json());
+  ASSERT_TRUE(back.search.has_value());
+  EXPECT_FALSE(back.search->converged);
+  EXPECT_EQ(back.search->stop_reason, "probe budget spent (search.max_probes=10)");
 }
 
 TEST(RunnerTest, AFixedBatchIsTimedAsGivenWithoutSearchOrStepDown) {
