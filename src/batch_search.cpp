@@ -1,7 +1,9 @@
 #include "gpubench/batch_search.h"
 
 #include "gpubench/errors.h"
+#include "gpubench/strings.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -19,14 +21,34 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 /// On a real allocator the line through two probes overshoots the limit by a few tenths of a
-/// percent (rounding, a little fragmentation; 0.24% and 0.26% for bert-base on an H200): the
-/// predicted probe aims that much below the line, and the bracket around it starts with steps of
-/// that size before it halves.
+/// percent (rounding, a little fragmentation; 0.24% and 0.26% for bert-base on an H200): a
+/// predicted probe aims that much below the line.
 constexpr double kPredictionBias = 0.003;
-constexpr double kBracketFraction = 0.003;
-/// How far below a hinted limit that did not fit the search gallops before it distrusts the
-/// hint and backs off fast (a hint of the same workload is off by well under 1%).
-constexpr double kHintGallop = 0.02;
+/// ... plus this much per unit of extrapolation (the share of the predicted limit that lies
+/// beyond the largest fit): a line through two points far below the limit misses a slight
+/// curvature, and a failed prediction from far below costs a long bisection, a little margin
+/// one more short prediction.
+constexpr double kExtrapolationMargin = 0.04;
+/// Above the line's limit, an edge probe that still fits steps on by this share of the limit,
+/// doubling.
+constexpr double kEdgeStep = 0.003;
+/// A scout whose peak lies this close to the capacity is pinned there: the workspace took what
+/// was free (benchmark-mode cuDNN), so its peak says how much was free, not how much the batch
+/// needs, and there is no memory model to predict from.
+constexpr double kPinned = 0.01;
+/// A second scout when the first one's line puts the limit this many times above it: halfway
+/// there, so the slope is measured on a long lever.
+constexpr double kScoutFactor = 4.0;
+/// A hint's first probe aims this far below the limit it predicts (a line it came with), or
+/// below its answer scaled by the capacity (cruder).
+constexpr double kHintMargin = 0.01;
+constexpr double kRescaledHintMargin = 0.03;
+/// A hint's line is kept while its limit lies within this factor of its scaled answer, and its
+/// slope while it lies within this factor of the slope the first fit measures.
+constexpr double kHintAgreement = 1.5;
+constexpr double kHintSlopeAgreement = 2.0;
+
+double gib(double bytes) { return bytes / double(int64_t{1} << 30); }
 
 /// The batches the search may probe: min_batch, and multiples of granularity above it up to
 /// max_batch.
@@ -37,12 +59,14 @@ class Candidates {
 
   int64_t min() const { return min_; }
   int64_t top() const { return top_; }
+  int64_t granularity() const { return g_; }
   /// Largest candidate <= b (min_batch if none).
   int64_t align_down(double b) const {
     if (!(b < static_cast<double>(top_))) return top_;
+    if (!(b > static_cast<double>(min_))) return min_;
     return align_down_raw(static_cast<int64_t>(std::floor(b)));
   }
-  /// Smallest candidate > b (b may be 0 meaning "none yet").
+  /// Smallest candidate > b (min_batch when b is below it).
   int64_t next_above(int64_t b) const {
     if (b < min_) return min_;
     return (b / g_ + 1) * g_;  // the next multiple of g; above min_ since b >= min_
@@ -63,43 +87,372 @@ struct FitPoint {
   double resident;
 };
 
-/// A line peak = fixed + per_sample * batch through what the probes that fit measured.
+/// A line peak = fixed + per_sample * batch.
 struct Line {
   double fixed = 0;
   double per_sample = 0;
-  bool valid() const { return per_sample > 0 && std::isfinite(per_sample); }
+  bool valid() const { return per_sample > 0 && std::isfinite(per_sample) && std::isfinite(fixed); }
   double batch_at(double bytes) const { return (bytes - fixed) / per_sample; }
 };
 
-Line fit_line(const std::vector<FitPoint>& points) {
+double median_resident(const std::vector<FitPoint>& fits) {
+  std::vector<double> r;
+  for (const auto& f : fits) r.push_back(f.resident);
+  std::sort(r.begin(), r.end());
+  return r.empty() ? 0 : r[r.size() / 2];
+}
+
+/// The line through what the probes that fitted measured. Two points: the largest batch and the
+/// largest one at least 10% below it (the shortest extrapolation to the limit, on a lever long
+/// enough that allocator noise barely tilts it). One point: what stays after the step is fixed,
+/// the rest grows with the batch. `slope` (a trusted hint's), through the largest fit, while
+/// there is only one.
+Line fit_line(const std::vector<FitPoint>& fits, double slope = 0) {
   Line line;
-  if (points.size() >= 2) {
-    // The largest batch and the largest one at least 10% below it: the shortest extrapolation
-    // to the limit, on a lever long enough that allocator noise barely tilts the line.
-    const FitPoint& b = points.back();
-    std::size_t k = points.size() - 2;
-    while (k > 0 && static_cast<double>(points[k].batch) > 0.9 * static_cast<double>(b.batch)) --k;
-    const FitPoint& a = points[k];
-    if (b.batch != a.batch) {
-      line.per_sample = (b.peak - a.peak) / static_cast<double>(b.batch - a.batch);
-      line.fixed = b.peak - line.per_sample * static_cast<double>(b.batch);
+  if (fits.empty()) return line;
+  const FitPoint& top = fits.back();
+  if (slope > 0 && fits.size() == 1) {
+    line.per_sample = slope;
+    line.fixed = top.peak - slope * static_cast<double>(top.batch);
+    return line;
+  }
+  if (fits.size() >= 2) {
+    std::size_t k = fits.size() - 2;
+    while (k > 0 && static_cast<double>(fits[k].batch) > 0.9 * static_cast<double>(top.batch)) --k;
+    const FitPoint& a = fits[k];
+    if (top.batch != a.batch) {
+      line.per_sample = (top.peak - a.peak) / static_cast<double>(top.batch - a.batch);
+      line.fixed = top.peak - line.per_sample * static_cast<double>(top.batch);
       if (line.valid()) return line;
     }
   }
-  if (!points.empty()) {
-    // One point: what stays after the step is fixed, the rest scales with the batch (an
-    // overestimate of the slope, so the prediction errs low).
-    const FitPoint& p = points.back();
-    line.fixed = p.resident;
-    line.per_sample = (p.peak - p.resident) / static_cast<double>(p.batch);
-  }
+  const double resident = median_resident(fits);
+  line.fixed = resident;
+  line.per_sample = (top.peak - resident) / static_cast<double>(top.batch);
   return line;
 }
 
+/// What the search makes of a hint before its first probe.
+struct HintPlan {
+  double limit = 0;  ///< predicted limit under this capacity (0: no hint)
+  double slope = 0;  ///< the hint's slope, while trusted (0: the probes' own)
+  double margin = 0;
+  std::string note;
+};
+
+HintPlan plan_hint(const SearchSettings& s, int64_t capacity, const std::optional<SearchHint>& h) {
+  HintPlan plan;
+  if (!h) return plan;
+  const double c = static_cast<double>(capacity);
+  auto refuse = [&](const std::string& why) {
+    plan = HintPlan{};
+    plan.note = "hint refused: " + why + "; the search starts cold";
+    return plan;
+  };
+  if (capacity <= 0) return refuse("no capacity is known to scale it to");
+  if (!std::isfinite(h->bytes_per_sample) || h->bytes_per_sample < 0 ||
+      (h->bytes_per_sample == 0 && h->max_batch == 0)) {
+    return refuse(fmt::format("bytes_per_sample {} is not a positive number of bytes",
+                              format_number(h->bytes_per_sample)));
+  }
+  if (!std::isfinite(h->fixed_bytes) || h->fixed_bytes < 0) {
+    return refuse(
+        fmt::format("fixed_bytes {} is not a non-negative number", format_number(h->fixed_bytes)));
+  }
+  if (h->capacity_bytes < 0 || h->max_batch < 0 || h->peak_bytes_at_max < 0 ||
+      h->resident_bytes < 0) {
+    return refuse("its capacity, max_batch, peak or resident bytes is negative");
+  }
+  // Its line's limit here (-1: it has no line, only an answer).
+  const double line_limit =
+      h->bytes_per_sample > 0 ? (c - h->fixed_bytes) / h->bytes_per_sample : -1.0;
+  // Its own answer, scaled: what grows with the batch fills the capacity less what stays.
+  double scaled = 0;
+  if (h->max_batch > 0 && h->capacity_bytes > 0) {
+    const double peak0 = h->peak_bytes_at_max > 0 ? static_cast<double>(h->peak_bytes_at_max)
+                                                  : static_cast<double>(h->capacity_bytes);
+    const double resident0 = static_cast<double>(h->resident_bytes);
+    if (peak0 > resident0 && c > resident0) {
+      scaled = static_cast<double>(h->max_batch) * (c - resident0) / (peak0 - resident0);
+    }
+  }
+  const bool line_agrees =
+      line_limit > 0 && (scaled <= 0 || (line_limit >= scaled / kHintAgreement &&
+                                         line_limit <= scaled * kHintAgreement));
+  if (line_agrees && line_limit >= static_cast<double>(s.min_batch)) {
+    plan.limit = line_limit;
+    plan.slope = h->bytes_per_sample;
+    plan.margin = kHintMargin;
+    plan.note = fmt::format("hint used: its line puts the limit near batch {} under {:.1f} GiB",
+                            static_cast<int64_t>(line_limit), gib(c));
+  } else if (scaled >= static_cast<double>(s.min_batch)) {
+    plan.limit = scaled;
+    plan.margin = kRescaledHintMargin;
+    const std::string line_text =
+        line_limit > 0
+            ? fmt::format("its line puts the limit at batch {}, far from its own answer",
+                          static_cast<int64_t>(line_limit))
+            : std::string("it has no usable line; its answer");
+    plan.note = fmt::format(
+        "hint rescaled: {} (batch {} under {:.1f} GiB) scaled to {:.1f} GiB is batch {}; the "
+        "search starts from that",
+        line_text, h->max_batch, gib(static_cast<double>(h->capacity_bytes)), gib(c),
+        static_cast<int64_t>(scaled));
+  } else {
+    return refuse(fmt::format(
+        "it predicts that not even search.min_batch={} fits in {:.1f} GiB (its fixed memory is "
+        "{:.1f} GiB)",
+        s.min_batch, gib(c), gib(h->fixed_bytes)));
+  }
+  return plan;
+}
+
+void check_settings(const SearchSettings& s, int64_t capacity) {
+  GPUBENCH_CHECK(s.min_batch >= 1, ConfigError,
+                 "search.min_batch: expected a positive integer, got {}", s.min_batch);
+  GPUBENCH_CHECK(s.granularity >= 1, ConfigError,
+                 "search.granularity: expected a positive integer, got {}", s.granularity);
+  GPUBENCH_CHECK(s.max_batch >= s.min_batch, ConfigError,
+                 "search.max_batch ({}) is below search.min_batch ({}); make max_batch >= "
+                 "min_batch",
+                 s.max_batch, s.min_batch);
+  GPUBENCH_CHECK(s.first_probe >= 0, ConfigError,
+                 "search.first_probe: expected 0 (automatic) or a batch, got {}", s.first_probe);
+  GPUBENCH_CHECK(s.max_probes >= 1, ConfigError,
+                 "search.max_probes: expected a positive integer, got {}", s.max_probes);
+  GPUBENCH_CHECK(capacity >= 0, ConfigError,
+                 "the search's capacity is {} bytes; expected 0 (unknown) or a size", capacity);
+}
+
+/// The search as a function of what its probes saw: every decision is made afresh from the
+/// probes so far, so a search that a fresh worker continues decides exactly as the first would.
+class Search {
+ public:
+  Search(const SearchSettings& s, int64_t capacity, HintPlan hint)
+      : s_(s), cand_(s), capacity_(static_cast<double>(capacity)), hint_(std::move(hint)) {}
+
+  void add(const ProbeRecord& p) { probes_.push_back(p); }
+  const std::vector<ProbeRecord>& probes() const { return probes_; }
+
+  /// The largest batch seen to fit (0: none) and the smallest one above it seen not to.
+  int64_t lo() const {
+    int64_t lo = 0;
+    for (const auto& p : probes_) {
+      if (!p.sticky && p.fits) lo = std::max(lo, p.batch);
+    }
+    return lo;
+  }
+  int64_t hi() const {
+    const int64_t l = lo();
+    int64_t hi = 0;
+    for (const auto& p : probes_) {
+      if (!p.sticky && !p.fits && p.batch > l) hi = hi == 0 ? p.batch : std::min(hi, p.batch);
+    }
+    return hi;
+  }
+  std::vector<FitPoint> fits() const {
+    std::vector<FitPoint> out;
+    for (const auto& p : probes_) {
+      if (p.sticky || !p.fits) continue;
+      auto same = std::find_if(out.begin(), out.end(), [&](const FitPoint& f) {
+        return f.batch == p.batch;
+      });
+      const FitPoint point{p.batch, static_cast<double>(p.peak_bytes),
+                           static_cast<double>(p.resident_bytes)};
+      if (same != out.end()) {
+        *same = point;  // probed again: the latest counts
+      } else {
+        out.push_back(point);
+      }
+    }
+    std::sort(out.begin(), out.end(),
+              [](const FitPoint& a, const FitPoint& b) { return a.batch < b.batch; });
+    return out;
+  }
+  Line line() const { return fit_line(fits(), hint_slope()); }
+
+  /// Why the search is over, or empty.
+  std::string stop_reason() const {
+    const int64_t l = lo(), h = hi();
+    if (l == cand_.top()) return fmt::format("limited by search.max_batch={}", s_.max_batch);
+    if (h != 0 && cand_.next_above(l) >= h) {
+      return l == 0 ? fmt::format("does not fit at search.min_batch={}", s_.min_batch)
+                    : "bracket closed";
+    }
+    if (static_cast<int>(probes_.size()) >= s_.max_probes) {
+      return fmt::format("probe budget spent (search.max_probes={})", s_.max_probes);
+    }
+    return "";
+  }
+
+  struct Step {
+    int64_t batch;
+    const char* phase;
+  };
+  Step next() const {
+    const int64_t l = lo(), h = hi();
+    const auto fit_points = fits();
+    if (count_phase(nullptr) == 0) {  // the first probe (a retried one included)
+      if (hint_.limit > 0) return {cand_.align_down(hint_.limit * (1 - hint_.margin)), "hint"};
+      return {first_probe(), "scout"};
+    }
+    if (l == 0) {
+      // Nothing fits yet. After a hint that failed, the cold search's own scout; else back off
+      // fast towards min_batch.
+      if (failed("hint") && count_phase("scout") == 0 && first_probe() < h) {
+        return {first_probe(), "scout"};
+      }
+      return {cand_.align_down(static_cast<double>(h) / 4.0), "scout"};
+    }
+    // After any failed prediction (or edge probe): bisection, never a walk.
+    if (h != 0 && (failed("predict") || failed("edge"))) return bisect(l, h);
+    const Line line = capacity_ > 0 ? fit_line(fit_points, hint_slope()) : Line{};
+    if (!line.valid() || lowest_scout_pinned()) {
+      // No memory model: no capacity known, or a scout far below the limit already peaked at
+      // the capacity (a workspace that takes what is free). Double, then bisect.
+      const int64_t b = cand_.align_down(2.0 * static_cast<double>(l));
+      if ((h != 0 && b >= h) || b <= l) return bisect_or_above(l, h);
+      return {b, "double"};
+    }
+    const double limit = line.batch_at(capacity_);
+    if (fit_points.size() == 1 && hint_slope() == 0 &&
+        limit > kScoutFactor * static_cast<double>(l)) {
+      // A second point halfway to the predicted limit: the slope, measured on a long lever.
+      const int64_t b = cand_.align_down(limit / 2.0);
+      if (b > l && (h == 0 || b < h)) return {b, "scout"};
+    }
+    const double extrapolation =
+        limit > 0 ? std::max(0.0, (limit - static_cast<double>(l)) / limit) : 0.0;
+    const double margin = kPredictionBias + kExtrapolationMargin * extrapolation;
+    const int64_t p = cand_.align_down(limit * (1 - margin));
+    if (p > l && static_cast<double>(l) < limit * (1 - 2 * margin) && (h == 0 || p < h)) {
+      return {p, "predict"};
+    }
+    if (h != 0 && p >= h) return bisect(l, h);  // the line says more fits than does
+    // The largest fit sits at the line's limit: just above it first, then steps that double.
+    const int edges = count_fitting_edges();
+    int64_t u = 0;
+    if (edges == 0) {
+      u = cand_.next_above(cand_.align_down(limit));
+    } else {
+      // Batches fit past the line (a workspace that shrinks near the limit): gallop, so a zone
+      // of z batches costs about 2 log2(z / step) probes, never a walk.
+      const double base = std::max(static_cast<double>(cand_.granularity()),
+                                   kEdgeStep * std::max(limit, static_cast<double>(l)));
+      u = cand_.align_down(static_cast<double>(l) +
+                           base * std::pow(2.0, static_cast<double>(edges - 1)));
+    }
+    if (u <= l) u = cand_.next_above(l);
+    if (h != 0 && u >= h) return bisect(l, h);
+    return {std::min(u, cand_.top()), "edge"};
+  }
+
+  /// The slope of the hint while it is trusted: before a second fit, and while the first fit
+  /// agrees with it.
+  double hint_slope() const {
+    if (hint_.slope <= 0 || failed("hint")) return 0;
+    const auto f = fits();
+    if (f.size() != 1) return f.empty() ? hint_.slope : 0;
+    const double own = (f[0].peak - f[0].resident) / static_cast<double>(f[0].batch);
+    if (!(own > 0)) return hint_.slope;
+    const double ratio = hint_.slope / own;
+    return ratio <= kHintSlopeAgreement && ratio >= 1 / kHintSlopeAgreement ? hint_.slope : 0;
+  }
+
+ private:
+  int64_t first_probe() const {
+    return s_.first_probe > 0 ? cand_.align_down(static_cast<double>(s_.first_probe))
+                              : cand_.align_down(4.0 * static_cast<double>(s_.min_batch));
+  }
+  Step bisect(int64_t l, int64_t h) const {
+    int64_t mid = cand_.align_down(static_cast<double>(l) + static_cast<double>(h - l) / 2.0);
+    if (mid <= l) mid = cand_.next_above(l);
+    return {mid, "bisect"};
+  }
+  Step bisect_or_above(int64_t l, int64_t h) const {
+    if (h != 0) return bisect(l, h);
+    return {std::min(cand_.next_above(l), cand_.top()), "double"};
+  }
+  /// Probes with an outcome (not left sticky) in `phase` (any phase for nullptr).
+  int count_phase(const char* phase) const {
+    int n = 0;
+    for (const auto& p : probes_) {
+      if (!p.sticky && (!phase || p.phase == phase)) ++n;
+    }
+    return n;
+  }
+  bool failed(const char* phase) const {
+    return std::any_of(probes_.begin(), probes_.end(), [&](const ProbeRecord& p) {
+      return !p.sticky && !p.fits && p.phase == phase;
+    });
+  }
+  /// The smallest batch that fitted was a scout whose peak sits at the capacity.
+  bool lowest_scout_pinned() const {
+    if (capacity_ <= 0) return false;
+    const ProbeRecord* lowest = nullptr;
+    for (const auto& p : probes_) {
+      if (!p.sticky && p.fits && (!lowest || p.batch < lowest->batch)) lowest = &p;
+    }
+    return lowest && lowest->phase == "scout" &&
+           static_cast<double>(lowest->peak_bytes) >= capacity_ * (1 - kPinned) - 1;
+  }
+  int count_fitting_edges() const {
+    int n = 0;
+    for (const auto& p : probes_) {
+      if (!p.sticky && p.fits && p.phase == "edge") ++n;
+    }
+    return n;
+  }
+
+  SearchSettings s_;
+  Candidates cand_;
+  double capacity_;
+  HintPlan hint_;
+  std::vector<ProbeRecord> probes_;
+};
+
 }  // namespace
 
+Json ProbeRecord::to_json() const {
+  Json j = {{"batch", batch},
+            {"fits", fits},
+            {"peak_bytes", peak_bytes},
+            {"peak_allocated_bytes", peak_allocated_bytes},
+            {"resident_bytes", resident_bytes},
+            {"seconds", seconds},
+            {"prepare_seconds", prepare_seconds},
+            {"steps_seconds", steps_seconds},
+            {"phase", phase},
+            {"error", error}};
+  if (sticky) j["sticky"] = true;
+  if (worker) j["worker"] = worker;
+  return j;
+}
+
+ProbeRecord ProbeRecord::from_json(const Json& p) {
+  ProbeRecord probe;
+  probe.batch = p.value("batch", int64_t{0});
+  probe.fits = p.value("fits", false);
+  probe.peak_bytes = p.value("peak_bytes", int64_t{0});
+  probe.peak_allocated_bytes = p.value("peak_allocated_bytes", int64_t{0});
+  probe.resident_bytes = p.value("resident_bytes", int64_t{0});
+  probe.seconds = p.value("seconds", 0.0);
+  probe.prepare_seconds = p.value("prepare_seconds", 0.0);
+  probe.steps_seconds = p.value("steps_seconds", 0.0);
+  probe.phase = p.value("phase", std::string());
+  probe.error = p.value("error", std::string());
+  probe.sticky = p.value("sticky", false);
+  probe.worker = p.value("worker", 0);
+  return probe;
+}
+
 Json SearchHint::to_json() const {
-  return {{"fixed_bytes", fixed_bytes}, {"bytes_per_sample", bytes_per_sample}};
+  return {{"fixed_bytes", fixed_bytes},
+          {"bytes_per_sample", bytes_per_sample},
+          {"capacity_bytes", capacity_bytes},
+          {"max_batch", max_batch},
+          {"peak_bytes_at_max", peak_bytes_at_max},
+          {"resident_bytes", resident_bytes}};
 }
 
 std::optional<SearchHint> SearchHint::from_json(const Json& json) {
@@ -107,216 +460,131 @@ std::optional<SearchHint> SearchHint::from_json(const Json& json) {
   SearchHint hint;
   hint.fixed_bytes = json.value("fixed_bytes", 0.0);
   hint.bytes_per_sample = json.value("bytes_per_sample", 0.0);
+  hint.capacity_bytes = json.value("capacity_bytes", int64_t{0});
+  hint.max_batch = json.value("max_batch", int64_t{0});
+  hint.peak_bytes_at_max = json.value("peak_bytes_at_max", int64_t{0});
+  hint.resident_bytes = json.value("resident_bytes", int64_t{0});
   return hint;
 }
 
 SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_bytes,
-                            const ProbeFunction& probe, const ProbeCallback& on_probe,
-                            const std::optional<SearchHint>& hint) {
-  GPUBENCH_ASSERT(settings.min_batch >= 1 && settings.granularity >= 1);
+                            const ProbeFunction& probe, const SearchOptions& options) {
+  check_settings(settings, capacity_bytes);
   const auto started = Clock::now();
-  const Candidates candidates(settings);
+  auto note = [&](const std::string& text) {
+    if (options.on_note) options.on_note(text);
+  };
+
+  HintPlan hint = plan_hint(settings, capacity_bytes, options.hint);
   SearchRecord record;
   record.capacity_bytes = capacity_bytes;
+  record.hint_note = hint.note;
+  record.hinted = hint.limit > 0;
+  if (!hint.note.empty() && options.prior.empty()) note(hint.note);
 
-  int64_t lo = 0;              // largest batch known to fit (0: none)
-  int64_t hi = 0;              // smallest batch known not to fit (0: none)
-  std::vector<FitPoint> fits;  // sorted by batch
-
-  auto run_probe = [&](int64_t batch, const char* phase) {
-    const auto t0 = Clock::now();
-    const ProbeOutcome outcome = probe(batch);
-    ProbeRecord p;
-    p.batch = batch;
-    p.fits = outcome.fits;
-    p.peak_bytes = outcome.peak_bytes;
-    p.resident_bytes = outcome.resident_bytes;
-    p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    p.phase = phase;
-    p.error = outcome.error;
-    record.probes.push_back(p);
-    if (on_probe) on_probe(p, static_cast<int>(record.probes.size()));
-    if (outcome.fits) {
-      lo = std::max(lo, batch);
-      auto at = std::lower_bound(fits.begin(), fits.end(), batch,
-                                 [](const FitPoint& f, int64_t b) { return f.batch < b; });
-      fits.insert(at, FitPoint{batch, static_cast<double>(outcome.peak_bytes),
-                               static_cast<double>(outcome.resident_bytes)});
-    } else {
-      hi = hi == 0 ? batch : std::min(hi, batch);
-    }
-    return outcome.fits;
-  };
-
-  const bool can_predict = capacity_bytes > 0;
-  const bool use_hint = can_predict && hint && hint->valid();
-  bool trust_hint = use_hint;  // until a probe contradicts it
-  record.hinted = use_hint;
-  auto predicted = [&]() -> std::optional<double> {
-    if (!can_predict) return std::nullopt;
-    Line line = fit_line(fits);
-    if (trust_hint && fits.size() < 2) {
-      // The hint's slope, through the one point measured here (or as hinted before any fits).
-      line.per_sample = hint->bytes_per_sample;
-      line.fixed = fits.empty() ? hint->fixed_bytes
-                                : fits.back().peak - line.per_sample * double(fits.back().batch);
-    }
-    if (!line.valid()) return std::nullopt;
-    return line.batch_at(static_cast<double>(capacity_bytes));
-  };
-
-  // kScout: cheap probes that give the line. kPredict: just under the line's limit, again after
-  // every fit (refitting the line). kConfirm: the line's limit itself. kUp / kDown: steps away from
-  // the prediction, doubling, until the outcome flips. kBisect: halve the bracket [lo, hi] to one
-  // batch.
-  enum class Mode { kScout, kPredict, kConfirm, kUp, kDown, kBisect };
-  Mode mode = Mode::kScout;
-  int64_t step = settings.granularity;
-  int64_t hinted_first = 0;
-  if (use_hint && predicted() && *predicted() >= static_cast<double>(candidates.min())) {
-    // Straight to just under the hinted limit; its outcome decides the direction.
-    hinted_first = candidates.align_down(*predicted() * (1 - kPredictionBias));
-    const bool fit = run_probe(hinted_first, "predict");
-    mode = fit ? Mode::kPredict : Mode::kDown;
-    trust_hint = fit;
-    step = std::max(settings.granularity,
-                    candidates.align_down(kBracketFraction * static_cast<double>(hinted_first)));
-  } else {
-    const int64_t first =
-        settings.first_probe > 0
-            ? candidates.align_down(static_cast<double>(settings.first_probe))
-            : candidates.align_down(4.0 * static_cast<double>(settings.min_batch));
-    run_probe(first, "scout");
+  Search search(settings, capacity_bytes, hint);
+  double prior_seconds = 0;
+  int workers = options.worker + 1;
+  for (const auto& p : options.prior) {
+    search.add(p);
+    prior_seconds += p.seconds;
+    workers = std::max(workers, p.worker + 1);
   }
 
   while (true) {
-    if (lo == candidates.top()) {
-      record.stop_reason = fmt::format("limited by search.max_batch={}", settings.max_batch);
+    record.stop_reason = search.stop_reason();
+    if (!record.stop_reason.empty()) {
+      record.converged = record.stop_reason.rfind("probe budget", 0) != 0;
       break;
     }
-    if (hi != 0 && candidates.next_above(lo) >= hi) {
+    const Search::Step step = search.next();
+    const auto t0 = Clock::now();
+    const ProbeOutcome outcome = probe(step.batch);
+    ProbeRecord p;
+    p.batch = step.batch;
+    p.fits = outcome.fits && !outcome.worker_unusable;
+    p.peak_bytes = outcome.peak_bytes;
+    p.peak_allocated_bytes = outcome.peak_allocated_bytes;
+    p.resident_bytes = outcome.resident_bytes;
+    p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    p.prepare_seconds = outcome.prepare_seconds;
+    p.steps_seconds = outcome.steps_seconds;
+    p.phase = step.phase;
+    p.error = outcome.error;
+    p.sticky = outcome.worker_unusable;
+    p.worker = options.worker;
+    // Whether this batch already left a worker unusable once (before this probe).
+    const bool again = std::any_of(
+        search.probes().begin(), search.probes().end(),
+        [&](const ProbeRecord& q) { return q.sticky && q.batch == step.batch; });
+    search.add(p);
+    if (options.on_probe) options.on_probe(p, static_cast<int>(search.probes().size()));
+    if (p.sticky) {
+      record.interrupted = !again;
       record.stop_reason =
-          lo == 0 ? fmt::format("does not fit at search.min_batch={}", settings.min_batch)
-                  : "bracket closed";
+          again ? fmt::format("the probe at batch {} failed in two workers: {}", p.batch, p.error)
+                : fmt::format("the probe at batch {} left its worker unusable: {}", p.batch,
+                              p.error);
       break;
-    }
-    if (static_cast<int>(record.probes.size()) >= settings.max_probes) {
-      record.stop_reason =
-          fmt::format("probe budget spent (search.max_probes={})", settings.max_probes);
-      break;
-    }
-
-    int64_t batch = 0;
-    const char* phase = "bracket";
-    const auto prediction = predicted();
-    if (lo == 0 && mode != Mode::kDown) {
-      // Nothing fits yet: back off fast towards min_batch.
-      batch = candidates.align_down(static_cast<double>(hi) / 4.0);
-      phase = "scout";
-    } else if (mode == Mode::kScout) {
-      if (prediction && fits.size() == 1 && *prediction > 4.0 * static_cast<double>(lo)) {
-        // A second point halfway to the predicted limit: the slope, measured.
-        batch = candidates.align_down(*prediction / 2.0);
-        phase = "scout";
-      } else if (prediction) {
-        mode = Mode::kPredict;
-        continue;
-      } else {
-        mode = Mode::kUp;  // no memory model: double
-        step = lo;
-        continue;
-      }
-    } else if (mode == Mode::kPredict) {
-      // Each predicted probe that fits is a point near the limit: the line through it and the
-      // previous one extrapolates only a little, so the next prediction is sharper.
-      step = std::max(settings.granularity, candidates.align_down(kBracketFraction * *prediction));
-      batch = candidates.align_down(*prediction * (1 - kPredictionBias));
-      phase = "predict";
-      if (batch <= lo) {
-        mode = Mode::kConfirm;
-        continue;
-      }
-    } else if (mode == Mode::kConfirm) {
-      batch = candidates.align_down(*prediction);  // the line's own limit
-      phase = "predict";
-      if (batch <= lo) {
-        // Already at the line's limit: the truth is within its error, a few tenths of a
-        // percent, so step up by that much.
-        mode = Mode::kUp;
-        step = std::max(settings.granularity,
-                        candidates.align_down(kBracketFraction * static_cast<double>(lo)));
-        continue;
-      }
-    } else if (mode == Mode::kUp) {
-      batch = candidates.align_down(static_cast<double>(lo + step));
-      step *= 2;
-    } else if (mode == Mode::kDown) {
-      batch = candidates.align_down(static_cast<double>(hi - step));
-      step *= 2;
-    }
-    if (mode == Mode::kBisect || batch <= lo || (hi != 0 && batch >= hi)) {
-      batch = candidates.align_down(static_cast<double>(lo + (hi - lo) / 2));
-      if (batch <= lo) batch = candidates.next_above(lo);
-      phase = "bisect";
-    }
-
-    const bool fit = run_probe(batch, phase);
-    if (std::string(phase) == "bisect" || std::string(phase) == "scout") continue;
-    switch (mode) {
-      case Mode::kPredict:
-        if (!fit) mode = Mode::kDown;  // else predict again from the sharper line
-        break;
-      case Mode::kConfirm:
-        mode = fit ? Mode::kUp : Mode::kBisect;
-        step = settings.granularity;
-        break;
-      case Mode::kUp:
-        if (!fit) mode = Mode::kBisect;
-        break;
-      case Mode::kDown:
-        if (fit) {
-          mode = Mode::kBisect;
-        } else if (lo == 0 && static_cast<double>(step) > kHintGallop * double(hinted_first)) {
-          mode = Mode::kScout;  // the hint was far off: back off fast and measure a line
-        }
-        break;
-      default:
-        break;
     }
   }
 
+  const auto& probes = search.probes();
+  const int64_t lo = search.lo();
   record.max_batch = lo;
   record.largest_pow2 = largest_power_of_two_at_most(lo);
-  for (const auto& p : record.probes) {
-    if (p.fits && p.batch == lo) record.peak_bytes_at_max = p.peak_bytes;
+  record.smallest_failure = search.hi();
+  for (const auto& p : probes) {
+    if (!p.sticky && p.fits && p.batch == lo) {
+      record.peak_bytes_at_max = p.peak_bytes;
+      record.peak_allocated_bytes_at_max = p.peak_allocated_bytes;
+      record.resident_bytes_at_max = p.resident_bytes;
+    }
   }
-  const Line line = fit_line(fits);
-  record.bytes_per_sample = line.per_sample;
-  record.fixed_bytes = line.fixed;
-  record.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  record.activation_peak_bytes =
+      std::max<int64_t>(0, record.peak_allocated_bytes_at_max - record.resident_bytes_at_max);
+  const Line line = search.line();
+  if (line.valid()) {
+    record.bytes_per_sample = line.per_sample;
+    record.fixed_bytes = line.fixed;
+  }
+  record.probes = probes;
+  record.workers = workers;
+  record.seconds =
+      prior_seconds + std::chrono::duration<double>(Clock::now() - started).count();
+  if (record.stop_reason.rfind("probe budget", 0) == 0) {
+    note(record.smallest_failure > 0
+             ? fmt::format("the search did not converge: {}; batch {} fits, the largest lies "
+                           "below {} (raise search.max_probes to close the bracket)",
+                           record.stop_reason, lo, record.smallest_failure)
+             : fmt::format("the search did not converge: {}; batch {} fits, the largest may "
+                           "lie above it (raise search.max_probes)",
+                           record.stop_reason, lo));
+  }
   return record;
 }
 
 Json SearchRecord::to_json() const {
   Json probes_json = Json::array();
-  for (const auto& p : probes) {
-    probes_json.push_back({{"batch", p.batch},
-                           {"fits", p.fits},
-                           {"peak_bytes", p.peak_bytes},
-                           {"resident_bytes", p.resident_bytes},
-                           {"seconds", p.seconds},
-                           {"phase", p.phase},
-                           {"error", p.error}});
-  }
+  for (const auto& p : probes) probes_json.push_back(p.to_json());
   return {{"max_batch", max_batch},
           {"largest_pow2_batch", largest_pow2},
           {"peak_bytes_at_max", peak_bytes_at_max},
+          {"peak_allocated_bytes_at_max", peak_allocated_bytes_at_max},
+          {"resident_bytes_at_max", resident_bytes_at_max},
+          {"activation_peak_bytes", activation_peak_bytes},
           {"bytes_per_sample", bytes_per_sample},
           {"fixed_bytes", fixed_bytes},
           {"capacity_bytes", capacity_bytes},
+          {"smallest_failure", smallest_failure},
           {"probe_count", probes.size()},
           {"stop_reason", stop_reason},
+          {"converged", converged},
           {"hinted", hinted},
+          {"hint_note", hint_note},
+          {"interrupted", interrupted},
+          {"cudnn_benchmark", cudnn_benchmark},
+          {"workers", workers},
           {"seconds", seconds},
           {"probes", probes_json}};
 }
@@ -326,22 +594,24 @@ SearchRecord SearchRecord::from_json(const Json& json) {
   r.max_batch = json.value("max_batch", int64_t{0});
   r.largest_pow2 = json.value("largest_pow2_batch", int64_t{0});
   r.peak_bytes_at_max = json.value("peak_bytes_at_max", int64_t{0});
+  r.peak_allocated_bytes_at_max = json.value("peak_allocated_bytes_at_max", int64_t{0});
+  r.resident_bytes_at_max = json.value("resident_bytes_at_max", int64_t{0});
+  r.activation_peak_bytes = json.value("activation_peak_bytes", int64_t{0});
   r.bytes_per_sample = json.value("bytes_per_sample", 0.0);
   r.fixed_bytes = json.value("fixed_bytes", 0.0);
   r.capacity_bytes = json.value("capacity_bytes", int64_t{0});
+  r.smallest_failure = json.value("smallest_failure", int64_t{0});
   r.stop_reason = json.value("stop_reason", std::string());
+  // Records from before this field: a search stopped for anything but its budget converged.
+  r.converged = json.value("converged", r.stop_reason.rfind("probe budget", 0) != 0);
   r.hinted = json.value("hinted", false);
+  r.hint_note = json.value("hint_note", std::string());
+  r.interrupted = json.value("interrupted", false);
+  r.cudnn_benchmark = json.value("cudnn_benchmark", false);
+  r.workers = json.value("workers", 1);
   r.seconds = json.value("seconds", 0.0);
   for (const auto& p : json.value("probes", Json::array())) {
-    ProbeRecord probe;
-    probe.batch = p.value("batch", int64_t{0});
-    probe.fits = p.value("fits", false);
-    probe.peak_bytes = p.value("peak_bytes", int64_t{0});
-    probe.resident_bytes = p.value("resident_bytes", int64_t{0});
-    probe.seconds = p.value("seconds", 0.0);
-    probe.phase = p.value("phase", std::string());
-    probe.error = p.value("error", std::string());
-    r.probes.push_back(probe);
+    r.probes.push_back(ProbeRecord::from_json(p));
   }
   return r;
 }

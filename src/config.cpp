@@ -124,7 +124,9 @@ const std::vector<std::string> kBatchUnits = {"images", "sequences", "tokens"};
 const std::vector<std::string> kThroughputUnits = {"images/s", "examples/s", "words/s"};
 
 SearchSettings read_search(const Json& value, const Where& where) {
-  check_keys(value, where, {"min_batch", "max_batch", "granularity", "first_probe", "max_probes"});
+  check_keys(value, where,
+             {"min_batch", "max_batch", "granularity", "first_probe", "max_probes",
+              "cudnn_benchmark"});
   SearchSettings s;
   if (value.contains("min_batch"))
     s.min_batch = read_int(value["min_batch"], where.at("min_batch"), 1);
@@ -139,9 +141,17 @@ SearchSettings read_search(const Json& value, const Where& where) {
   if (value.contains("max_probes")) {
     s.max_probes = static_cast<int>(read_int(value["max_probes"], where.at("max_probes"), 2, 100));
   }
+  if (value.contains("cudnn_benchmark")) {
+    s.cudnn_benchmark = read_bool(value["cudnn_benchmark"], where.at("cudnn_benchmark"));
+  }
   GPUBENCH_CHECK(s.min_batch <= s.max_batch, ConfigError,
                  "{}: min_batch ({}) is above max_batch ({}); make min_batch <= max_batch",
                  where.str(), s.min_batch, s.max_batch);
+  // A granularity no candidate above min_batch is a multiple of leaves nothing to search.
+  GPUBENCH_CHECK(s.granularity <= s.max_batch, ConfigError,
+                 "{}: granularity ({}) is above max_batch ({}): no batch above min_batch would "
+                 "be a multiple of it; make granularity <= max_batch",
+                 where.str(), s.granularity, s.max_batch);
   return s;
 }
 
@@ -314,7 +324,7 @@ TimingSettings read_timing(const Json& value, const Where& where, TimingSettings
 void apply_run_section(RunSettings& run, const Json& value, const Where& where) {
   check_keys(value, where,
              {"precision", "timing", "cpu_timing", "memory_cap_gib", "job_timeout_s", "seed",
-              "cudnn_benchmark"});
+              "cudnn_benchmark", "cudnn_benchmark_limit", "cudnn_benchmark_empty_cache"});
   if (value.contains("precision")) {
     run.precision =
         parse_precision(read_choice(value["precision"], where.at("precision"), precision_names()),
@@ -341,6 +351,14 @@ void apply_run_section(RunSettings& run, const Json& value, const Where& where) 
   if (value.contains("cudnn_benchmark")) {
     run.cudnn_benchmark = read_bool(value["cudnn_benchmark"], where.at("cudnn_benchmark"));
   }
+  if (value.contains("cudnn_benchmark_limit")) {
+    run.cudnn_benchmark_limit = static_cast<int>(
+        read_int(value["cudnn_benchmark_limit"], where.at("cudnn_benchmark_limit"), 0, 10000));
+  }
+  if (value.contains("cudnn_benchmark_empty_cache")) {
+    run.cudnn_benchmark_empty_cache =
+        read_bool(value["cudnn_benchmark_empty_cache"], where.at("cudnn_benchmark_empty_cache"));
+  }
 }
 
 Json timing_json(const TimingSettings& t) {
@@ -361,7 +379,9 @@ Json RunSettings::to_json() const {
           {"memory_cap_gib", memory_cap_gib ? Json(*memory_cap_gib) : Json(nullptr)},
           {"job_timeout_s", job_timeout_s},
           {"seed", seed},
-          {"cudnn_benchmark", cudnn_benchmark}};
+          {"cudnn_benchmark", cudnn_benchmark},
+          {"cudnn_benchmark_limit", cudnn_benchmark_limit},
+          {"cudnn_benchmark_empty_cache", cudnn_benchmark_empty_cache}};
 }
 
 Json ModelConfig::to_json() const {
@@ -380,7 +400,8 @@ Json ModelConfig::to_json() const {
                 {"max_batch", search.max_batch},
                 {"granularity", search.granularity},
                 {"first_probe", search.first_probe},
-                {"max_probes", search.max_probes}}},
+                {"max_probes", search.max_probes},
+                {"cudnn_benchmark", search.cudnn_benchmark}}},
               {"model", model.json()},
               {"optimizer", optimizer.json()},
               {"smoke",

@@ -12,6 +12,9 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <ATen/Context.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -221,6 +224,48 @@ void set_current_device(const torch::Device& device) {
 #if GPUBENCH_WITH_CUDA
   if (device.is_cuda()) c10::cuda::set_device(static_cast<c10::DeviceIndex>(device.index()));
 #endif
+}
+
+std::string device_error(const torch::Device& device) {
+#if GPUBENCH_WITH_CUDA
+  if (device.is_cuda()) {
+    try {
+      set_current_device(device);
+      const cudaError_t sync = cudaDeviceSynchronize();
+      const cudaError_t last = cudaGetLastError();
+      const cudaError_t error = sync != cudaSuccess ? sync : last;
+      if (error != cudaSuccess) return cudaGetErrorString(error);
+      // A small allocation and a kernel: a context that lost its state fails here.
+      auto t = torch::ones({256}, torch::TensorOptions().device(device));
+      (void)t.sum().item<float>();
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      return what.substr(0, what.find('\n'));
+    }
+  }
+#else
+  (void)device;
+#endif
+  return "";
+}
+
+void set_cudnn_algorithm_choice(bool benchmark, int benchmark_limit, bool empty_cache) {
+  auto& context = at::globalContext();
+  context.setBenchmarkCuDNN(benchmark);
+  context.setBenchmarkLimitCuDNN(benchmark_limit);
+  compat::set_cudnn_benchmark_empty_cache(empty_cache);
+}
+
+Json cudnn_algorithm_choice_json() {
+  const auto& context = at::globalContext();
+  Json j = {{"benchmark", context.benchmarkCuDNN()},
+            {"benchmark_limit", context.benchmarkLimitCuDNN()},
+            {"empty_cache_after_benchmark", compat::cudnn_benchmark_empty_cache()}};
+  for (const char* name : {"CUDNN_CONV_WSCAP_DBG", "CUBLAS_WORKSPACE_CONFIG",
+                           "CUBLASLT_WORKSPACE_SIZE"}) {
+    if (const char* value = std::getenv(name)) j[name] = value;
+  }
+  return j;
 }
 
 bool is_out_of_memory(const std::exception& error) {

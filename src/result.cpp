@@ -39,6 +39,7 @@ Json JobRecord::to_json() const {
               {"throughput", throughput},
               {"peak_memory_bytes", peak_memory_bytes},
               {"peak_allocated_bytes", peak_allocated_bytes},
+              {"memory", memory},
               {"trainable_params", params},
               {"losses_start", losses_start},
               {"losses", losses},
@@ -88,6 +89,7 @@ JobRecord JobRecord::from_json(const Json& j) {
   r.throughput = j.value("throughput", 0.0);
   r.peak_memory_bytes = j.value("peak_memory_bytes", int64_t{0});
   r.peak_allocated_bytes = j.value("peak_allocated_bytes", int64_t{0});
+  r.memory = j.value("memory", Json::object());
   const Json params = j.value("trainable_params", Json::object());
   for (const auto& item : params.items())
     r.trainable_params[item.key()] = item.value().get<int64_t>();

@@ -99,20 +99,35 @@ ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx) {
   const torch::Device& device = ctx.device;
   release_cached_memory(device);
   reset_peak_memory(device);
+  const auto started = Clock::now();
   try {
     auto step = arch.prepare(ctx);
+    synchronize(device);
+    outcome.prepare_seconds = seconds_since(started);
     // Two steps: the first allocates the optimizer state, the second peaks with it in place.
+    const auto steps_started = Clock::now();
     step->run();
     step->run();
     synchronize(device);
+    outcome.steps_seconds = seconds_since(steps_started);
     const MemoryStats stats = memory_stats(device);
     outcome.fits = true;
     outcome.peak_bytes = stats.reserved_peak;
+    outcome.peak_allocated_bytes = stats.allocated_peak;
     outcome.resident_bytes = stats.allocated_current;
   } catch (const std::exception& e) {
     if (!is_out_of_memory(e)) throw;
     outcome.fits = false;
     outcome.error = "out of memory: " + short_message(e.what());
+    if (outcome.prepare_seconds == 0) outcome.prepare_seconds = seconds_since(started);
+    // An out-of-memory error is recoverable unless it left the device broken; the search then
+    // goes on in a fresh worker.
+    const std::string broken = device_error(device);
+    if (!broken.empty()) {
+      outcome.worker_unusable = true;
+      outcome.error += "; afterwards the device reports: " + broken;
+      return outcome;
+    }
   }
   release_cached_memory(device);
   return outcome;
@@ -153,12 +168,16 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   worker_log(record.model, fmt::format("warm-up at batch {}", ctx.batch));
   StepClock clock(device);
   std::vector<double> warm_ms;
-  std::string reason;
+  std::string reason, detail;
+  // Steps that may still autotune are never timed, whatever the warm-up's limits.
+  const int autotune =
+      device.is_cuda() ? autotune_steps(step->uniform_steps(), step->warmup_steps()) : 0;
   const auto warm_start = Clock::now();
   while (true) {
-    const auto decision = warmup_done(warm_ms, seconds_since(warm_start), t);
+    const auto decision = warmup_done(warm_ms, seconds_since(warm_start), t, autotune);
     if (decision.done) {
       reason = decision.reason;
+      detail = decision.detail;
       break;
     }
     clock.clear();
@@ -167,8 +186,12 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
     clock.mark();
     warm_ms.push_back(clock.intervals_ms().front());
   }
-  record.warmup = {{"steps", warm_ms.size()}, {"reason", reason}, {"step_time_ms", warm_ms}};
-  worker_log(record.model, fmt::format("warm-up: {} steps ({})", warm_ms.size(), reason));
+  const double warm_seconds = seconds_since(warm_start);
+  record.warmup = {{"steps", warm_ms.size()},  {"reason", reason},
+                   {"detail", detail},         {"seconds", warm_seconds},
+                   {"autotune_steps", autotune}, {"step_time_ms", warm_ms}};
+  worker_log(record.model, fmt::format("warm-up: {} steps in {:.1f} s ({}{})", warm_ms.size(),
+                                       warm_seconds, reason, detail.empty() ? "" : ": " + detail));
   // A developer's trace of a few more steps (GPUBENCH_PROFILE_TRACE), outside the window.
   const ProfileRequest profile = ProfileRequest::from_environment();
   if (!profile.trace_path.empty()) {
@@ -179,6 +202,13 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
                                                profile.trace_path)
                                  : "no profile: " + why_not);
   }
+  // The warm-up's peak holds autotuning's trial workspaces; the timed window's is training's.
+  const MemoryStats warm_stats = memory_stats(device);
+  record.memory = {{"autotune_peak_allocated_bytes", warm_stats.allocated_peak},
+                   {"autotune_peak_reserved_bytes", warm_stats.reserved_peak},
+                   {"cudnn", cudnn_algorithm_choice_json()}};
+  record.peak_memory_bytes = warm_stats.reserved_peak;
+  record.peak_allocated_bytes = warm_stats.allocated_peak;
   // The model's health before the window: reading the losses synchronizes, so it happens here,
   // outside the timed region.
   const LossReading at_start = read_losses(*step);
@@ -199,6 +229,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
                               at_start.non_finite, at_start.non_finite_value, warm_ms.size()));
     return;
   }
+  reset_peak_memory(device);
   worker_log(record.model, fmt::format("timing: at least {} steps and {} s", t.min_steps,
                                        format_number(t.min_seconds)));
 
@@ -233,8 +264,11 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   record.units_per_step = units / steps;
   record.throughput = window_seconds > 0 ? units / window_seconds : 0;
   const MemoryStats stats = memory_stats(device);
-  record.peak_memory_bytes = stats.reserved_peak;
-  record.peak_allocated_bytes = stats.allocated_peak;
+  record.peak_memory_bytes = std::max(warm_stats.reserved_peak, stats.reserved_peak);
+  record.peak_allocated_bytes = std::max(warm_stats.allocated_peak, stats.allocated_peak);
+  record.memory["resident_bytes"] = stats.allocated_current;
+  record.memory["window_peak_allocated_bytes"] = stats.allocated_peak;
+  record.memory["window_peak_reserved_bytes"] = stats.reserved_peak;
   const LossReading at_end = read_losses(*step);
   record.losses = at_end.values;
   worker_log(record.model,
@@ -253,6 +287,14 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   if (!degenerate.empty()) mark_diverged("the model is degenerate: " + degenerate);
 }
 
+namespace {
+Json probes_json(const std::vector<ProbeRecord>& probes) {
+  Json out = Json::array();
+  for (const auto& p : probes) out.push_back(p.to_json());
+  return out;
+}
+}  // namespace
+
 Json JobSpec::to_json() const {
   Json overlays_json = Json::array();
   for (const auto& [file, document] : overlays) {
@@ -264,6 +306,8 @@ Json JobSpec::to_json() const {
           {"device", device},
           {"overlays", overlays_json},
           {"search_hint", search_hint ? search_hint->to_json() : Json(nullptr)},
+          {"search_probes", probes_json(search_probes)},
+          {"search_worker", search_worker},
           {"progress", {{"label", progress_label}, {"started_unix", progress_started_unix}}}};
 }
 
@@ -277,6 +321,10 @@ JobSpec JobSpec::from_json(const Json& json) {
     spec.overlays.emplace_back(overlay.at("file").get<std::string>(), overlay.at("document"));
   }
   if (json.contains("search_hint")) spec.search_hint = SearchHint::from_json(json["search_hint"]);
+  for (const auto& p : json.value("search_probes", Json::array())) {
+    spec.search_probes.push_back(ProbeRecord::from_json(p));
+  }
+  spec.search_worker = json.value("search_worker", 0);
   if (json.contains("progress")) {
     spec.progress_label = json["progress"].value("label", std::string());
     spec.progress_started_unix = json["progress"].value("started_unix", 0.0);
@@ -316,33 +364,62 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
       }
     }
     apply_math_mode(run.precision, run.cudnn_benchmark);
+    set_cudnn_algorithm_choice(run.cudnn_benchmark, run.cudnn_benchmark_limit,
+                               run.cudnn_benchmark_empty_cache);
     torch::manual_seed(static_cast<uint64_t>(run.seed));
     const Architecture& arch = builtin_registry().get(config.architecture);
 
     if (spec.phase == "search") {
+      // Heuristics unless asked: no autotuning at every new shape, and workspaces picked by
+      // shape rather than by what happens to be free (docs/search.md).
+      set_cudnn_algorithm_choice(config.search.cudnn_benchmark, run.cudnn_benchmark_limit,
+                                 run.cudnn_benchmark_empty_cache);
       auto probe = [&](int64_t batch) {
-        return probe_step(arch, make_context(config, run, device, batch));
+        try {
+          return probe_step(arch, make_context(config, run, device, batch));
+        } catch (const std::exception& e) {
+          // Not out of memory: the worker may be broken (a sticky CUDA error) or the model is.
+          // Either way this worker stops; a fresh one probes the batch again once.
+          ProbeOutcome o;
+          o.worker_unusable = true;
+          o.error = short_message(e.what());
+          return o;
+        }
       };
-      auto on_probe = [&](const ProbeRecord& p, int index) {
+      SearchOptions options;
+      options.hint = spec.search_hint;
+      options.prior = spec.search_probes;
+      options.worker = spec.search_worker;
+      options.on_probe = [&](const ProbeRecord& p, int index) {
+        const std::string timing =
+            fmt::format("{:.1f} s: build {:.1f} s, steps {:.1f} s", p.seconds, p.prepare_seconds,
+                        p.steps_seconds);
         worker_log(config.name,
-                   p.fits ? fmt::format("search probe {}: batch {} fits (peak {}, {:.1f} s)", index,
-                                        p.batch, format_bytes(p.peak_bytes), p.seconds)
-                          : fmt::format("search probe {}: batch {} is out of memory ({:.1f} s)",
-                                        index, p.batch, p.seconds));
+                   p.sticky ? fmt::format("search probe {}: batch {} left the worker unusable "
+                                          "({}): {}",
+                                          index, p.batch, timing, p.error)
+                   : p.fits ? fmt::format("search probe {} ({}): batch {} fits (peak {}, {})",
+                                          index, p.phase, p.batch, format_bytes(p.peak_bytes),
+                                          timing)
+                            : fmt::format("search probe {} ({}): batch {} is out of memory ({})",
+                                          index, p.phase, p.batch, timing));
       };
-      SearchRecord search =
-          find_max_batch(config.search, capacity, probe, on_probe, spec.search_hint);
+      options.on_note = [&](const std::string& text) { worker_log(config.name, text); };
+      SearchRecord search = find_max_batch(config.search, capacity, probe, options);
+      search.cudnn_benchmark = config.search.cudnn_benchmark;
       record.batch = search.max_batch;
       record.batch_source = "search";
-      record.status = search.max_batch > 0 ? "ok" : "no-fit";
-      if (search.max_batch == 0) {
+      const bool broken = search.interrupted || search.stop_reason.rfind("the probe at", 0) == 0;
+      record.status = broken ? "failed" : search.max_batch > 0 ? "ok" : "no-fit";
+      if (broken) {
+        record.message = "search: " + search.stop_reason;
+      } else if (search.max_batch == 0) {
         record.message = fmt::format("does not fit at batch {} ({})", config.search.min_batch,
                                      search.stop_reason);
-      }
-      if (record.message.empty() && search.stop_reason.rfind("probe budget", 0) == 0) {
+      } else if (!search.converged) {
         record.message = fmt::format(
-            "warning: the search {}; batch {} fits but may be a little below the largest that "
-            "does (raise search.max_probes to close the bracket)",
+            "warning: the search did not converge ({}); batch {} fits but may be below the "
+            "largest that does (raise search.max_probes to close the bracket)",
             search.stop_reason, search.max_batch);
       }
       record.search = std::move(search);
@@ -434,14 +511,41 @@ void normalize(JobRecord& record, const ModelConfig& config, const ReferenceTabl
   record.normalized = s;
 }
 
-namespace {
-int64_t step_down(int64_t batch, const SearchSettings& search) {
-  const int64_t g = search.granularity;
-  const auto one_percent = static_cast<int64_t>(std::ceil(0.01 * static_cast<double>(batch)));
-  const int64_t delta = std::max(g, (one_percent + g - 1) / g * g);
-  return batch - delta;
+int64_t next_timed_batch(const std::vector<std::pair<int64_t, bool>>& attempts,
+                         const SearchSettings& search) {
+  if (attempts.empty() || static_cast<int>(attempts.size()) >= kMaxTimedAttempts) return 0;
+  const int64_t g = std::max<int64_t>(1, search.granularity);
+  const int64_t first = attempts.front().first;
+  auto align_down = [&](int64_t b) {
+    if (b <= search.min_batch) return search.min_batch;
+    const int64_t aligned = b / g * g;
+    return aligned <= search.min_batch ? search.min_batch : aligned;
+  };
+  // The first step: 1% of the search's batch, at least one granule.
+  const auto one_percent = static_cast<int64_t>(std::ceil(0.01 * static_cast<double>(first)));
+  const int64_t step = std::max(g, (one_percent + g - 1) / g * g);
+  int64_t best = 0, failed = 0, failures = 0;
+  for (const auto& [b, fitted] : attempts) {
+    if (fitted) best = std::max(best, b);
+  }
+  for (const auto& [b, fitted] : attempts) {
+    if (fitted || b <= best) continue;
+    failed = failed == 0 ? b : std::min(failed, b);
+    ++failures;
+  }
+  if (failed == 0) return 0;  // the largest one tried trained
+  if (best == 0) {
+    // Stepping down, each step twice the last, so a far miss costs few fresh processes.
+    if (failed <= search.min_batch) return 0;
+    const double delta = static_cast<double>(step) * std::pow(2.0, failures - 1);
+    const int64_t next = align_down(failed - static_cast<int64_t>(delta));
+    return next < failed ? next : 0;
+  }
+  // One trained below one that did not: halve the gap while it is wider than the first step.
+  if (failed - best <= step) return 0;
+  const int64_t mid = align_down(best + (failed - best) / 2);
+  return mid > best && mid < failed ? mid : 0;
 }
-}  // namespace
 
 namespace {
 /// Fills in what a record must always say, for records of workers that died before saying it.
@@ -479,6 +583,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   GPUBENCH_CHECK(!plan.search_only || (!plan.fixed_batch && plan.device != "cpu"), ConfigError,
                  "{}: a search-only job needs a CUDA device and no --batch", plan.model);
   std::optional<SearchRecord> search;
+  std::string search_warning;  // a search that did not converge: said again in the final record
   std::string source;
   int64_t batch = 0;
   if (plan.fixed_batch) {
@@ -490,7 +595,21 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   } else {
     log(fmt::format("{}: searching for the largest batch on {}", plan.model, plan.device));
     spec.phase = "search";
-    JobRecord found = launcher.launch(spec, run.job_timeout_s);
+    JobRecord found;
+    for (int worker = 0;; ++worker) {
+      spec.search_worker = worker;
+      found = launcher.launch(spec, run.job_timeout_s);
+      // A probe that left its worker unusable: the search goes on in a fresh one, from the
+      // probes so far (a second failure of the same batch there fails the job).
+      if (!found.search || !found.search->interrupted || worker + 1 >= kMaxSearchWorkers) break;
+      spec.search_probes = found.search->probes;
+      log(fmt::format("{}: {}; the search goes on in a fresh worker", plan.model,
+                      found.search->stop_reason));
+    }
+    if (found.search && !found.search->converged && found.ok()) {
+      log(fmt::format("{}: warning: {}", plan.model, found.message));
+      search_warning = found.message;
+    }
     if (!found.ok() || plan.search_only) {
       found.wall_seconds = seconds_since(started);
       if (found.status == "oom") found.status = "failed";
@@ -505,23 +624,47 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
 
   spec.phase = "time";
   Json attempts = Json::array();
+  std::vector<std::pair<int64_t, bool>> outcomes;  // {batch, fitted} of the timed runs so far
+  std::optional<JobRecord> best;                   // the largest batch that trained
   JobRecord record;
-  constexpr int kMaxStepDowns = 4;
   for (int attempt = 0;; ++attempt) {
     spec.batch = batch;
+    const char* phase = attempt == 0 ? "confirm" : best ? "bisect" : "step-down";
     log(fmt::format("{}: timing at batch {} ({})", plan.model, batch, config.batch_unit));
+    const auto attempt_started = Clock::now();
     record = launcher.launch(spec, run.job_timeout_s);
-    attempts.push_back({{"batch", batch}, {"status", record.status}, {"message", record.message}});
-    if (record.status != "oom" || source != "search" || attempt >= kMaxStepDowns) break;
-    const int64_t next = step_down(batch, config.search);
-    if (next < config.search.min_batch) break;
-    log(fmt::format("{}: batch {} did not fit in a fresh process; stepping down to {}", plan.model,
-                    batch, next));
+    attempts.push_back({{"batch", batch},
+                        {"status", record.status},
+                        {"message", record.message},
+                        {"seconds", seconds_since(attempt_started)},
+                        {"phase", phase}});
+    if (record.status != "oom" && !record.ok()) break;  // a failure that is not memory: stop
+    outcomes.emplace_back(batch, record.ok());
+    if (record.ok() && (!best || batch > best->batch)) best = record;
+    // Only a searched batch steps down: a --batch or CPU batch is timed as given.
+    if (source != "search") break;
+    const int64_t next = next_timed_batch(outcomes, config.search);
+    if (next <= 0) break;
+    log(record.ok() ? fmt::format("{}: batch {} trained; trying {}, between it and the smallest "
+                                  "batch that did not",
+                                  plan.model, batch, next)
+                    : fmt::format("{}: batch {} did not fit in a fresh process with autotuning; "
+                                  "stepping down to {}",
+                                  plan.model, batch, next));
     batch = next;
   }
+  if (best) record = *best;  // a bisection above it may have run out of memory
   if (record.status == "oom") {
     record.status = "failed";
     record.message = fmt::format("out of memory at batch {}: {}", batch, record.message);
+  } else if (record.ok() && source == "search" && record.batch != outcomes.front().first &&
+             record.message.empty()) {
+    record.message = fmt::format(
+        "the search's batch {} did not fit in a fresh process with autotuning; timed at {}",
+        outcomes.front().first, record.batch);
+  }
+  if (!search_warning.empty() && record.ok() && record.message.empty()) {
+    record.message = search_warning;  // the timed run's record must not drop it
   }
   record.search = search;
   record.batch_source = source;

@@ -21,20 +21,29 @@ bool same_cap(const std::optional<double>& a, const std::optional<double>& b) {
   return !a || std::fabs(*a - *b) < 1e-9;
 }
 
-/// The memory line of the latest search of `model` that found a batch without a hint itself: a
-/// hint for its next search under another cap (same workload, same precision: the suite's
-/// settings are shared). Only a search that scouted has a line with a long lever; a hinted
-/// search's probes all sit near its limit, and a line through them is far less sure.
+/// What earlier searches of `model` learned, as a hint for its next search under another cap
+/// (same workload, same precision: the suite's settings are shared): the answer of the latest
+/// one that found a batch (the nearest cap: tiers run in ascending order) and the line of the
+/// latest one that scouted without a hint (a long lever; a hinted search's probes all sit near
+/// its limit). The next search scales the answer to its cap and checks the line against it.
 std::optional<SearchHint> hint_for(const std::string& model, const std::vector<JobRecord>& done) {
+  const SearchRecord* anchor = nullptr;
+  const SearchRecord* line = nullptr;
   for (auto it = done.rbegin(); it != done.rend(); ++it) {
     if (it->model != model || !it->search || it->search->max_batch <= 0) continue;
-    if (it->search->hinted) continue;
-    SearchHint hint;
-    hint.fixed_bytes = it->search->fixed_bytes;
-    hint.bytes_per_sample = it->search->bytes_per_sample;
-    if (hint.valid()) return hint;
+    if (!anchor) anchor = &*it->search;
+    if (!line && !it->search->hinted && it->search->bytes_per_sample > 0) line = &*it->search;
   }
-  return std::nullopt;
+  if (!anchor) return std::nullopt;
+  if (!line) line = anchor;
+  SearchHint hint;
+  hint.fixed_bytes = line->fixed_bytes;
+  hint.bytes_per_sample = line->bytes_per_sample;
+  hint.capacity_bytes = anchor->capacity_bytes;
+  hint.max_batch = anchor->max_batch;
+  hint.peak_bytes_at_max = anchor->peak_bytes_at_max;
+  hint.resident_bytes = anchor->resident_bytes_at_max;
+  return hint;
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 #include "gpubench/timing.h"
 
+#include "gpubench/strings.h"
+
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -43,19 +47,44 @@ bool is_steady(const std::vector<double>& step_ms, double tolerance) {
 }
 
 WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_seconds,
-                           const TimingSettings& settings) {
+                           const TimingSettings& settings, int autotune_steps) {
   const int steps = static_cast<int>(step_ms.size());
-  if (steps < settings.warmup_steps) return {false, ""};
+  // Rule 1: autotuning may still run in these steps; no limit cuts them short.
+  if (steps < std::max(autotune_steps, 0)) return {false, "", ""};
+  const bool minimum_done = steps >= settings.warmup_steps;
   // A negative tolerance marks steps of varying work: every distinct batch has run once now.
-  if (settings.steady_tolerance < 0) return {true, "every batch shape ran"};
-  if (is_steady(step_ms, settings.steady_tolerance)) return {true, "steady"};
-  if (steps >= std::max(settings.max_warmup_steps, settings.warmup_steps)) {
-    return {true, "step limit"};
+  if (settings.steady_tolerance < 0) {
+    if (minimum_done) return {true, "every batch shape ran", ""};
+  } else if (minimum_done && is_steady(step_ms, settings.steady_tolerance)) {
+    return {true, "steady", ""};
   }
-  if (elapsed_seconds >= settings.max_warmup_seconds) return {true, "time limit"};
+  if (minimum_done && steps >= settings.max_warmup_steps) {
+    return {true, "step limit", fmt::format("{} steps", steps)};
+  }
+  const double last_s = steps > 0 ? step_ms.back() / 1000.0 : 0.0;
+  const bool over = elapsed_seconds >= settings.max_warmup_seconds;
+  const bool next_over = steps > 0 && elapsed_seconds + last_s > settings.max_warmup_seconds;
+  if (steps > 0 && (over || next_over)) {
+    std::string detail = fmt::format("{} steps in {:.1f} s of {} s", steps, elapsed_seconds,
+                                     format_number(settings.max_warmup_seconds));
+    if (steps > 1) {
+      detail += fmt::format("; the first, autotuning included, took {:.1f} s, the last {:.2f} s",
+                            step_ms.front() / 1000.0, last_s);
+    }
+    if (!over) detail += "; the next step would end past the limit";
+    if (settings.steady_tolerance >= 0 && !is_steady(step_ms, settings.steady_tolerance)) {
+      detail += "; not steady yet";
+    }
+    return {true, "time limit", detail};
+  }
   // Fewer than three steps cannot show steadiness; a minimum below three is taken as asked.
-  if (steps < 3 && steps >= settings.warmup_steps) return {true, "minimum steps"};
-  return {false, ""};
+  if (steps < 3 && minimum_done) return {true, "minimum steps", ""};
+  return {false, "", ""};
+}
+
+int autotune_steps(bool uniform_steps, int64_t cycle_steps) {
+  if (uniform_steps) return 2;
+  return static_cast<int>(std::max<int64_t>(1, cycle_steps)) + 1;
 }
 
 bool window_done(int steps, double elapsed_seconds, const TimingSettings& settings) {

@@ -138,6 +138,18 @@ TEST(ConfigTest, WrongTypesAndValuesNameTheKeyAndTheValue) {
   EXPECT_THROWS_WITH(
       apply_yaml(store, "models: {bert-base: {search: {min_batch: 8, max_batch: 4}}}\n"),
       ConfigError, "min_batch (8) is above max_batch (4)");
+  // Search settings that leave nothing to search, refused before any job or probe.
+  EXPECT_THROWS_WITH(
+      apply_yaml(store, "models: {bert-base: {search: {granularity: 0}}}\n"), ConfigError,
+      "models.bert-base.search.granularity: expected an integer >= 1, got 0");
+  EXPECT_THROWS_WITH(
+      apply_yaml(store, "models: {bert-base: {search: {max_batch: 64, granularity: 128}}}\n"),
+      ConfigError, "granularity (128) is above max_batch (64)");
+  EXPECT_THROWS_WITH(apply_yaml(store, "models: {bert-base: {search: {cudnn_benchmark: 1}}}\n"),
+                     ConfigError,
+                     "models.bert-base.search.cudnn_benchmark: expected true or false, got 1");
+  EXPECT_THROWS_WITH(apply_yaml(store, "run: {cudnn_benchmark_limit: -1}\n"), ConfigError,
+                     "run.cudnn_benchmark_limit: expected an integer from 0 to 10000, got -1");
   EXPECT_THROWS_WITH(apply_yaml(store, "models: {bert-base: {model: {gelu: relu}}}\n"), ConfigError,
                      "models.bert-base.model.gelu: expected one of tanh, erf, got 'relu'");
   EXPECT_THROWS_WITH(apply_yaml(store, "models: {bert-base: {model: {layers: 2.5}}}\n"),

@@ -118,6 +118,7 @@ JobRecord record(const Spec& spec) {
     s.largest_pow2 = largest_power_of_two_at_most(s.max_batch);
     s.probes.resize(spec.status == "no-fit" ? 1 : 5);
     s.stop_reason = spec.status == "no-fit" ? "min_batch does not fit" : "bracket closed";
+    s.converged = true;
     s.seconds = 12.5;
     s.bytes_per_sample = 5.5e7;
     s.fixed_bytes = 1.5e9;

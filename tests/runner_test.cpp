@@ -163,26 +163,62 @@ TEST(RunnerTest, JobSpecRoundTripsThroughJson) {
   spec.batch = 7;
   spec.device = "cuda:1";
   spec.overlays = smoke_overlays("bert-base");
+  spec.search_hint = SearchHint{1e9, 2e8, 3, 4, 5, 6};
+  ProbeRecord probe;
+  probe.batch = 16;
+  probe.sticky = true;
+  probe.error = "CUDA error";
+  spec.search_probes = {probe};
+  spec.search_worker = 1;
   const JobSpec back = JobSpec::from_json(spec.to_json());
   EXPECT_EQ(back.to_json(), spec.to_json());
 }
 
 /// A launcher that answers from a script: the search finds `found`; a timed run fits at or
-/// below `fits_up_to`.
+/// below `fits_up_to`. `interruptions` search workers in a row report a probe that left them
+/// unusable before the search completes.
 class FakeLauncher : public PhaseLauncher {
  public:
-  FakeLauncher(int64_t found, int64_t fits_up_to) : found_(found), fits_up_to_(fits_up_to) {}
+  FakeLauncher(int64_t found, int64_t fits_up_to, int interruptions = 0)
+      : found_(found), fits_up_to_(fits_up_to), interruptions_(interruptions) {}
   JobRecord launch(const JobSpec& spec, double) override {
     calls.push_back(spec.phase + ":" + std::to_string(spec.batch));
     JobRecord r;
     r.model = spec.model;
     r.device.type = "cuda";
     if (spec.phase == "search") {
+      search_specs.push_back(spec);
       SearchRecord s;
+      s.probes = spec.search_probes;
+      ProbeRecord p;
+      p.batch = 16 + spec.search_worker;
+      p.worker = spec.search_worker;
+      if (spec.search_worker < interruptions_) {
+        p.sticky = true;
+        p.error = "CUDA error: an illegal memory access was encountered";
+        s.probes.push_back(p);
+        s.interrupted = true;
+        s.stop_reason = fmt::format("the probe at batch {} left its worker unusable: {}",
+                                    p.batch, p.error);
+        r.search = s;
+        r.status = "failed";
+        r.message = "search: " + s.stop_reason;
+        return r;
+      }
+      p.fits = true;
+      s.probes.push_back(p);
       s.max_batch = found_;
+      s.converged = converges;
       r.search = s;
       r.batch = found_;
       r.status = found_ > 0 ? "ok" : "no-fit";
+      if (!converges) {
+        // What run_phase writes for a search that spent its probe budget.
+        r.search->stop_reason = "probe budget spent (search.max_probes=10)";
+        r.message = "warning: the search did not converge (probe budget spent "
+                    "(search.max_probes=10)); batch " + std::to_string(found_) +
+                    " fits but may be below the largest that does";
+      }
       return r;
     }
     r.batch = spec.batch;
@@ -195,9 +231,12 @@ class FakeLauncher : public PhaseLauncher {
     return r;
   }
   std::vector<std::string> calls;
+  std::vector<JobSpec> search_specs;
+  bool converges = true;  ///< false: the search spends its probe budget
 
  private:
   int64_t found_, fits_up_to_;
+  int interruptions_;
 };
 
 const ConfigStore& builtin() {
@@ -222,26 +261,117 @@ TEST(RunnerTest, SearchThenTimeAtTheFoundBatchAndNormalize) {
 }
 
 TEST(RunnerTest, StepsDownWhenTheFreshProcessDoesNotFitTheFoundBatch) {
+  // 1000 and 990 run out of memory with autotuning in a fresh process; 970 (a step twice the
+  // first) trains; 980, halfway up, does not: the job keeps 970, every attempt recorded.
   FakeLauncher launcher(1000, 975);
   JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
   const JobRecord r = run_job(plan, builtin(), launcher, quiet);
   EXPECT_EQ(launcher.calls, (std::vector<std::string>{"search:0", "time:1000", "time:990",
-                                                      "time:980", "time:970"}));
+                                                      "time:970", "time:980"}));
   EXPECT_EQ(r.status, "ok");
   EXPECT_EQ(r.batch, 970);
   ASSERT_EQ(r.confirm.size(), 4u);
   EXPECT_EQ(r.confirm[0]["status"], "oom");
-  EXPECT_EQ(r.confirm[3]["status"], "ok");
+  EXPECT_EQ(r.confirm[0]["phase"], "confirm");
+  EXPECT_EQ(r.confirm[1]["phase"], "step-down");
+  EXPECT_EQ(r.confirm[2]["status"], "ok");
+  EXPECT_EQ(r.confirm[3]["phase"], "bisect");
+  EXPECT_EQ(r.confirm[3]["status"], "oom");
+  EXPECT_TRUE(r.confirm[3].contains("seconds"));
+  EXPECT_NE(r.message.find("the search's batch 1000 did not fit"), std::string::npos) << r.message;
 }
 
-TEST(RunnerTest, GivesUpAfterFourStepDownsAndFails) {
+TEST(RunnerTest, TheStepDownBisectsBetweenTheLargestFitAndTheSmallestFailure) {
+  SearchSettings s;
+  s.min_batch = 1;
+  s.granularity = 1;
+  using A = std::vector<std::pair<int64_t, bool>>;
+  EXPECT_EQ(next_timed_batch(A{{1000, true}}, s), 0);  // the search's batch trained
+  EXPECT_EQ(next_timed_batch(A{{1000, false}}, s), 990);
+  EXPECT_EQ(next_timed_batch(A{{1000, false}, {990, false}}, s), 970);
+  EXPECT_EQ(next_timed_batch(A{{1000, false}, {990, false}, {970, false}}, s), 930);
+  EXPECT_EQ(next_timed_batch(A{{1000, false}, {990, false}, {970, true}}, s), 980);
+  EXPECT_EQ(next_timed_batch(A{{1000, false}, {990, true}}, s), 0);  // as close as one step
+  // Granularity: steps of whole granules, never below min_batch.
+  s.granularity = 128;
+  s.min_batch = 256;
+  EXPECT_EQ(next_timed_batch(A{{16000, false}}, s), 15744);  // 1% is 160, two granules
+  EXPECT_EQ(next_timed_batch(A{{384, false}, {256, false}}, s), 0);
+  // Bounded: kMaxTimedAttempts timed runs at most.
+  A many;
+  for (int i = 0; i < kMaxTimedAttempts; ++i) many.emplace_back(1000 - i, false);
+  EXPECT_EQ(next_timed_batch(many, s), 0);
+}
+
+TEST(RunnerTest, GivesUpAfterItsTimedRunsAndFails) {
   FakeLauncher launcher(100, 10);
   JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
   const JobRecord r = run_job(plan, builtin(), launcher, quiet);
+  // 100, then 99, 97, 93, 85, 69: steps of 1, 2, 4, 8, 16.
+  EXPECT_EQ(launcher.calls, (std::vector<std::string>{"search:0", "time:100", "time:99",
+                                                      "time:97", "time:93", "time:85",
+                                                      "time:69"}));
   EXPECT_EQ(r.status, "failed");
-  EXPECT_NE(r.message.find("out of memory at batch 96"), std::string::npos) << r.message;
-  EXPECT_EQ(r.confirm.size(), 5u);
+  EXPECT_NE(r.message.find("out of memory at batch 69"), std::string::npos) << r.message;
+  EXPECT_EQ(r.confirm.size(), static_cast<std::size_t>(kMaxTimedAttempts));
   EXPECT_FALSE(r.normalized.has_value());
+}
+
+TEST(RunnerTest, ASearchWhoseWorkerBreaksGoesOnInAFreshOne) {
+  FakeLauncher launcher(1312, 1312, /*interruptions=*/1);
+  JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
+  std::vector<std::string> lines;
+  const JobRecord r =
+      run_job(plan, builtin(), launcher, [&](const std::string& l) { lines.push_back(l); });
+  EXPECT_EQ(launcher.calls, (std::vector<std::string>{"search:0", "search:0", "time:1312"}));
+  ASSERT_EQ(launcher.search_specs.size(), 2u);
+  EXPECT_EQ(launcher.search_specs[1].search_worker, 1);
+  ASSERT_EQ(launcher.search_specs[1].search_probes.size(), 1u);  // the first worker's probes
+  EXPECT_TRUE(launcher.search_specs[1].search_probes[0].sticky);
+  EXPECT_EQ(r.status, "ok");
+  EXPECT_EQ(r.batch, 1312);
+  bool said = false;
+  for (const auto& l : lines) said = said || l.find("goes on in a fresh worker") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
+TEST(RunnerTest, ASearchThatBreaksEveryWorkerFailsTheJobOnly) {
+  FakeLauncher launcher(1312, 1312, /*interruptions=*/kMaxSearchWorkers);
+  JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
+  const JobRecord r = run_job(plan, builtin(), launcher, quiet);
+  EXPECT_EQ(launcher.search_specs.size(), static_cast<std::size_t>(kMaxSearchWorkers));
+  EXPECT_EQ(r.status, "failed");
+  EXPECT_NE(r.message.find("left its worker unusable"), std::string::npos) << r.message;
+  ASSERT_TRUE(r.search.has_value());
+  EXPECT_EQ(r.search->probes.size(), static_cast<std::size_t>(kMaxSearchWorkers));
+}
+
+TEST(RunnerTest, ASearchThatDidNotConvergeSaysSoOnStderrAndInTheRecord) {
+  // The job still runs at the largest batch the search saw fit; the warning is logged (stderr)
+  // when the search ends and kept in the final record, whose search says it did not converge.
+  FakeLauncher launcher(700, 1000);
+  launcher.converges = false;
+  JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
+  std::vector<std::string> lines;
+  const JobRecord r =
+      run_job(plan, builtin(), launcher, [&](const std::string& l) { lines.push_back(l); });
+  EXPECT_EQ(launcher.calls, (std::vector<std::string>{"search:0", "time:700"}));
+  EXPECT_EQ(r.status, "ok");
+  EXPECT_EQ(r.batch, 700);
+  ASSERT_TRUE(r.search.has_value());
+  EXPECT_FALSE(r.search->converged);
+  EXPECT_NE(r.message.find("did not converge"), std::string::npos) << r.message;
+  bool said = false;
+  for (const auto& l : lines) {
+    said = said || (l.find("bert-base: warning:") != std::string::npos &&
+                    l.find("did not converge") != std::string::npos);
+  }
+  EXPECT_TRUE(said);
+  // And through JSON, as the journal and the reports read it.
+  const JobRecord back = JobRecord::from_json(r.to_json());
+  ASSERT_TRUE(back.search.has_value());
+  EXPECT_FALSE(back.search->converged);
+  EXPECT_EQ(back.search->stop_reason, "probe budget spent (search.max_probes=10)");
 }
 
 TEST(RunnerTest, AFixedBatchIsTimedAsGivenWithoutSearchOrStepDown) {

@@ -44,6 +44,45 @@ TEST(TimingTest, WarmupRunsUntilSteadyOrALimit) {
   EXPECT_EQ(warmup_done({900, 100, 300, 50}, 1, t).reason, "every batch shape ran");
 }
 
+TEST(TimingTest, WarmupNeverCutsTheStepsThatMayStillAutotune) {
+  TimingSettings t;
+  t.warmup_steps = 3;
+  t.max_warmup_steps = 50;
+  t.max_warmup_seconds = 30;
+  // stylegan fp32 on an H200: a first step of 129 s (autotuning), then 21 s steps.
+  EXPECT_FALSE(warmup_done({129000}, 129, t, 2).done);  // the second may re-tune
+  const auto d = warmup_done({129000, 21000}, 150, t, 2);
+  EXPECT_TRUE(d.done);
+  EXPECT_EQ(d.reason, "time limit");
+  EXPECT_NE(d.detail.find("2 steps in 150.0 s of 30 s"), std::string::npos) << d.detail;
+  EXPECT_NE(d.detail.find("the first, autotuning included, took 129.0 s"), std::string::npos)
+      << d.detail;
+  // Steps of varying shapes: the whole cycle and the first shape again.
+  EXPECT_EQ(autotune_steps(true, 1), 2);
+  EXPECT_EQ(autotune_steps(false, 8), 9);
+  t.warmup_steps = 8;
+  t.steady_tolerance = -1;
+  EXPECT_FALSE(warmup_done(std::vector<double>(8, 5000), 40, t, 9).done);
+  EXPECT_EQ(warmup_done(std::vector<double>(9, 5000), 45, t, 9).reason, "every batch shape ran");
+}
+
+TEST(TimingTest, WarmupStopsBeforeAStepThatWouldEndPastTheTimeLimit) {
+  TimingSettings t;
+  t.warmup_steps = 5;
+  t.max_warmup_steps = 50;
+  t.max_warmup_seconds = 30;
+  // Autotuning is over after two steps; the third would end at 30.6 s.
+  const auto d = warmup_done({10300, 10100}, 20.5, t, 2);
+  EXPECT_TRUE(d.done);
+  EXPECT_EQ(d.reason, "time limit");
+  EXPECT_NE(d.detail.find("the next step would end past the limit"), std::string::npos)
+      << d.detail;
+  EXPECT_NE(d.detail.find("not steady yet"), std::string::npos) << d.detail;
+  // Short steps: steady long before the limit, once warmup_steps have run.
+  EXPECT_EQ(warmup_done({8000, 100, 100, 100, 100}, 8.4, t, 2).reason, "steady");
+  EXPECT_FALSE(warmup_done({8000, 100, 100, 100}, 8.3, t, 2).done);  // below warmup_steps
+}
+
 TEST(TimingTest, WindowNeedsBothStepsAndSeconds) {
   TimingSettings t;
   t.min_steps = 10;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/autocast_mode.h>
+#include <ATen/native/ConvUtils.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -91,6 +92,26 @@ inline void foreach_mul_(std::vector<torch::Tensor>& tensors, const torch::Tenso
   at::_foreach_mul_(tensors, scalar);
 #else
   for (auto& t : tensors) t.mul_(scalar);
+#endif
+}
+
+/// Whether PyTorch empties the caching allocator after each cuDNN autotuning of a convolution
+/// (at::native::_cudnn_set_conv_benchmark_empty_cache, in libtorch 2.x; 1.13 always empties it,
+/// and the setting is ignored there). The cuDNN autotuner's other bound, the number of algorithms
+/// it times (at::globalContext().setBenchmarkLimitCuDNN), exists in both versions.
+constexpr bool kHasCudnnBenchmarkEmptyCache = kTorchVersion >= 206;
+inline void set_cudnn_benchmark_empty_cache(bool enable) {
+#if GPUBENCH_TORCH_AT_LEAST(2, 6)
+  at::native::_cudnn_set_conv_benchmark_empty_cache(enable);
+#else
+  (void)enable;
+#endif
+}
+inline bool cudnn_benchmark_empty_cache() {
+#if GPUBENCH_TORCH_AT_LEAST(2, 6)
+  return at::native::_cudnn_get_conv_benchmark_empty_cache();
+#else
+  return true;
 #endif
 }
 

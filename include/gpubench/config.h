@@ -24,7 +24,13 @@ struct SearchSettings {
   int64_t max_batch = 1 << 20;  ///< the search never probes above this. Default: 2^20
   int64_t granularity = 1;      ///< the answer is a multiple of this. Default: 1
   int64_t first_probe = 0;      ///< first (cheap) probe; 0 = 4 x min_batch rounded. Default: 0
-  int max_probes = 12;          ///< hard cap on probes per search. Default: 12
+  /// Hard cap on probes per search (the target is at most 8; the margin keeps a search that
+  /// needs one or two more exact, and its record says how many it took). Default: 10
+  int max_probes = 10;
+  /// cuDNN autotuning during the probes. Off, the probes use cuDNN's heuristics: no autotuning
+  /// at every new shape (the cost of a conv workload's probe) and workspaces chosen by shape,
+  /// not by what memory is free. The timed run autotunes (run.cudnn_benchmark). Default: false
+  bool cudnn_benchmark = false;
 };
 
 /// The 2020 numbers of one workload, as its config states them (checked against the table).
@@ -67,7 +73,9 @@ struct ModelConfig {
 struct TimingSettings {
   int warmup_steps = 3;            ///< minimum warm-up steps. Default: 3
   int max_warmup_steps = 50;       ///< warm-up ends here even if not steady. Default: 50
-  double max_warmup_seconds = 60;  ///< ... or after this long [s]. Default: 60
+  /// ... or after this long, once autotuning is over: never before the steps that autotune
+  /// (see warmup_done) [s]. Default: 30
+  double max_warmup_seconds = 30;
   double steady_tolerance =
       0.05;                  ///< last 3 warm-up steps within this of their median. Default: 0.05
   int min_steps = 3;         ///< timed window: at least this many steps. Default: 3
@@ -83,6 +91,14 @@ struct RunSettings {
   double job_timeout_s = 1800;           ///< a worker running longer is killed [s]. Default: 1800
   uint64_t seed = 0;                     ///< weights and synthetic data. Default: 0
   bool cudnn_benchmark = true;  ///< cuDNN autotuning, as the references train. Default: true
+  /// cuDNN algorithms the autotuner times per convolution (PyTorch's
+  /// torch.backends.cudnn.benchmark_limit; 0 = all). Default: 10 (PyTorch's)
+  int cudnn_benchmark_limit = 10;
+  /// Empty the caching allocator after each autotuning of a convolution, as PyTorch does by
+  /// default. Off, the trial workspace stays cached for the next autotuning instead of being
+  /// freed and allocated again; the allocator still frees cached blocks before it runs out of
+  /// memory, so what fits does not change. Default: false
+  bool cudnn_benchmark_empty_cache = false;
 
   Json to_json() const;
 };

@@ -64,6 +64,19 @@ void synchronize(const torch::Device& device);
 /// Makes `device` current for the calling thread.
 void set_current_device(const torch::Device& device);
 
+/// Empty when the device still works; else what is wrong with it (a sticky CUDA error, say).
+/// Synchronizes. Always empty for the CPU.
+std::string device_error(const torch::Device& device);
+
+/// cuDNN's algorithm choice for convolutions: autotuning (`benchmark`, timing up to
+/// `benchmark_limit` algorithms per convolution, 0 = all) or heuristics, and whether the caching
+/// allocator is emptied after each autotuning (libtorch 2.x only).
+void set_cudnn_algorithm_choice(bool benchmark, int benchmark_limit, bool empty_cache);
+/// The current choice as a record states it: {"benchmark", "benchmark_limit",
+/// "empty_cache_after_benchmark"}, plus CUDNN_CONV_WSCAP_DBG and CUBLAS_WORKSPACE_CONFIG when
+/// set in the environment (they bound cuDNN's and cuBLAS's workspaces).
+Json cudnn_algorithm_choice_json();
+
 /// True for out-of-memory: c10::OutOfMemoryError, and the cuDNN/cuBLAS allocation failures
 /// (CUDNN_STATUS_ALLOC_FAILED, CUBLAS_STATUS_ALLOC_FAILED, "out of memory") that mean the same.
 bool is_out_of_memory(const std::exception& error);

@@ -45,7 +45,9 @@ struct JobRecord {
   std::string batch_source;          ///< "search" | "flag" | "cpu"
   Json batch_info = Json::object();  ///< what the workload reports of its batch
   std::optional<SearchRecord> search;
-  Json confirm = Json::array();  ///< timed-run attempts: [{batch, fits, error}]
+  /// Timed-run attempts: [{batch, status, message, seconds, phase}], phase "confirm" (the
+  /// search's batch), "step-down" or "bisect".
+  Json confirm = Json::array();
   Json warmup = Json::object();  ///< {steps, reason, step_time_ms: [...]}
   TimingStats timing;
   std::vector<double> step_time_ms;  ///< every timed step
@@ -53,6 +55,12 @@ struct JobRecord {
   double throughput = 0;             ///< throughput_unit, over the timed window
   int64_t peak_memory_bytes = 0;     ///< peak reserved by the allocator in the timed run
   int64_t peak_allocated_bytes = 0;
+  /// The timed run's memory, apart: {resident_bytes (allocated after the timed window: weights,
+  /// gradients, optimizer state, library workspaces kept), autotune_peak_allocated_bytes (the
+  /// warm-up's peak: cuDNN autotuning's trial workspaces included), window_peak_allocated_bytes
+  /// (the timed window's peak: the workspace-inclusive peak of training), cudnn: the algorithm
+  /// choice}. The activation peak is the search's (search.activation_peak_bytes).
+  Json memory = Json::object();
   std::map<std::string, int64_t> trainable_params;  ///< as built, by network
   Json losses_start = Json::object();               ///< loss values before the timed window
   Json losses = Json::object();                     ///< loss values after the timed window

@@ -28,6 +28,10 @@ struct JobSpec {
   std::string device = "cpu";             ///< "cpu" | "cuda:N"
   std::vector<ConfigOverlay> overlays;    ///< user config file, then the command line
   std::optional<SearchHint> search_hint;  ///< an earlier search's memory line (phase "search")
+  /// Probes of this search that an earlier worker made before it became unusable: the search
+  /// goes on from them (phase "search").
+  std::vector<ProbeRecord> search_probes;
+  int search_worker = 0;  ///< which worker of the search this is, from 0
   std::string progress_label;             ///< "job 3/12 nasnet-large": prefix of progress lines
   double progress_started_unix = 0;       ///< when the suite started (for elapsed times)
 
@@ -38,10 +42,26 @@ struct JobSpec {
 /// Rebuilds the config store a job runs with: the shipped configs plus the overlays.
 ConfigStore resolve_store(const std::vector<ConfigOverlay>& overlays);
 
-/// One search probe: builds the step at ctx.batch, runs two full steps (so optimizer state
-/// exists), reads the peak memory, and releases everything. Out-of-memory (and the cuDNN/cuBLAS
-/// failures that mean the same) is caught and reported as not fitting; other errors propagate.
+/// One search probe: builds the step at ctx.batch, runs two full steps (the first allocates the
+/// optimizer state, the second peaks with it in place), reads the peak and resident memory, and
+/// releases everything. Out-of-memory (and the cuDNN/cuBLAS failures that mean the same) is
+/// caught and reported as not fitting; when the device no longer works after it, the outcome
+/// says the worker is unusable. Other errors propagate.
 ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx);
+
+/// Worker processes one search may use: a probe that leaves its worker unusable is probed again
+/// in a fresh one, with the probes so far.
+constexpr int kMaxSearchWorkers = 3;
+/// Timed runs one job may make: the search's batch, then steps down (1% of it, doubling) until
+/// one fits, then halves of [largest fit, smallest failure] while that is wider than the first
+/// step.
+constexpr int kMaxTimedAttempts = 6;
+
+/// The next batch of a job's timed run after `attempts` ({batch, fitted}, in order; the first is
+/// the search's batch), or 0 when there is none to make: the last one did not run out of
+/// memory, the budget is spent, or the bracket is as narrow as the first step.
+int64_t next_timed_batch(const std::vector<std::pair<int64_t, bool>>& attempts,
+                         const SearchSettings& search);
 
 /// A step's losses as the runner reads them, outside the timed region (reading synchronizes):
 /// each value (null where not finite) and the first that is not finite.

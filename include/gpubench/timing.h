@@ -4,6 +4,8 @@
 #include "gpubench/config.h"
 #include "gpubench/json.h"
 
+#include <cstdint>
+#include <string>
 #include <vector>
 
 namespace gpubench {
@@ -29,14 +31,32 @@ TimingStats summarize_steps(const std::vector<double>& step_ms, double window_se
 /// median: cuDNN autotuning and allocator growth are over.
 bool is_steady(const std::vector<double>& step_ms, double tolerance);
 
-/// Whether warm-up is done after these steps, and why ("steady", "step limit", "time limit").
-/// A negative steady_tolerance means the steps vary in work: warm-up ends at warmup_steps.
+/// Whether warm-up is done after these steps, and why: "steady", "every batch shape ran",
+/// "step limit", "time limit", "minimum steps"; `detail` says more in words (a time limit: how
+/// long the steps took, the first one, autotuning included, on its own).
 struct WarmupDecision {
   bool done = false;
   std::string reason;
+  std::string detail;
 };
+
+/// The rules, in order:
+/// 1. Never before `autotune_steps` steps: the steps during which cuDNN may still autotune (the
+///    first step meets every convolution; the second re-tunes any whose algorithm's workspace no
+///    longer fits once the optimizer state exists; steps of varying shapes need one whole cycle
+///    and the first shape again). No timed step may still be autotuning, whatever the limits.
+/// 2. Steps of varying work (negative steady_tolerance): after warmup_steps.
+/// 3. After warmup_steps, once the last three step times agree ("steady").
+/// 4. At max_warmup_steps ("step limit").
+/// 5. At max_warmup_seconds, or one step before it when the next step would end past it (the
+///    last step took longer than what is left): "time limit". This may cut warmup_steps short.
+/// 6. A warmup_steps below three is taken as asked ("minimum steps").
 WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_seconds,
-                           const TimingSettings& settings);
+                           const TimingSettings& settings, int autotune_steps = 0);
+
+/// The steps during which cuDNN may still autotune: 2 for steps of one shape, the whole cycle of
+/// shapes and one more for steps that vary (rule 1 of warmup_done).
+int autotune_steps(bool uniform_steps, int64_t cycle_steps);
 
 /// Whether the timed window has enough steps and time.
 bool window_done(int steps, double elapsed_seconds, const TimingSettings& settings);

@@ -294,7 +294,8 @@ std::string device_name_of(const std::string& device) {
 }
 
 /// Memory tiers can only emulate smaller cards than the one they run on.
-void check_tier_caps(const std::vector<double>& tiers, const std::string& device) {
+void check_tier_caps(const std::vector<double>& tiers, const std::string& device,
+                     const char* what = "--memory-tiers") {
   if (tiers.empty()) return;
   GPUBENCH_CHECK(device != "cpu", DeviceError,
                  "--memory-tiers emulates smaller GPUs by capping a CUDA device's memory; no "
@@ -304,9 +305,9 @@ void check_tier_caps(const std::vector<double>& tiers, const std::string& device
   const double device_gib = static_cast<double>(info.memory_bytes) / double(int64_t{1} << 30);
   const double largest = *std::max_element(tiers.begin(), tiers.end());
   GPUBENCH_CHECK(largest < device_gib, ConfigError,
-                 "--memory-tiers: {} GiB is not below the {:.1f} GiB of {}; a cap can only "
+                 "{}: {} GiB is not below the {:.1f} GiB of {}; a cap can only "
                  "emulate a smaller card",
-                 format_number(largest), device_gib, info.name);
+                 what, format_number(largest), device_gib, info.name);
 }
 
 /// --json or --csv on the journal's own path would replace the journal with another file.
@@ -450,6 +451,9 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
     run_settings = store.run().to_json();
     if (plan.device == "cpu" && store.run().memory_cap_gib) {
       err << "gpubench: --memory-cap applies to a CUDA device; ignored on the CPU\n";
+    } else if (store.run().memory_cap_gib) {
+      // Before any job: a cap the card cannot enforce would label its result as a smaller one's.
+      check_tier_caps({*store.run().memory_cap_gib}, plan.device, "memory cap");
     }
   }
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
