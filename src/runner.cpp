@@ -88,6 +88,7 @@ StepContext make_context(const ModelConfig& config, const RunSettings& run,
   ctx.precision = run.precision;
   ctx.device = device;
   ctx.seed = run.seed;
+  ctx.runtime = RuntimeSettings::from_params(config.runtime);
   return ctx;
 }
 
@@ -192,6 +193,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   const MemoryStats stats = memory_stats(device);
   record.peak_memory_bytes = stats.reserved_peak;
   record.peak_allocated_bytes = stats.allocated_peak;
+  record.runtime = step->runtime_info();
   for (const auto& [name, loss] : step->losses()) {
     const double value = loss.detach().to(torch::kCPU).to(torch::kDouble).item<double>();
     record.losses[name] = std::isfinite(value) ? Json(value) : Json(nullptr);
