@@ -1,5 +1,7 @@
 #include "models/stylegan.h"
 
+#include "models/conv_gradfix.h"
+
 #include "gpubench/compat.h"
 #include "gpubench/config.h"
 #include "gpubench/errors.h"
@@ -100,9 +102,12 @@ EqualizedConv2dImpl::EqualizedConv2dImpl(int64_t in, int64_t out, int64_t kernel
   if (with_bias) bias = register_parameter("bias", torch::zeros({out}));
 }
 
+// The stride-1 and downscaling convolutions run through gradfix_conv2d: the discriminator's R1
+// penalty differentiates them twice, and libtorch's own double backward of a convolution uses
+// the output gradient as a kernel the size of the feature map (models/conv_gradfix.h).
 torch::Tensor EqualizedConv2dImpl::forward(const torch::Tensor& x, bool add_bias) {
   const int64_t pad = weight.size(-1) / 2;
-  return torch::conv2d(x, weight * weight_scale, add_bias ? bias : torch::Tensor(), 1, pad);
+  return gradfix_conv2d(x, weight * weight_scale, add_bias ? bias : torch::Tensor(), 1, pad);
 }
 
 torch::Tensor EqualizedConv2dImpl::forward_up(const torch::Tensor& x, bool fused, bool add_bias) {
@@ -120,8 +125,8 @@ torch::Tensor EqualizedConv2dImpl::forward_down(const torch::Tensor& x, bool fus
   const auto b = add_bias ? bias : torch::Tensor();
   // The 2x2 average of a constant bias is the bias, so adding it before the average is the
   // reference's apply_bias after it.
-  if (!fused) return torch::avg_pool2d(torch::conv2d(x, weight * weight_scale, b, 1, pad), 2);
-  return torch::conv2d(x, shift_sum(weight * weight_scale) * 0.25, b, 2, pad);
+  if (!fused) return torch::avg_pool2d(gradfix_conv2d(x, weight * weight_scale, b, 1, pad), 2);
+  return gradfix_conv2d(x, shift_sum(weight * weight_scale) * 0.25, b, 2, pad);
 }
 
 Blur2dImpl::Blur2dImpl(int64_t channels) {

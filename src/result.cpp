@@ -40,6 +40,7 @@ Json JobRecord::to_json() const {
               {"peak_memory_bytes", peak_memory_bytes},
               {"peak_allocated_bytes", peak_allocated_bytes},
               {"trainable_params", params},
+              {"losses_start", losses_start},
               {"losses", losses},
               {"clocks", clocks}};
   if (normalized) {
@@ -51,6 +52,7 @@ Json JobRecord::to_json() const {
   } else {
     out["normalized"] = nullptr;
   }
+  if (status == "diverged") out["diverged_throughput"] = diverged_throughput;
   out["config"] = config;
   out["environment"] = environment;
   out["wall_seconds"] = wall_seconds;
@@ -93,7 +95,9 @@ JobRecord JobRecord::from_json(const Json& j) {
   const Json params = j.value("trainable_params", Json::object());
   for (const auto& item : params.items())
     r.trainable_params[item.key()] = item.value().get<int64_t>();
+  r.losses_start = j.value("losses_start", Json::object());
   r.losses = j.value("losses", Json::object());
+  r.diverged_throughput = j.value("diverged_throughput", 0.0);
   r.clocks = j.value("clocks", Json::object());
   if (j.contains("normalized") && j["normalized"].is_object()) {
     const Json& n = j["normalized"];

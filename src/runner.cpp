@@ -4,6 +4,7 @@
 #include "gpubench/errors.h"
 #include "gpubench/nvml.h"
 #include "gpubench/process.h"
+#include "gpubench/profile.h"
 #include "gpubench/registry.h"
 #include "gpubench/strings.h"
 
@@ -118,7 +119,19 @@ ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx) {
   return outcome;
 }
 
-namespace {
+LossReading read_losses(const TrainStep& step) {
+  LossReading reading;
+  for (const auto& [name, loss] : step.losses()) {
+    if (!loss.defined()) continue;
+    const double value = loss.detach().to(torch::kCPU).to(torch::kDouble).item<double>();
+    reading.values[name] = std::isfinite(value) ? Json(value) : Json(nullptr);
+    if (!std::isfinite(value) && reading.non_finite.empty()) {
+      reading.non_finite = name;
+      reading.non_finite_value = std::isnan(value) ? "NaN" : value > 0 ? "+inf" : "-inf";
+    }
+  }
+  return reading;
+}
 
 void time_phase(JobRecord& record, const Architecture& arch, const StepContext& ctx,
                 const RunSettings& run) {
@@ -157,6 +170,39 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   }
   record.warmup = {{"steps", warm_ms.size()}, {"reason", reason}, {"step_time_ms", warm_ms}};
   worker_log(record.model, fmt::format("warm-up: {} steps ({})", warm_ms.size(), reason));
+  // How the step runs (launch, precision, optimizer kernels), settled by the warm-up: a CUDA
+  // graph is captured there.
+  record.runtime = step->runtime_info();
+  // A developer's trace of a few more steps (GPUBENCH_PROFILE_TRACE), outside the window.
+  const ProfileRequest profile = ProfileRequest::from_environment();
+  if (!profile.trace_path.empty()) {
+    const std::string why_not = profile_steps(
+        profile, [&] { step->run(); }, [&] { synchronize(device); });
+    worker_log(record.model, why_not.empty()
+                                 ? fmt::format("profiled {} steps into {}", profile.steps,
+                                               profile.trace_path)
+                                 : "no profile: " + why_not);
+  }
+  // The model's health before the window: reading the losses synchronizes, so it happens here,
+  // outside the timed region.
+  const LossReading at_start = read_losses(*step);
+  record.losses_start = at_start.values;
+  auto mark_diverged = [&](const std::string& problem) {
+    record.status = "diverged";
+    record.message = problem + "; the throughput of a model that no longer trains soundly is "
+                               "not a result";
+    record.diverged_throughput = record.throughput;
+    record.throughput = 0;
+    worker_log(record.model, "diverged: " + problem);
+  };
+  if (!at_start.non_finite.empty()) {
+    // Timing a model that already diverged would measure nothing worth keeping.
+    record.losses = at_start.values;
+    mark_diverged(fmt::format("loss '{}' is {} at the start of the timed window (after {} "
+                              "warm-up steps)",
+                              at_start.non_finite, at_start.non_finite_value, warm_ms.size()));
+    return;
+  }
   worker_log(record.model, fmt::format("timing: at least {} steps and {} s", t.min_steps,
                                        format_number(t.min_seconds)));
 
@@ -193,20 +239,23 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   const MemoryStats stats = memory_stats(device);
   record.peak_memory_bytes = stats.reserved_peak;
   record.peak_allocated_bytes = stats.allocated_peak;
-  record.runtime = step->runtime_info();
-  for (const auto& [name, loss] : step->losses()) {
-    const double value = loss.detach().to(torch::kCPU).to(torch::kDouble).item<double>();
-    record.losses[name] = std::isfinite(value) ? Json(value) : Json(nullptr);
-    if (!std::isfinite(value)) {
-      record.message = fmt::format("warning: loss '{}' is not finite after the timed window", name);
-    }
-  }
+  const LossReading at_end = read_losses(*step);
+  record.losses = at_end.values;
   worker_log(record.model,
              fmt::format("timed: {} steps in {:.2f} s, {} {}", steps, window_seconds,
                          format_significant(record.throughput, 4), record.throughput_unit));
-}
 
-}  // namespace
+  // A number is a result only when the model it timed was training soundly: finite losses at
+  // both ends of the window, and the workload's own degeneracy check.
+  if (!at_end.non_finite.empty()) {
+    mark_diverged(fmt::format("loss '{}' is {} at the end of the timed window (after {} warm-up "
+                              "and {} timed steps)",
+                              at_end.non_finite, at_end.non_finite_value, warm_ms.size(), steps));
+    return;
+  }
+  const std::string degenerate = step->degeneracy();
+  if (!degenerate.empty()) mark_diverged("the model is degenerate: " + degenerate);
+}
 
 Json JobSpec::to_json() const {
   Json overlays_json = Json::array();

@@ -205,6 +205,39 @@ TEST(ReportTest, FailedAndNoFitRunsShowTheirStatus) {
   EXPECT_NE(table.find("note: bert-base: time worker timed out after 1800 s"), std::string::npos);
 }
 
+TEST(ReportTest, ADivergedJobIsAFailedRowNeverAThroughput) {
+  std::vector<JobRecord> jobs = sample();
+  jobs.resize(2);
+  jobs[1].status = "diverged";
+  jobs[1].message = "loss 'mlm' is NaN at the end of the timed window";
+  jobs[1].diverged_throughput = jobs[1].throughput;
+  jobs[1].throughput = 0;
+  jobs[1].normalized.reset();
+  const std::string table = render("table", jobs);
+  const std::string row = table.substr(table.find("\nbert-base ") + 1);
+  EXPECT_EQ(row.rfind("bert-base  examples/s  20.0 (1312)       diverged", 0), 0u) << table;
+  EXPECT_NE(table.find("note: bert-base: loss 'mlm' is NaN"), std::string::npos) << table;
+  // No 4700 anywhere: the diverged job's timing is not a result.
+  EXPECT_EQ(table.find("4700"), std::string::npos) << table;
+  const std::string csv = render("csv", jobs);
+  EXPECT_EQ(csv.find("4700"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",diverged,"), std::string::npos) << csv;
+  // The family mean leaves it out: only the fp32 run has a score.
+  const Comparison c = build_comparison(jobs, store().reference());
+  const auto families = summarize_families(c, store().reference());
+  ASSERT_FALSE(families.empty());
+  int counted = 0;
+  for (const auto& family : families) {
+    for (const auto& run : family.runs) {
+      if (!run || !run->value) continue;
+      ++counted;
+      EXPECT_NEAR(*run->value, 1880.0 / 94.0, 1e-9);
+      EXPECT_EQ(run->counted, std::vector<std::string>{"bert-base"});
+    }
+  }
+  EXPECT_EQ(counted, 1);
+}
+
 TEST(ReportTest, UnknownFormatIsABadInput) {
   std::ostringstream out;
   EXPECT_THROWS_WITH(make_reporter("htlm", out), ConfigError, "--format: unknown format 'htlm'");

@@ -49,6 +49,116 @@ TEST(RunnerTest, TimePhaseOnTheCpuProducesACompleteRecord) {
   EXPECT_EQ(r.environment["software"]["built_with_cuda"], built_with_cuda());
 }
 
+/// A step with one parameter whose loss is finite for its first `finite_runs` runs and NaN (or
+/// +inf) after, and a degeneracy verdict of its own.
+class DivergingStep : public TrainStep {
+ public:
+  DivergingStep(int finite_runs, double bad_value, std::string degenerate)
+      : finite_runs_(finite_runs), bad_value_(bad_value), degenerate_(std::move(degenerate)) {}
+  double run() override {
+    ++runs_;
+    return 3;
+  }
+  std::map<std::string, torch::Tensor> losses() const override {
+    const double value = runs_ <= finite_runs_ ? 1.5 : bad_value_;
+    return {{"aux", torch::tensor(0.25)}, {"box", torch::tensor(value)}};
+  }
+  std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
+    return {{"model", {weight_}}};
+  }
+  std::string degeneracy() const override { return degenerate_; }
+  int runs() const { return runs_; }
+
+ private:
+  int finite_runs_;
+  double bad_value_;
+  std::string degenerate_;
+  int runs_ = 0;
+  torch::Tensor weight_ = torch::zeros({4}).requires_grad_(true);
+};
+
+Architecture diverging_architecture(int finite_runs, double bad_value,
+                                    const std::string& degenerate = "") {
+  Architecture a;
+  a.name = "diverging";
+  a.prepare = [=](const StepContext&) -> std::unique_ptr<TrainStep> {
+    return std::make_unique<DivergingStep>(finite_runs, bad_value, degenerate);
+  };
+  return a;
+}
+
+/// Runs the timed phase of `arch` on the CPU: one warm-up step, then a window of 4 steps.
+JobRecord time_on_cpu(const Architecture& arch) {
+  static const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  RunSettings run;
+  run.cpu_timing = TimingSettings{1, 1, 60, 0.5, 4, 0.0};
+  const ModelConfig& config = store.model("bert-base");
+  StepContext ctx;
+  ctx.config = &config;
+  ctx.batch = 3;
+  JobRecord record;
+  record.model = "diverging";
+  time_phase(record, arch, ctx, run);
+  return record;
+}
+
+TEST(RunnerTest, ALossThatTurnsNaNInTheWindowMakesTheJobDivergedWithoutAThroughput) {
+  const JobRecord r = time_on_cpu(diverging_architecture(/*finite_runs=*/3, std::nan("")));
+  EXPECT_EQ(r.status, "diverged");
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.message.find("loss 'box' is NaN at the end of the timed window"), std::string::npos)
+      << r.message;
+  EXPECT_EQ(r.throughput, 0);
+  EXPECT_GT(r.diverged_throughput, 0);  // what was timed is kept, marked as no result
+  EXPECT_EQ(r.timing.steps, 4);
+  EXPECT_DOUBLE_EQ(r.losses_start["box"].get<double>(), 1.5);
+  EXPECT_TRUE(r.losses["box"].is_null());
+  EXPECT_DOUBLE_EQ(r.losses["aux"].get<double>(), 0.25);
+  // The record says so when read back.
+  const JobRecord back = JobRecord::from_json(r.to_json());
+  EXPECT_EQ(back.status, "diverged");
+  EXPECT_TRUE(back.losses["box"].is_null());
+  EXPECT_DOUBLE_EQ(back.losses_start["box"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(back.diverged_throughput, r.diverged_throughput);
+}
+
+TEST(RunnerTest, ALossAlreadyInfiniteAfterWarmUpStopsTheJobBeforeTheWindow) {
+  const JobRecord r = time_on_cpu(diverging_architecture(/*finite_runs=*/0, INFINITY));
+  EXPECT_EQ(r.status, "diverged");
+  EXPECT_NE(r.message.find("loss 'box' is +inf at the start of the timed window"),
+            std::string::npos)
+      << r.message;
+  EXPECT_EQ(r.timing.steps, 0);  // nothing timed
+  EXPECT_TRUE(r.losses_start["box"].is_null());
+}
+
+TEST(RunnerTest, FiniteLossesKeepTheJobOkAndRecordBothEnds) {
+  const JobRecord r = time_on_cpu(diverging_architecture(/*finite_runs=*/1000, std::nan("")));
+  EXPECT_EQ(r.status, "ok") << r.message;
+  EXPECT_GT(r.throughput, 0);
+  EXPECT_DOUBLE_EQ(r.losses_start["box"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(r.losses["box"].get<double>(), 1.5);
+  EXPECT_EQ(r.to_json().count("diverged_throughput"), 0u);
+}
+
+TEST(RunnerTest, AWorkloadsOwnDegeneracyCheckMakesTheJobDiverged) {
+  const JobRecord r =
+      time_on_cpu(diverging_architecture(1000, 0, "D's scores no longer depend on its input"));
+  EXPECT_EQ(r.status, "diverged");
+  EXPECT_NE(r.message.find("degenerate: D's scores no longer depend on its input"),
+            std::string::npos)
+      << r.message;
+  EXPECT_EQ(r.throughput, 0);
+}
+
+TEST(RunnerTest, ADivergedJobIsNotNormalized) {
+  JobRecord r = time_on_cpu(diverging_architecture(2, std::nan("")));
+  ASSERT_EQ(r.status, "diverged");
+  static const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  normalize(r, store.model("bert-base"), store.reference());
+  EXPECT_FALSE(r.normalized.has_value());
+}
+
 TEST(RunnerTest, JobSpecRoundTripsThroughJson) {
   JobSpec spec;
   spec.model = "bert-base";

@@ -40,7 +40,7 @@ struct Pin {
 
 // Recorded from main at 5cbb877 (before the runtime) on this project's CPU machine (Debian 12,
 // libtorch 1.13, OpenBLAS). yolov3 and mask-rcnn are left out: their losses are being changed
-// on purpose (their NaN fixes).
+// on purpose (their NaN fixes). stylegan's was re-recorded after main's conv_gradfix (below).
 const char* const kFingerprint =
     "0x1.0771f5a54p+6 -0x1.efee482034p+6 -0x1.577df2f9f6fcp+1 -0x1.115bb877ap+13 ";
 const std::vector<Pin>& pins() {
@@ -77,9 +77,12 @@ const std::vector<Pin>& pins() {
         {"g_gan", "0x1.3cbb4p+1"},
         {"g_vgg", "0x1.b3dffcp-3"}},
        "0x1.0e0eb69d74p-3"},
+      // Re-recorded after merging main's 2990f18 (conv_gradfix: the discriminator's double
+      // backward is now convolutions, a deliberate change of its rounding); the pin from
+      // 5cbb877 held on this branch until that merge.
       {"stylegan",
-       {{"d", "0x1.5738cp+0"}, {"g", "0x1.b60696p-1"}, {"r1", "0x1.cf614p-9"}},
-       "-0x1.9d0985b5f57bp+12"},
+       {{"d", "0x1.5733bcp+0"}, {"g", "0x1.b5fb64p-1"}, {"r1", "0x1.cf5eccp-9"}},
+       "-0x1.9d08e6e10fa3p+12"},
   };
   return p;
 }

@@ -34,7 +34,9 @@ struct JobRecord {
   std::string batch_unit;       ///< "sequences"
   std::string throughput_unit;  ///< "examples/s"
   DeviceInfo device;
-  std::string status = "ok";  ///< "ok" | "no-fit" | "failed" | "timeout" | "crashed"
+  /// "ok" | "no-fit" | "diverged" (losses not finite, or the model degenerate: not a result) |
+  /// "failed" | "timeout" | "crashed"
+  std::string status = "ok";
   std::string message;        ///< why it did not succeed
   bool emulated = false;      ///< run under --memory-cap
   bool search_only = false;   ///< a memory-tier job: the search, no timed run (throughput 0)
@@ -53,7 +55,9 @@ struct JobRecord {
   int64_t peak_memory_bytes = 0;     ///< peak reserved by the allocator in the timed run
   int64_t peak_allocated_bytes = 0;
   std::map<std::string, int64_t> trainable_params;  ///< as built, by network
+  Json losses_start = Json::object();               ///< loss values before the timed window
   Json losses = Json::object();                     ///< loss values after the timed window
+  double diverged_throughput = 0;  ///< what a diverged job timed (not a result: throughput is 0)
   Json clocks = Json::object();                     ///< NVML samples over the window
   std::optional<NormalizedScore> normalized;
   Json config = Json::object();       ///< the resolved model config

@@ -43,6 +43,23 @@ ConfigStore resolve_store(const std::vector<ConfigOverlay>& overlays);
 /// failures that mean the same) is caught and reported as not fitting; other errors propagate.
 ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx);
 
+/// A step's losses as the runner reads them, outside the timed region (reading synchronizes):
+/// each value (null where not finite) and the first that is not finite.
+struct LossReading {
+  Json values = Json::object();
+  std::string non_finite;        ///< name of the first non-finite loss ("" when all are finite)
+  std::string non_finite_value;  ///< "NaN", "+inf" or "-inf"
+};
+LossReading read_losses(const TrainStep& step);
+
+/// The timed phase on a prepared architecture: warm-up, the losses, the timed window, the
+/// losses and the workload's degeneracy check again. Fills `record`; a step whose losses are not
+/// finite at either end of the window, or that says it is degenerate, gets status "diverged",
+/// a message naming the loss, and no throughput (the measured one is kept as
+/// diverged_throughput). Model errors propagate (run_phase records them).
+void time_phase(JobRecord& record, const Architecture& arch, const StepContext& ctx,
+                const RunSettings& run);
+
 /// Runs one phase in this process: what `gpubench worker` does. Never throws for a failure of
 /// the model (out of memory, a libtorch error): the record's status says what happened.
 JobRecord run_phase(const JobSpec& spec, const ConfigStore& store);

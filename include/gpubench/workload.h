@@ -93,6 +93,12 @@ class TrainStep {
   /// How the step ran, for the record's `runtime` field: launch (eager or CUDA graphs),
   /// precision, loss scaling, optimizer kernels (train::Runtime::info()). Default: {}
   virtual Json runtime_info() const { return Json::object(); }
+
+  /// A workload's own check that its training is still sound after the last run(), beyond
+  /// finite losses (which the runner checks for every workload): for a GAN, that its
+  /// discriminator still depends on its input. Returns why the model is degenerate, or "" when
+  /// it is healthy. May synchronize: the runner calls it outside the timed region.
+  virtual std::string degeneracy() const { return {}; }
 };
 
 /// Code that builds a workload's training step. Named configs (configs/models/*.yaml) select an

@@ -8,11 +8,15 @@
 #
 # Needs libtorch 2.x headers (GPUBENCH_TORCH2_INCLUDE, default /work/torch26/usr/include: Debian
 # trixie's libtorch-dev 2.6 unpacked with dpkg -x) and CUDA's headers (GPUBENCH_CUDA_INCLUDE,
-# default /usr/local/cuda/include). Not part of CI: trixie's headers are not on a Debian 12 box.
+# default /usr/local/cuda/include). Headers that a CUDA build of libtorch generates and the CPU
+# package lacks come from GPUBENCH_TORCH2_STUBS (default /work/torch26/stub:
+# c10/cuda/impl/cuda_cmake_macros.h, one #define C10_CUDA_BUILD_SHARED_LIBS). Not part of CI:
+# trixie's headers are not on a Debian 12 box.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 torch_inc=${GPUBENCH_TORCH2_INCLUDE:-/work/torch26/usr/include}
 cuda_inc=${GPUBENCH_CUDA_INCLUDE:-/usr/local/cuda/include}
+stub_inc=${GPUBENCH_TORCH2_STUBS:-/work/torch26/stub}
 [ -d "$torch_inc/torch" ] || { echo "check_torch2: no libtorch 2.x headers at $torch_inc" >&2; exit 2; }
 [ -d "$cuda_inc" ] || { echo "check_torch2: no CUDA headers at $cuda_inc" >&2; exit 2; }
 if [ $# -eq 0 ]; then
@@ -25,7 +29,7 @@ trap 'rm -rf "$gen"' EXIT
 failed=0
 for f in "${files[@]}"; do
   if ! g++ -std=c++17 -fsyntax-only -DGPUBENCH_WITH_CUDA=1 -Wno-deprecated-declarations \
-      -I include -I . -I "$torch_inc" -I "$torch_inc/torch/csrc/api/include" -I "$cuda_inc" \
+      -I include -I . -I "$torch_inc" -I "$torch_inc/torch/csrc/api/include" -I "$cuda_inc" -I "$stub_inc" \
       "$f" 2> "$gen/err"; then
     echo "FAIL $f" >&2
     head -30 "$gen/err" >&2

@@ -72,8 +72,11 @@ const std::vector<ResultColumn>& result_columns() {
       {"search_seconds", "search s",
        [](const JobRecord& j) { return j.search ? number(j.search->seconds) : ""; },
        [](const JobRecord& j) { return search_summary(j); }},
-      {"throughput", "throughput", [](const JobRecord& j) { return number(j.throughput); },
+      // A job that failed or diverged has no throughput: an empty value, a dash on screen.
+      {"throughput", "throughput",
+       [](const JobRecord& j) { return j.ok() ? number(j.throughput) : std::string(); },
        [](const JobRecord& j) {
+         if (!j.ok()) return std::string("-");
          return fmt::format("{} {}", format_significant(j.throughput, 4), j.throughput_unit);
        }},
       {"throughput_unit", "unit", [](const JobRecord& j) { return j.throughput_unit; }, nullptr},
@@ -93,6 +96,7 @@ const std::vector<ResultColumn>& result_columns() {
       {"step_time_ms_median", "step median",
        [](const JobRecord& j) { return number(j.timing.median_ms); },
        [](const JobRecord& j) {
+         if (j.timing.steps == 0) return std::string("-");
          return fmt::format("{} ms", format_significant(j.timing.median_ms));
        }},
       {"step_time_ms_mean", "step mean",
@@ -108,7 +112,10 @@ const std::vector<ResultColumn>& result_columns() {
        [](const JobRecord& j) { return number(j.timing.window_seconds); }, nullptr},
       {"peak_memory_bytes", "peak memory",
        [](const JobRecord& j) { return integer(j.peak_memory_bytes); },
-       [](const JobRecord& j) { return format_bytes(static_cast<double>(j.peak_memory_bytes)); }},
+       [](const JobRecord& j) {
+         if (j.peak_memory_bytes == 0) return std::string("-");
+         return format_bytes(static_cast<double>(j.peak_memory_bytes));
+       }},
       {"bytes_per_sample", "per sample",
        [](const JobRecord& j) { return j.search ? number(j.search->bytes_per_sample) : ""; },
        nullptr},

@@ -148,6 +148,10 @@ class RuntimeStep : public TrainStep {
  public:
   std::map<std::string, torch::Tensor> losses() const override { return runtime_.losses(); }
   Json runtime_info() const override { return runtime_.info(); }
+  /// One step; two with CUDA graphs, so that the capture (on the second run) happens in the
+  /// warm-up, never in the timed window. Steps that cycle batches override this with
+  /// runtime_.warmup_steps(..., their order).
+  int64_t warmup_steps() const override { return runtime_.warmup_steps(1, {0, 0}); }
 
  protected:
   explicit RuntimeStep(const StepContext& ctx) : runtime_(ctx) {}
