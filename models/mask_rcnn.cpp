@@ -25,6 +25,9 @@ constexpr int64_t kAnchorLevels = 5;
 /// maskrcnn-benchmark's PIXEL_MEAN (BGR, 0..255); PIXEL_STD is 1.
 constexpr double kPixelMean[3] = {102.9801, 115.9465, 122.7717};
 
+/// Images the FrozenBatchNorm statistics are measured on (2 x 800 x 1344 pixels at full size).
+constexpr int64_t kCalibrationImages = 2;
+
 /// boxes [N, G, 4] at `index` [N, K] -> [N, K, 4].
 torch::Tensor gather_boxes(const torch::Tensor& boxes, const torch::Tensor& index) {
   return boxes.gather(1, index.unsqueeze(-1).expand({-1, -1, 4}));
@@ -152,6 +155,18 @@ ConvFrozenBnImpl::ConvFrozenBnImpl(int64_t in, int64_t out, int64_t kernel, int6
 }
 
 torch::Tensor ConvFrozenBnImpl::forward(const torch::Tensor& x) {
+  if (calibrating) {
+    torch::NoGradGuard no_grad;
+    const auto y = torch::conv2d(x.to(torch::kFloat), conv->weight, {}, {stride_, stride_},
+                                 {padding_, padding_});
+    const auto mean = y.mean({0, 2, 3});
+    const auto var = (y - mean.view({1, -1, 1, 1})).pow(2).mean({0, 2, 3});
+    // FrozenBatchNorm2d has no epsilon: a constant channel must not divide by 0.
+    bn->running_mean.copy_(mean);
+    bn->running_var.copy_(var.clamp_min(1e-5));
+    bn->weight.fill_(calibration_gain);
+    bn->bias.zero_();
+  }
   // conv(x) * scale + shift == conv(x, weight * scale) + shift.
   const auto [scale, shift] = bn->affine();
   return torch::conv2d(x, conv->weight * scale.view({-1, 1, 1, 1}), shift, {stride_, stride_},
@@ -448,6 +463,28 @@ DetectionPlan MaskRcnnImpl::plan(int64_t image_height, int64_t image_width, int6
   return p;
 }
 
+void MaskRcnnImpl::calibrate_frozen_batchnorm(const torch::Tensor& images) {
+  torch::NoGradGuard no_grad;
+  std::vector<rcnn::ConvFrozenBnImpl*> layers;
+  for (const auto& m : backbone->modules(/*include_self=*/false)) {
+    if (auto* layer = m->as<rcnn::ConvFrozenBnImpl>()) layers.push_back(layer);
+  }
+  // Residual branches of gain 1 / sqrt(blocks): the branches' variances sum to 1 whatever the
+  // depth (the scaling of Fixup, Zhang et al. 2019, and SkipInit, De & Smith 2020, for deep
+  // residual networks trained without live normalization, which FrozenBatchNorm is).
+  int64_t blocks = 0;
+  for (const int64_t b : options.blocks()) blocks += b;
+  const double branch_gain = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(blocks, 1)));
+  for (auto& stage : backbone->stages) {
+    for (const auto& block : stage->children()) {
+      block->as<rcnn::BottleneckImpl>()->conv3->calibration_gain = branch_gain;
+    }
+  }
+  for (auto* layer : layers) layer->calibrating = true;
+  backbone->forward(images);  // in order: each layer sees its input normalized already
+  for (auto* layer : layers) layer->calibrating = false;
+}
+
 MaskRcnnLosses MaskRcnnImpl::forward(const DetectionBatch& batch, const DetectionPlan& plan) {
   const MaskRcnnOptions& o = options;
   const int64_t images = batch.images.size(0);
@@ -690,7 +727,7 @@ ParamSchema mask_rcnn_optimizer_schema() {
       {"ims_per_batch",
        ParamKind::kInt,
        16,
-       "SOLVER.IMS_PER_BATCH: the rate scales linearly to the batch",
+       "SOLVER.IMS_PER_BATCH: the rate scales linearly down to smaller batches",
        {},
        1},
       {"momentum", ParamKind::kNumber, 0.9, "SOLVER.MOMENTUM", {}, 0},
@@ -722,9 +759,13 @@ train::Updater make_mask_rcnn_updater(const torch::nn::Module& model, const Para
   }
   train::SgdOptions sgd;
   sgd.momentum = o.f64("momentum");
-  // Goyal et al.'s linear scaling, as maskrcnn-benchmark's README asks for other batch sizes.
-  const double lr =
-      o.f64("base_lr") * static_cast<double>(batch) / static_cast<double>(o.i64("ims_per_batch"));
+  // Goyal et al.'s linear scaling down to smaller batches, as maskrcnn-benchmark's README does
+  // it (2 images: BASE_LR 0.0025); never up: the reference never trains above BASE_LR, and with
+  // its short warm-up from 1/3 a rate scaled up to a large batch diverges within a few
+  // iterations (docs/workloads/mask-rcnn.md, "Solver").
+  const int64_t ims = o.i64("ims_per_batch");
+  const double lr = o.f64("base_lr") * static_cast<double>(std::min(batch, ims)) /
+                    static_cast<double>(ims);
   sgd.lr = lr;
   auto optimizer =
       std::make_unique<train::ScaledLrSgd>(std::vector<train::ParamGroup>{weights, biases},
@@ -756,6 +797,9 @@ class MaskRcnnStep final : public train::RuntimeStep {
     if (ctx.model.flag("channels_last")) {
       batch_.images = batch_.images.contiguous(torch::MemoryFormat::ChannelsLast);
     }
+    // The FrozenBatchNorm statistics, from the first images of the batch.
+    model_->calibrate_frozen_batchnorm(
+        batch_.images.narrow(0, 0, std::min(kCalibrationImages, batch_.images.size(0))));
   }
 
   double run() override {

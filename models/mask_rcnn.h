@@ -122,6 +122,13 @@ class ConvFrozenBnImpl : public torch::nn::Module {
 
   torch::nn::Conv2d conv{nullptr};
   FrozenBatchNorm2d bn{nullptr};
+  /// While set, forward() first sets the statistics from this convolution's output on its
+  /// input (per-channel mean and biased variance; bias 0, weight calibration_gain), so that the
+  /// output has mean 0 and standard deviation calibration_gain on that data, as a BatchNorm
+  /// that has seen it. See MaskRcnnImpl::calibrate_frozen_batchnorm.
+  bool calibrating = false;
+  /// The output standard deviation calibration aims at. Default: 1
+  double calibration_gain = 1.0;
 
  private:
   int64_t stride_, padding_;
@@ -275,6 +282,18 @@ class MaskRcnnImpl : public torch::nn::Module {
   DetectionPlan plan(int64_t image_height, int64_t image_width, int64_t padded_height,
                      int64_t padded_width, const torch::Device& device) const;
 
+  /// Sets the statistics of every FrozenBatchNorm2d of the backbone from its convolution's
+  /// output on `images` (one pass through the backbone without gradient, each layer measured on
+  /// its input with the layers before it already calibrated): mean 0 and standard deviation 1,
+  /// except the last of each residual branch, which gets 1 / sqrt(residual blocks) (0.25 for
+  /// R-50), so the backbone hands the heads normalized features and its residual stream does
+  /// not grow with depth, as in the reference's ImageNet-pretrained backbone. With random
+  /// weights and the identity statistics the features are some 100 times too large, and with
+  /// unit-gain branches the random backbone is too sensitive to its weights: either way training
+  /// at the reference's rate diverges within a few iterations (docs/workloads/mask-rcnn.md,
+  /// "Weights").
+  void calibrate_frozen_batchnorm(const torch::Tensor& images);
+
   /// One training forward pass and its losses, as GeneralizedRCNN.forward in training mode:
   /// backbone and FPN, RPN losses, proposals (no gradient), RoI sampling, box and mask heads.
   /// Fixed shapes throughout: nothing is read back to the host.
@@ -296,7 +315,8 @@ MaskRcnnOptions mask_rcnn_options(const Params& model);
 /// The keys of the `optimizer:` section: maskrcnn-benchmark's SOLVER.
 ParamSchema mask_rcnn_optimizer_schema();
 /// maskrcnn-benchmark's make_optimizer and make_lr_scheduler over `model`'s trainable
-/// parameters, the base rate scaled linearly to `batch` images (BASE_LR is for IMS_PER_BATCH).
+/// parameters, the base rate scaled linearly down to `batch` images when the batch is smaller
+/// than IMS_PER_BATCH (BASE_LR is for IMS_PER_BATCH), and BASE_LR itself for larger batches.
 train::Updater make_mask_rcnn_updater(const torch::nn::Module& model, const Params& optimizer,
                                       int64_t batch, Precision precision,
                                       const torch::Device& device);

@@ -85,8 +85,8 @@ ParamSchema optimizer_schema() {
       {"scales", ParamKind::kNumberList, Json::array({0.1, 0.1}), "factors at the steps", {}, 0},
       {"first_batch",
        ParamKind::kInt,
-       1000,
-       "darknet batch number of the benchmark's first step",
+       1,
+       "darknet batch number of the benchmark's first step (1: darknet's start)",
        {},
        1},
   };

@@ -58,6 +58,57 @@ TEST(MaskRcnnTest, FoldedFrozenBatchNormEqualsConvThenAffine) {
   EXPECT_TRUE(torch::allclose(layer->forward(x), expected, 1e-4, 1e-5));
 }
 
+TEST(MaskRcnnTest, CalibrationNormalizesEachFrozenBatchNormOnItsInput) {
+  torch::manual_seed(0);
+  rcnn::ConvFrozenBn layer(4, 6, 3, 2, 1);
+  const auto x = torch::randn({2, 4, 9, 9}) * 30 + 5;
+  layer->calibration_gain = 0.25;
+  layer->calibrating = true;
+  const auto y = layer->forward(x);
+  layer->calibrating = false;
+  // The statistics are the convolution's own output's: mean 0, standard deviation the gain.
+  const auto mean = y.mean({0, 2, 3});
+  const auto sd = (y - mean.view({1, -1, 1, 1})).pow(2).mean({0, 2, 3}).sqrt();
+  EXPECT_LT(mean.abs().max().item<double>(), 1e-4);
+  EXPECT_TRUE(torch::allclose(sd, torch::full({6}, 0.25), 1e-3, 1e-4)) << sd;
+  // Frozen afterwards: the same input gives the same output, another input is not renormalized.
+  EXPECT_TRUE(torch::allclose(layer->forward(x), y, 1e-5, 1e-6));
+  const auto y2 = layer->forward(x * 2);
+  const auto sd2 = (y2 - y2.mean({0, 2, 3}).view({1, -1, 1, 1})).pow(2).mean({0, 2, 3}).sqrt();
+  EXPECT_TRUE(torch::allclose(sd2, torch::full({6}, 0.5), 1e-3, 1e-4)) << sd2;
+
+  // The whole backbone: every FrozenBatchNorm leaves the identity, each residual branch ends at
+  // gain 1 / sqrt(blocks), and the features the FPN receives are of order 1.
+  const ModelConfig& config = store().model("mask-rcnn");
+  auto options = mask_rcnn_options(config.smoke_model);
+  MaskRcnn model(options);
+  const auto images = torch::randn({2, 3, 64, 96}) * 50;
+  model->calibrate_frozen_batchnorm(images);
+  int64_t blocks = 0;
+  for (const int64_t b : options.blocks()) blocks += b;
+  int layers = 0;
+  for (const auto& m : model->backbone->modules(/*include_self=*/false)) {
+    if (auto* l = m->as<rcnn::ConvFrozenBnImpl>()) {
+      ++layers;
+      EXPECT_FALSE(torch::equal(l->bn->running_var, torch::ones_like(l->bn->running_var)));
+      EXPECT_FALSE(l->calibrating);
+    }
+  }
+  EXPECT_GT(layers, 4 * blocks / 2);
+  for (auto& stage : model->backbone->stages) {
+    for (const auto& block : stage->children()) {
+      const auto& bn = block->as<rcnn::BottleneckImpl>()->conv3->bn;
+      EXPECT_TRUE(torch::allclose(bn->weight, torch::full_like(bn->weight, 1 / std::sqrt(blocks))));
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (const auto& f : model->backbone->forward(images)) {
+    const double sd_f = f.std().item<double>();
+    EXPECT_GT(sd_f, 0.1);
+    EXPECT_LT(sd_f, 10.0);
+  }
+}
+
 TEST(MaskRcnnTest, OwnClassMaskLogitsEqualTheFullPredictorIndexed) {
   torch::manual_seed(0);
   MaskHead head(8, std::vector<int64_t>{8, 8}, 5);
@@ -181,6 +232,12 @@ TEST(MaskRcnnTest, SolverMatchesMakeOptimizerAndWarmupMultiStepLr) {
   const auto gw = torch::ones({2, 1}) * x.sum(0).view({1, 3});  // d sum / d weight
   EXPECT_TRUE(torch::allclose(layer->weight.detach(), w0 - rate * (gw + 1e-4 * w0), 1e-6, 1e-6));
   EXPECT_TRUE(torch::allclose(layer->bias.detach(), b0 - 2 * rate * 5, 1e-6, 1e-6));
+  // Above IMS_PER_BATCH the rate stays BASE_LR (scaled up, it diverges at a large max batch).
+  for (const int64_t batch : {16, 64}) {
+    auto big = make_mask_rcnn_updater(*layer, store().model("mask-rcnn").optimizer, batch,
+                                      Precision::kFp32, torch::kCPU);
+    EXPECT_NEAR(big.optimizer().lr(), 0.02 * (1.0 / 3 + (2.0 / 3) / 500), 1e-12) << batch;
+  }
 }
 
 TEST(MaskRcnnTest, ChannelsLastComputesTheSameLosses) {

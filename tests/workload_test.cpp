@@ -1,6 +1,6 @@
-// Every shipped workload: a CPU smoke step at reduced size (one step runs, the losses are finite,
-// every parameter that got a gradient changed) and the exact trainable-parameter count of the
-// full-size model.
+// Every shipped workload: CPU smoke training at reduced size (20 steps with finite losses,
+// gradients and parameters; after the first, every parameter that got a gradient changed) and
+// the exact trainable-parameter count of the full-size model.
 #include "gpubench/compat.h"
 #include "gpubench/config.h"
 #include "gpubench/device.h"
@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 namespace gpubench {
 namespace {
@@ -40,6 +41,18 @@ double max_abs(const torch::Tensor& t) {
   return t.detach().abs().max().to(torch::kCPU).to(torch::kDouble).item<double>();
 }
 
+bool all_finite(const torch::Tensor& t) {
+  return t.detach().isfinite().all().to(torch::kCPU).item<bool>();
+}
+
+/// Steps of smoke training: enough for a model that diverges at its shipped rate to show it
+/// (mask-rcnn's identity FrozenBatchNorm went NaN at step 7, its scaled-up rate at 13).
+constexpr int kSmokeSteps = 20;
+
+/// Architectures that use layer_norm, which libtorch 1.13's CPU autocast rejects in bf16.
+const std::set<std::string> kLayerNormArchitectures = {
+    "bert-pretraining", "bert-squad", "mt-dnn", "fairseq-transformer", "xlm-unsupmt"};
+
 class WorkloadTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { torch::manual_seed(0); }
@@ -53,15 +66,33 @@ class WorkloadTest : public ::testing::TestWithParam<std::string> {
       ASSERT_FALSE(params.empty()) << network;
       for (const auto& p : params) before[network].push_back(p.detach().clone());
     }
-    const double units = step->run();
-    EXPECT_GT(units, 0);
-    const auto losses = step->losses();
-    ASSERT_FALSE(losses.empty());
-    for (const auto& [name, loss] : losses) {
-      const double value = loss.to(torch::kCPU).to(torch::kDouble).item<double>();
-      EXPECT_TRUE(std::isfinite(value)) << name << " = " << value;
+    for (int s = 1; s <= kSmokeSteps; ++s) {
+      const double units = step->run();
+      EXPECT_GT(units, 0);
+      // The losses of this step, and the gradients it left (the next run() clears them): a
+      // gradient can be NaN while the forward values are still finite.
+      const auto losses = step->losses();
+      ASSERT_FALSE(losses.empty());
+      for (const auto& [name, loss] : losses) {
+        const double value = loss.to(torch::kCPU).to(torch::kDouble).item<double>();
+        ASSERT_TRUE(std::isfinite(value)) << name << " = " << value << " at step " << s;
+      }
+      for (const auto& [network, params] : step->parameters()) {
+        for (std::size_t i = 0; i < params.size(); ++i) {
+          ASSERT_TRUE(!params[i].grad().defined() || all_finite(params[i].grad()))
+              << network << " parameter " << i << ": non-finite gradient at step " << s;
+          ASSERT_TRUE(all_finite(params[i]))
+              << network << " parameter " << i << ": non-finite after step " << s;
+        }
+      }
+      if (s == 1) expect_every_parameter_moved(*step, before);
     }
-    for (const auto& [network, params] : step->parameters()) {
+  }
+
+  /// Every parameter that got a non-negligible gradient differs from `before`.
+  void expect_every_parameter_moved(
+      const TrainStep& step, const std::map<std::string, std::vector<torch::Tensor>>& before) {
+    for (const auto& [network, params] : step.parameters()) {
       // A gradient 10^4 times below the network's largest is numerically zero: a BatchNorm gain
       // whose scale a later BatchNorm removes (through ReLU and a depthwise conv, as in
       // DeepLab's heads) gets only what the epsilon leaks, too little to move an fp32 weight.
@@ -72,7 +103,7 @@ class WorkloadTest : public ::testing::TestWithParam<std::string> {
       int changed = 0;
       for (std::size_t i = 0; i < params.size(); ++i) {
         if (!params[i].grad().defined() || max_abs(params[i].grad()) < 1e-4 * largest) continue;
-        const bool moved = !torch::equal(params[i].detach().cpu(), before[network][i].cpu());
+        const bool moved = !torch::equal(params[i].detach().cpu(), before.at(network)[i].cpu());
         EXPECT_TRUE(moved) << network << " parameter " << i << " got a gradient but did not change";
         changed += moved;
       }
@@ -84,7 +115,7 @@ class WorkloadTest : public ::testing::TestWithParam<std::string> {
 TEST_P(WorkloadTest, SmokeStepTrainsOnTheCpu) { smoke(Precision::kFp32, torch::kCPU); }
 
 TEST_P(WorkloadTest, SmokeStepTrainsUnderBf16AutocastOnTheCpu) {
-  if (!compat::kCpuAutocastLayerNorm) {
+  if (!compat::kCpuAutocastLayerNorm && kLayerNormArchitectures.count(config().architecture)) {
     GTEST_SKIP() << "libtorch " << TORCH_VERSION << "'s CPU autocast rejects bf16 layer_norm "
                  << "inputs; the _CUDA twin and libtorch >= 2.1 run this";
   }

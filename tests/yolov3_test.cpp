@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -387,10 +388,14 @@ TEST(YoloV3Test, LearningRateFollowsDarknetsStepsPolicy) {
   EXPECT_NEAR(rate(400000), 1e-4, 1e-12);
   EXPECT_NEAR(rate(450000), 1e-5, 1e-12);
 
-  // The updater starts at darknet batch `first_batch` and decays convolution weights only.
+  // The shipped updater starts where darknet does, at batch 1; the smoke config's at 1000.
   const auto& config = store().model("yolov3");
   YoloV3 net(YoloV3Options().width(4).blocks({1, 1, 1, 1, 1}));
-  auto updater = make_yolov3_updater(*net, config.optimizer, Precision::kFp32, torch::kCPU);
+  EXPECT_DOUBLE_EQ(
+      make_yolov3_updater(*net, config.optimizer, Precision::kFp32, torch::kCPU).optimizer().lr(),
+      1e-3 * std::pow(1e-3, 4));
+  // From batch first_batch on, decaying convolution weights only.
+  auto updater = make_yolov3_updater(*net, config.smoke_optimizer, Precision::kFp32, torch::kCPU);
   EXPECT_DOUBLE_EQ(updater.optimizer().lr(), 1e-3);
   // With zero gradients only the decay moves anything: conv weights shrink, the rest stays.
   std::vector<torch::Tensor> before;
@@ -416,7 +421,7 @@ TEST(YoloV3Test, LossIsFiniteAndFallsOnOneFixedBatch) {
   StepContext ctx;
   ctx.config = &config;
   ctx.model = Params(arch.model_schema, model, Where{"test", "model"});
-  ctx.optimizer = config.optimizer;  // the shipped rate: 0.001 after burn-in
+  ctx.optimizer = config.smoke_optimizer;  // 0.001, the rate after burn-in
   ctx.batch = 2;
   ctx.seed = 1;
   auto step = arch.prepare(ctx);
@@ -433,6 +438,43 @@ TEST(YoloV3Test, LossIsFiniteAndFallsOnOneFixedBatch) {
   const auto info = step->batch_info();
   EXPECT_EQ(info["boxes_per_image"].get<int64_t>(), 8);
   EXPECT_EQ(info["input_size"].get<int64_t>(), 96);
+}
+
+// The shipped schedule at the full input size, where the per-image objectness gradient sums
+// over all 22,743 predictions (22 times the smoke size's): at the rate after burn-in
+// (first_batch 1000, the old default) the first update kicked the random network so hard that
+// its raw outputs grew from 9 to 263 in four steps here (width 2) and every loss was NaN within
+// 24 steps on the H200 (width 32, batch 16); from darknet's batch 1 they stay where they are.
+TEST(YoloV3Test, ShippedScheduleKeepsTheFullSizeOutputsInRange) {
+  const auto& config = store().model("yolov3");
+  const auto& arch = builtin_registry().get("yolov3");
+  Json model = config.model.json();  // 608 px, the cfg's anchors
+  model["width"] = 2;
+  model["blocks"] = Json::array({1, 1, 1, 1, 1});
+  const Params params(arch.model_schema, model, Where{"test", "model"});
+  torch::manual_seed(0);
+  YoloV3 net(yolov3_options(params));
+  net->train();
+  const YoloLoss loss(yolov3_loss_options(608, 80), torch::kCPU);
+  const YoloBatch batch(2, 608, params.i64("boxes_per_image"), 80, params.f64("min_box"),
+                        params.f64("max_box"), params.f64("max_aspect"), torch::kCPU, 0);
+  auto updater = make_yolov3_updater(*net, config.optimizer, Precision::kFp32, torch::kCPU);
+  double first = 0, largest = 0;
+  for (int step = 1; step <= 4; ++step) {
+    updater.zero_grad();
+    const auto outputs = net->forward(batch.images);
+    double out_max = 0;
+    for (const auto& o : outputs) out_max = std::max(out_max, o.detach().abs().max().item<double>());
+    if (step == 1) first = out_max;
+    largest = std::max(largest, out_max);
+    const auto terms = loss.forward(outputs, batch.boxes, batch.classes);
+    ASSERT_TRUE(std::isfinite(terms.total.item<double>())) << "step " << step;
+    updater.backward_and_step(terms.total);
+    for (const auto& p : net->parameters()) {
+      ASSERT_TRUE(p.grad().isfinite().all().item<bool>()) << "step " << step;
+    }
+  }
+  EXPECT_LT(largest, 2 * first) << "raw outputs grew from " << first << " to " << largest;
 }
 
 }  // namespace

@@ -101,6 +101,7 @@ def main():
     else:
         inputs, types, labels, nsp = batch(config, a.batch, device)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    last = {}
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -118,15 +119,16 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.step(opt)
         scaler.update()
+        last["loss"] = out.loss.detach()
 
-    timing = harness.time_steps(step, a.min_steps, a.min_seconds)
+    timing = harness.time_steps(step, a.min_steps, a.min_seconds, losses=lambda: last)
     result = {
         "reference": f"transformers {transformers.__version__} {type(model).__name__}",
         **harness.environment(), "batch": a.batch,
         "precision": a.precision, "trainable_params": params,
         **harness.summarize(timing, a.batch * len(timing.times_ms), "examples/s"),
     }
-    harness.finish(result, a.json)
+    return harness.finish(result, a.json)
 
 
 if __name__ == "__main__":

@@ -107,6 +107,7 @@ def main():
     images, labels = batch(a.batch, a.size, 21, device)
     images = images.contiguous(memory_format=layout)
     ignore_share = (labels == 255).float().mean().item()
+    last = {}
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -117,8 +118,9 @@ def main():
         scaler.step(opt)
         scaler.update()
         sched.step()
+        last["loss"] = loss.detach()
 
-    timing = harness.time_steps(step, a.min_steps, a.min_seconds)
+    timing = harness.time_steps(step, a.min_steps, a.min_seconds, losses=lambda: last)
     result = {
         "reference": f"torchvision {torchvision.__version__} deeplabv3_resnet101(aux_loss=False)",
         **harness.environment(), "batch": a.batch,
@@ -127,7 +129,7 @@ def main():
         "trainable_params": params, "ignore_share": ignore_share,
         **harness.summarize(timing, a.batch * len(timing.times_ms), "images/s"),
     }
-    harness.finish(result, a.json)
+    return harness.finish(result, a.json)
 
 
 if __name__ == "__main__":

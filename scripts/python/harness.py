@@ -16,14 +16,21 @@ Typical use:
             loss = ...
         scaler.scale(loss).backward()
         ...
-    timing = harness.time_steps(step, a.min_steps, a.min_seconds)
+    timing = harness.time_steps(step, a.min_steps, a.min_seconds, losses=lambda: last)
     result = {"reference": ..., **harness.environment(), "batch": a.batch, ...,
               **harness.summarize(timing, a.batch * len(timing.times_ms), "examples/s")}
-    harness.finish(result, a.json)
+    return harness.finish(result, a.json)   # 1 when a loss is not finite: no throughput
+
+where step() leaves its losses, detached, in the dict `last` ({"loss": loss.detach(), ...}).
+The harness reads them after the warm-up and after the timed window, outside the timed region,
+and a run with any of them NaN or infinite reports no throughput: its result says
+"status": "diverged" and names the losses, and the script exits with 1.
 """
 import collections
 import json
+import math
 import statistics
+import sys
 
 PRECISIONS = ["fp32", "tf32", "amp-bf16", "amp-fp16"]
 
@@ -77,9 +84,22 @@ def autocast(amp):
 
 # ---- Timing ----
 
-Timing = collections.namedtuple("Timing", ["warmup_ms", "times_ms", "units"])
+Timing = collections.namedtuple("Timing", ["warmup_ms", "times_ms", "units", "losses_start",
+                                           "losses_end"])
 Timing.__doc__ = """What time_steps measured: the warm-up step times and the timed window's step
-times, in milliseconds, and (counted=True) the sum of the window's step() results, else None."""
+times, in milliseconds, (counted=True) the sum of the window's step() results, else None, and
+the losses of the step before the window and of the window's last step ({name: float})."""
+
+
+def read_losses(losses):
+    """{name: float} of losses(), a {name: tensor or number} of the last step (reading a tensor
+    waits for the GPU, so call this outside a timed region)."""
+    return {name: float(value) for name, value in losses().items()}
+
+
+def non_finite(values):
+    """The names of the NaN or infinite entries of a {name: float}, sorted."""
+    return sorted(name for name, value in values.items() if not math.isfinite(value))
 
 
 def timed(step, n, counted=False):
@@ -111,8 +131,12 @@ def steady(last, tolerance=0.05):
     return all(abs(t - median) <= tolerance * median for t in last)
 
 
-def time_steps(step, min_steps, min_seconds, max_warmup=50, counted=False):
+def time_steps(step, min_steps, min_seconds, *, losses, max_warmup=50, counted=False):
     """Warm up, then time a window of training steps, the way gpubench times. Returns a Timing.
+
+    losses: a function returning the last step's losses ({name: tensor}); they are read once
+    after the warm-up (the losses the window starts from) and once after the window, both
+    outside the timed region (summarize() checks them).
 
     Warm-up: one step at a time (each timed on its own), until the last three step times are all
     within 5% of their median, or max_warmup warm-up steps have run (at least three run).
@@ -128,11 +152,12 @@ def time_steps(step, min_steps, min_seconds, max_warmup=50, counted=False):
         warm += timed(step, 1, counted)[0]
         if len(warm) >= max_warmup:
             break
+    start = read_losses(losses)
     times, units = timed(step, min_steps, counted)
     while sum(times) / 1000 < min_seconds:
         more, more_units = timed(step, min_steps, counted)
         times, units = times + more, units + more_units
-    return Timing(warm, times, units if counted else None)
+    return Timing(warm, times, units if counted else None, start, read_losses(losses))
 
 
 # ---- Result ----
@@ -145,22 +170,56 @@ def environment():
 
 
 def summarize(timing, units, unit):
-    """The result's timing fields, in their order: warm-up and window step counts, the median
-    step time (ms), throughput = units / the window's summed step times (units: the work the
-    window did, e.g. batch x steps, or timing.units), its unit, and the peak memory torch's
-    caching allocator reserved (read now, so call this right after timing)."""
+    """The result's timing fields, in their order: status ("ok", or "diverged" when a loss
+    before or after the window is not finite, with a message naming it), warm-up and window
+    step counts, the median step time (ms), throughput = units / the window's summed step times
+    (units: the work the window did, e.g. batch x steps, or timing.units; None when diverged:
+    a model whose losses are NaN does not do the reference's work), its unit, the peak memory
+    torch's caching allocator reserved (read now, so call this right after timing), and the
+    losses at the start and at the end of the window."""
     import torch
 
     window = sum(timing.times_ms) / 1000
-    return {"warmup_steps": len(timing.warmup_ms), "steps": len(timing.times_ms),
-            "step_time_ms_median": statistics.median(timing.times_ms),
-            "throughput": units / window, "throughput_unit": unit,
-            "peak_memory_bytes": torch.cuda.max_memory_reserved()}
+    bad_start, bad_end = non_finite(timing.losses_start), non_finite(timing.losses_end)
+    out = {"status": "diverged" if bad_start or bad_end else "ok"}
+    if bad_start or bad_end:
+        where = []
+        if bad_start:
+            where.append(f"{', '.join(bad_start)} before the timed window")
+        if bad_end:
+            where.append(f"{', '.join(bad_end)} at its end")
+        out["message"] = ("diverged: not finite: " + "; ".join(where) +
+                          "; no throughput is reported")
+    out.update({"warmup_steps": len(timing.warmup_ms), "steps": len(timing.times_ms),
+                "step_time_ms_median": statistics.median(timing.times_ms),
+                "throughput": None if bad_start or bad_end else units / window,
+                "throughput_unit": unit,
+                "peak_memory_bytes": torch.cuda.max_memory_reserved(),
+                "losses_start": timing.losses_start, "losses_end": timing.losses_end})
+    return out
 
 
 def finish(result, json_path):
-    """Print the result as indented JSON and, when json_path is given, write it there too."""
-    print(json.dumps(result, indent=2))
+    """Print the result as indented JSON and, when json_path is given, write it there too.
+    Returns the script's exit code: 0, or 1 (with the message on stderr) when the result's
+    status is "diverged". JSON has no NaN: non-finite losses are written as strings."""
+    clean = _json_safe(result)
+    print(json.dumps(clean, indent=2))
     if json_path:
         with open(json_path, "w") as f:
-            json.dump(result, f, indent=2)
+            json.dump(clean, f, indent=2)
+    if result.get("status") == "diverged":
+        print(f"error: {result.get('message', 'diverged')}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _json_safe(value):
+    """value with every non-finite float replaced by its name ("nan", "inf", "-inf")."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value

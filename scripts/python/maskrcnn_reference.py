@@ -13,9 +13,22 @@ MaskRCNN(num_classes=81).) Trainable parameters: 44,125,173, as gpubench's mask-
 Like for like: 800x1333 images (torchvision's transform resizes them by 1.0 and pads to
 800x1344), a fixed number of ground-truth boxes per image with log-uniform sqrt(area) in
 [16, 512] and aspect ratio in [1/2, 2], classes in [1, 81), masks = the ellipse inscribed in
-each box; SGD momentum 0.9, lr 0.02 x batch / 16 (biases 2x, no decay), weight decay 1e-4,
+each box; SGD momentum 0.9, lr 0.02 x min(batch, 16) / 16 (biases 2x, no decay), weight decay 1e-4,
 maskrcnn-benchmark's linear warm-up (1/3 over 500 iterations); strict fp32 (TF32 off in cuBLAS
 and cuDNN) or autocast bf16/fp16 around forward and loss.
+
+FrozenBatchNorm statistics: there are no ImageNet weights, so (as gpubench does) every
+FrozenBatchNorm2d of the backbone gets the statistics of its input on the first two images
+(one pass through the body, without gradient, in the model's own order): mean 0 and standard
+deviation 1, except each residual branch's last (bn3), which gets 1 / sqrt(16) for R-50's 16
+blocks (--bn-stats calibrated, the default). With the identity statistics (--bn-stats
+identity) the randomly initialized backbone without normalization hands the heads features far
+larger than a pretrained one's, and at the reference's rate training diverges within a few
+iterations (every loss NaN at batch 16 in amp-bf16, measured on an H200 on 2026-12-01).
+
+Losses: the harness reads them after the warm-up and after the timed window; when one is NaN
+or infinite the result says "status": "diverged", reports no throughput, and the script exits
+with 1.
 
 Known differences from maskrcnn-benchmark (and gpubench) that torchvision brings: ResNet stride
 in the 3x3 conv; anchors without the legacy +1; no straddling-anchor filter; the 2000
@@ -28,6 +41,7 @@ runs the mask head on 128 slots per image (the reference's maximum).
 
 Usage: maskrcnn_reference.py --batch N --precision fp32|tf32|amp-bf16|amp-fp16 [--json OUT]
        [--min-steps 10] [--min-seconds 5] [--boxes 7] [--count-positives]
+       [--bn-stats calibrated|identity]
 """
 import argparse
 import math
@@ -57,6 +71,40 @@ def build(device):
     return MaskRCNN(backbone, num_classes=CLASSES).to(device).train()
 
 
+def calibrate_frozen_bn(model, images, count=2):
+    """Give every FrozenBatchNorm2d of the backbone body the statistics of its input on the
+    first `count` images, as a BatchNorm that has seen them: bias 0, running_mean and
+    running_var the per-channel mean and (biased) variance, weight 1, except the last of each
+    residual branch (bn3), whose weight is 1 / sqrt(residual blocks), so the branches'
+    variances sum to 1 whatever the depth. One forward pass of the body without gradient; each
+    layer is measured on its input with every earlier layer already calibrated (the hook runs
+    just before the layer does)."""
+    body = model.backbone.body
+    blocks = sum(1 for m in body.modules() if isinstance(m, torchvision.models.resnet.Bottleneck))
+    branch_gain = 1.0 / math.sqrt(blocks)
+
+    def measure(module, inputs):
+        x = inputs[0].float()
+        module.weight.fill_(branch_gain if module.branch_end else 1.0)
+        module.bias.zero_()
+        module.running_mean.copy_(x.mean(dim=(0, 2, 3)))
+        module.running_var.copy_(x.var(dim=(0, 2, 3), unbiased=False).clamp_min(1e-5))
+
+    hooks = []
+    for name, m in body.named_modules():
+        if isinstance(m, FrozenBatchNorm2d):
+            m.branch_end = name.endswith(".bn3")
+            hooks.append(m.register_forward_pre_hook(measure))
+    try:
+        with torch.no_grad():
+            batch = model.transform(images[:count])[0].tensors  # normalized and padded
+            body(batch)
+    finally:
+        for h in hooks:
+            h.remove()
+    return len(hooks)
+
+
 def synthetic(n, boxes_per_image, device, seed=0):
     """Images in [0, 1] (torchvision normalizes them) and COCO-like targets, as gpubench's."""
     g = torch.Generator().manual_seed(seed)
@@ -84,8 +132,9 @@ def synthetic(n, boxes_per_image, device, seed=0):
 
 
 def make_optimizer(model, batch):
-    """maskrcnn-benchmark's make_optimizer (biases at 2x lr, no decay) and WarmupMultiStepLR."""
-    lr = 0.02 * batch / 16
+    """maskrcnn-benchmark's make_optimizer (biases at 2x lr, no decay) and WarmupMultiStepLR;
+    the rate scaled linearly down to smaller batches, never up (as gpubench's mask-rcnn)."""
+    lr = 0.02 * min(batch, 16) / 16
     weights = [p for n, p in model.named_parameters() if p.requires_grad and "bias" not in n]
     biases = [p for n, p in model.named_parameters() if p.requires_grad and "bias" in n]
     opt = torch.optim.SGD([{"params": weights, "lr": lr, "weight_decay": 1e-4},
@@ -108,6 +157,9 @@ def main():
     harness.add_window_args(p)
     p.add_argument("--count-positives", action="store_true",
                    help="after timing, count the box head's sampled positives per image")
+    p.add_argument("--bn-stats", choices=["calibrated", "identity"], default="calibrated",
+                   help="FrozenBatchNorm statistics: measured on two images (default) or the "
+                        "identity, which diverges")
     p.add_argument("--json")
     a = p.parse_args()
 
@@ -121,6 +173,7 @@ def main():
     opt, sched = make_optimizer(model, a.batch)
     scaler = harness.grad_scaler(amp)
     images, targets = synthetic(a.batch, a.boxes, device)
+    calibrated = calibrate_frozen_bn(model, images) if a.bn_stats == "calibrated" else 0
     last = {}
 
     def step():
@@ -134,14 +187,14 @@ def main():
         sched.step()
         last.update({k: v.detach() for k, v in losses.items()}, loss=loss.detach())
 
-    timing = harness.time_steps(step, a.min_steps, a.min_seconds)
+    timing = harness.time_steps(step, a.min_steps, a.min_seconds, losses=lambda: last)
     result = {
         "reference": f"torchvision {torchvision.__version__} MaskRCNN R-50-FPN (FrozenBN, "
                      "trainable_layers=3, 81 classes)",
         **harness.environment(), "batch": a.batch,
         "precision": a.precision, "trainable_params": params, "gt_boxes_per_image": a.boxes,
+        "bn_stats": a.bn_stats, "calibrated_frozen_bn": calibrated,
         **harness.summarize(timing, a.batch * len(timing.times_ms), "images/s"),
-        "losses": {k: float(v) for k, v in last.items()},
     }
     if a.count_positives:
         # The box head's sampled foreground, which is also the mask head's batch.
@@ -158,7 +211,7 @@ def main():
             step()
         model.roi_heads.select_training_samples = select
         result["positive_rois_per_image"] = sum(counts) / len(counts)
-    harness.finish(result, a.json)
+    return harness.finish(result, a.json)
 
 
 if __name__ == "__main__":

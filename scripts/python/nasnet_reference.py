@@ -101,6 +101,7 @@ def main():
     images = (torch.rand(a.batch, 3, 331, 331, device=device, generator=g) * 2 - 1)
     images = images.contiguous(memory_format=layout)
     labels = torch.randint(0, 1000, (a.batch,), device=device, generator=g)
+    last = {}
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -112,8 +113,9 @@ def main():
         scaler.step(opt)
         scaler.update()
         schedule.step()
+        last["loss"] = loss.detach()
 
-    timing = harness.time_steps(step, a.min_steps, a.min_seconds)
+    timing = harness.time_steps(step, a.min_steps, a.min_seconds, losses=lambda: last)
     result = {
         "reference": f"timm {timm.__version__} nasnetalarge",
         **harness.environment(), "batch": a.batch,
@@ -121,7 +123,7 @@ def main():
         "trainable_params": params,
         **harness.summarize(timing, a.batch * len(timing.times_ms), "images/s"),
     }
-    harness.finish(result, a.json)
+    return harness.finish(result, a.json)
 
 
 if __name__ == "__main__":

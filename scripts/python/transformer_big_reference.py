@@ -388,6 +388,7 @@ def main():
         return init + (lr - init) * step / warmup if step < warmup else lr * math.sqrt(warmup / step)
 
     state = {"step": 0}
+    last = {}
 
     def step():
         src, prev, target, ntokens, src_padded = batches[state["step"] % len(batches)]
@@ -401,11 +402,13 @@ def main():
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
+        last["loss"] = loss.detach()
         return ntokens
 
     # counted: each step returns its batch's target tokens (they vary by batch), summed over the
     # timed window for fairseq's wps.
-    timing = harness.time_steps(step, a.min_steps, a.min_seconds, counted=True)
+    timing = harness.time_steps(step, a.min_steps, a.min_seconds, losses=lambda: last,
+                                counted=True)
     result = {
         "reference": "torch.nn twin of fairseq transformer_vaswani_wmt_en_de_big",
         **harness.environment(),
@@ -413,8 +416,7 @@ def main():
         "trainable_params": params, **harness.summarize(timing, timing.units, "words/s"),
         "batch_info": info,
     }
-    harness.finish(result, a.json)
-    return 0
+    return harness.finish(result, a.json)
 
 
 if __name__ == "__main__":
