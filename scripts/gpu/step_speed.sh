@@ -31,7 +31,14 @@ try:
 except Exception:
     print('nan')" "$@"
 }
-ratio() { python3 -c "import sys; a,b=map(float,sys.argv[1:]); print(f'{a/b:.3f}' if b==b and b>0 else 'n/a')" "$1" "$2"; }
+ratio() {  # ratio A B: A/B, or n/a when either is missing (nan, None: a failed or diverged run)
+  python3 -c "import sys
+try:
+    a, b = map(float, sys.argv[1:])
+    print(f'{a/b:.3f}' if a == a and b == b and b > 0 else 'n/a')
+except ValueError:
+    print('n/a')" "$1" "$2"
+}
 
 # ours NAME MODEL BATCH PRECISION [extra run flags...]: one gpubench run, its throughput.
 ours() {
