@@ -2,6 +2,7 @@
 
 #include "gpubench/compat.h"
 #include "gpubench/config.h"
+#include "gpubench/train/runtime.h"
 
 #include <torch/torch.h>
 
@@ -135,8 +136,11 @@ torch::Tensor BertLayerImpl::forward(const torch::Tensor& x,
                                      const std::optional<torch::Tensor>& mask) {
   const int64_t batch = x.size(0), length = x.size(1), heads = options.heads();
   const int64_t head_dim = options.hidden_size() / heads;
-  // [B, L, 3H] -> 3 x [B, heads, L, head_dim]
-  auto qkv_heads = qkv(x).view({batch, length, 3, heads, head_dim}).permute({2, 0, 3, 1, 4});
+  // [B, L, 3H] -> 3 x [B, heads, L, head_dim]. unbind, not three selects: its backward stacks
+  // the three gradients in one kernel, where each select's writes its gradient into a zeroed
+  // copy of the whole projection, and the three are summed.
+  const auto qkv_heads =
+      qkv(x).view({batch, length, 3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
   auto context =
       compat::scaled_dot_product_attention(qkv_heads[0], qkv_heads[1], qkv_heads[2], mask,
                                            is_training() ? options.attention_dropout() : 0.0);
@@ -300,40 +304,39 @@ torch::Tensor masked_lm_loss(BertForPretrainingImpl& model, const torch::Tensor&
 
 namespace {
 
-class BertPretrainingStep final : public TrainStep {
+class BertPretrainingStep final : public train::RuntimeStep {
  public:
   explicit BertPretrainingStep(const StepContext& ctx)
-      : precision_(ctx.precision),
-        device_(ctx.device),
+      : RuntimeStep(ctx),
         all_logits_(ctx.model.str("lm_logits") == "all"),
         model_(build(ctx)),
         batch_(ctx.batch, ctx.model.i64("seq_length"), ctx.model.i64("masked_per_sequence"),
                ctx.model.i64("vocab_size"), ctx.device, ctx.seed),
-        updater_(make_bert_updater(*model_, ctx.optimizer, ctx.precision, ctx.device)) {}
+        updater_(runtime_.add(
+            "model", make_bert_updater(*model_, ctx.optimizer, ctx.precision, ctx.device))) {}
 
   double run() override {
-    updater_.zero_grad();
-    torch::Tensor loss;
-    {
-      AutocastGuard autocast(precision_, device_);
-      auto [sequence, pooled] = model_->bert->forward(batch_.input_ids, batch_.token_type_ids);
-      mlm_ = masked_lm_loss(*model_, sequence, batch_, all_logits_);
-      loss = mlm_;
-      if (model_->next_sentence) {
-        nsp_ = torch::nn::functional::cross_entropy(model_->next_sentence(pooled).to(torch::kFloat),
-                                                    batch_.next_sentence);
-        loss = loss + nsp_;
+    return runtime_.run([&] {
+      updater_.zero_grad();
+      torch::Tensor loss, mlm, nsp;
+      {
+        const auto autocast = runtime_.autocast();
+        auto [sequence, pooled] = model_->bert->forward(batch_.input_ids, batch_.token_type_ids);
+        mlm = masked_lm_loss(*model_, sequence, batch_, all_logits_);
+        loss = mlm;
+        if (model_->next_sentence) {
+          nsp = torch::nn::functional::cross_entropy(
+              model_->next_sentence(pooled).to(torch::kFloat), batch_.next_sentence);
+          loss = loss + nsp;
+        }
       }
-    }
-    loss_ = loss.detach();
-    updater_.backward_and_step(loss);
-    return static_cast<double>(batch_.input_ids.size(0));
-  }
-
-  std::map<std::string, torch::Tensor> losses() const override {
-    std::map<std::string, torch::Tensor> out{{"loss", loss_}, {"mlm", mlm_.detach()}};
-    if (nsp_.defined()) out["nsp"] = nsp_.detach();
-    return out;
+      runtime_.record_loss("loss", loss);
+      runtime_.record_loss("mlm", mlm);
+      if (nsp.defined()) runtime_.record_loss("nsp", nsp);
+      runtime_.backward(updater_, loss);
+      runtime_.update(updater_);
+      return static_cast<double>(batch_.input_ids.size(0));
+    });
   }
 
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
@@ -356,13 +359,10 @@ class BertPretrainingStep final : public TrainStep {
     return model;
   }
 
-  Precision precision_;
-  torch::Device device_;
   bool all_logits_;
   BertForPretraining model_;
   PretrainingBatch batch_;
-  train::Updater updater_;
-  torch::Tensor loss_, mlm_, nsp_;
+  train::Updater& updater_;
 };
 
 }  // namespace

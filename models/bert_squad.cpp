@@ -1,6 +1,7 @@
 #include "models/bert_squad.h"
 
 #include "gpubench/config.h"
+#include "gpubench/train/runtime.h"
 
 #include <torch/torch.h>
 
@@ -110,34 +111,35 @@ std::pair<torch::Tensor, torch::Tensor> BertForQuestionAnsweringImpl::forward(
 
 namespace {
 
-class BertSquadStep final : public TrainStep {
+class BertSquadStep final : public train::RuntimeStep {
  public:
   explicit BertSquadStep(const StepContext& ctx)
-      : precision_(ctx.precision),
-        device_(ctx.device),
+      : RuntimeStep(ctx),
         model_(build(ctx)),
         batch_(ctx.batch, lengths_from(ctx.model), ctx.model.i64("vocab_size"), ctx.device,
                ctx.seed),
-        updater_(make_bert_updater(*model_, ctx.optimizer, ctx.precision, ctx.device)) {}
+        updater_(runtime_.add(
+            "model", make_bert_updater(*model_, ctx.optimizer, ctx.precision, ctx.device))) {}
 
   double run() override {
-    updater_.zero_grad();
-    torch::Tensor loss;
-    {
-      AutocastGuard autocast(precision_, device_);
-      auto [start, end] = model_->forward(batch_);
-      // run_squad.py: the mean of the start and end cross-entropies over all positions.
-      loss =
-          (torch::nn::functional::cross_entropy(start.to(torch::kFloat), batch_.start_positions) +
-           torch::nn::functional::cross_entropy(end.to(torch::kFloat), batch_.end_positions)) /
-          2;
-    }
-    loss_ = loss.detach();
-    updater_.backward_and_step(loss);
-    return static_cast<double>(batch_.input_ids.size(0));
+    return runtime_.run([&] {
+      updater_.zero_grad();
+      torch::Tensor loss;
+      {
+        const auto autocast = runtime_.autocast();
+        auto [start, end] = model_->forward(batch_);
+        // run_squad.py: the mean of the start and end cross-entropies over all positions.
+        loss =
+            (torch::nn::functional::cross_entropy(start.to(torch::kFloat), batch_.start_positions) +
+             torch::nn::functional::cross_entropy(end.to(torch::kFloat), batch_.end_positions)) /
+            2;
+      }
+      runtime_.record_loss("loss", loss);
+      runtime_.backward(updater_, loss);
+      runtime_.update(updater_);
+      return static_cast<double>(batch_.input_ids.size(0));
+    });
   }
-
-  std::map<std::string, torch::Tensor> losses() const override { return {{"loss", loss_}}; }
 
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
     return {{"model", model_->parameters()}};
@@ -161,12 +163,9 @@ class BertSquadStep final : public TrainStep {
     return model;
   }
 
-  Precision precision_;
-  torch::Device device_;
   BertForQuestionAnswering model_;
   SquadBatch batch_;
-  train::Updater updater_;
-  torch::Tensor loss_;
+  train::Updater& updater_;
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "models/deeplab.h"
 
+#include "gpubench/train/runtime.h"
+
 #include <torch/torch.h>
 
 #include <cmath>
@@ -571,18 +573,18 @@ void to_channels_last(torch::nn::Module& module) {
 /// One DeepLab training step: forward to logits at the label size, the ignore-255 loss,
 /// backward, SGD. `Model` is DeepLabV3Plus or DeepLabV3.
 template <typename Model>
-class SegmentationStep final : public TrainStep {
+class SegmentationStep final : public train::RuntimeStep {
  public:
   SegmentationStep(const StepContext& ctx, Model model, InputRange range)
-      : precision_(ctx.precision),
-        device_(ctx.device),
+      : RuntimeStep(ctx),
         ignore_label_(ctx.model.i64("ignore_label")),
         channels_last_(use_channels_last(ctx.model.str("memory_format"), ctx.precision)),
         model_(place(std::move(model), ctx.device)),
         batch_(ctx.batch, ctx.model.i64("image_size"), ctx.model.i64("num_classes"),
                ctx.model.i64("max_objects"), ctx.model.i64("ignore_band"), ignore_label_, range,
                ctx.device, ctx.seed),
-        updater_(make_deeplab_updater(*model_, ctx.optimizer, ctx.precision, ctx.device)) {
+        updater_(runtime_.add(
+            "model", make_deeplab_updater(*model_, ctx.optimizer, ctx.precision, ctx.device))) {
     if (channels_last_) {
       batch_.images = batch_.images.contiguous(torch::MemoryFormat::ChannelsLast);
     }
@@ -590,19 +592,20 @@ class SegmentationStep final : public TrainStep {
   }
 
   double run() override {
-    updater_.zero_grad();
-    torch::Tensor loss;
-    {
-      AutocastGuard autocast(precision_, device_);
-      loss =
-          segmentation_cross_entropy(model_->forward(batch_.images), batch_.labels, ignore_label_);
-    }
-    loss_ = loss.detach();
-    updater_.backward_and_step(loss);
-    return static_cast<double>(batch_.images.size(0));
+    return runtime_.run([&] {
+      updater_.zero_grad();
+      torch::Tensor loss;
+      {
+        const auto autocast = runtime_.autocast();
+        loss = segmentation_cross_entropy(model_->forward(batch_.images), batch_.labels,
+                                          ignore_label_);
+      }
+      runtime_.record_loss("loss", loss);
+      runtime_.backward(updater_, loss);
+      runtime_.update(updater_);
+      return static_cast<double>(batch_.images.size(0));
+    });
   }
-
-  std::map<std::string, torch::Tensor> losses() const override { return {{"loss", loss_}}; }
 
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
     return {{"model", model_->parameters()}};
@@ -625,15 +628,12 @@ class SegmentationStep final : public TrainStep {
     return model;
   }
 
-  Precision precision_;
-  torch::Device device_;
   int64_t ignore_label_;
   bool channels_last_;
   Model model_;
   SegmentationBatch batch_;
-  train::Updater updater_;
+  train::Updater& updater_;
   double ignore_share_ = 0;
-  torch::Tensor loss_;
 };
 
 /// The registry entry of a DeepLab build: `Model` built from `options(model params)`, trained

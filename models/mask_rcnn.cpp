@@ -1,6 +1,7 @@
 #include "models/mask_rcnn.h"
 
 #include "gpubench/config.h"
+#include "gpubench/train/runtime.h"
 
 #include <torch/torch.h>
 
@@ -779,11 +780,10 @@ train::Updater make_mask_rcnn_updater(const torch::nn::Module& model, const Para
 
 namespace {
 
-class MaskRcnnStep final : public TrainStep {
+class MaskRcnnStep final : public train::RuntimeStep {
  public:
   explicit MaskRcnnStep(const StepContext& ctx)
-      : precision_(ctx.precision),
-        device_(ctx.device),
+      : RuntimeStep(ctx),
         model_(build(ctx)),
         batch_(synthetic_detection_batch(
             ctx.batch, ctx.model.i64("image_height"), ctx.model.i64("image_width"),
@@ -792,8 +792,8 @@ class MaskRcnnStep final : public TrainStep {
             ctx.model.i64("num_classes"), ctx.device, ctx.seed)),
         plan_(model_->plan(batch_.image_height, batch_.image_width, batch_.images.size(2),
                            batch_.images.size(3), ctx.device)),
-        updater_(
-            make_mask_rcnn_updater(*model_, ctx.optimizer, ctx.batch, ctx.precision, ctx.device)) {
+        updater_(runtime_.add("model", make_mask_rcnn_updater(*model_, ctx.optimizer, ctx.batch,
+                                                              ctx.precision, ctx.device))) {
     if (ctx.model.flag("channels_last")) {
       batch_.images = batch_.images.contiguous(torch::MemoryFormat::ChannelsLast);
     }
@@ -803,27 +803,24 @@ class MaskRcnnStep final : public TrainStep {
   }
 
   double run() override {
-    updater_.zero_grad();
-    torch::Tensor loss;
-    {
-      AutocastGuard autocast(precision_, device_);
-      const auto losses = model_->forward(batch_, plan_);
-      loss = losses.total();
-      // Detached copies: the graph goes with backward.
-      last_ = {losses.objectness.detach(), losses.rpn_box_reg.detach(), losses.classifier.detach(),
-               losses.box_reg.detach(),    losses.mask.detach(),        losses.positive_rois};
-    }
-    updater_.backward_and_step(loss);
-    return static_cast<double>(batch_.images.size(0));
-  }
-
-  std::map<std::string, torch::Tensor> losses() const override {
-    return {{"loss", last_.total()},
-            {"loss_objectness", last_.objectness},
-            {"loss_rpn_box_reg", last_.rpn_box_reg},
-            {"loss_classifier", last_.classifier},
-            {"loss_box_reg", last_.box_reg},
-            {"loss_mask", last_.mask}};
+    return runtime_.run([&] {
+      updater_.zero_grad();
+      torch::Tensor loss;
+      {
+        const auto autocast = runtime_.autocast();
+        const auto losses = model_->forward(batch_, plan_);
+        loss = losses.total();
+        runtime_.record_loss("loss", loss);
+        runtime_.record_loss("loss_objectness", losses.objectness);
+        runtime_.record_loss("loss_rpn_box_reg", losses.rpn_box_reg);
+        runtime_.record_loss("loss_classifier", losses.classifier);
+        runtime_.record_loss("loss_box_reg", losses.box_reg);
+        runtime_.record_loss("loss_mask", losses.mask);
+      }
+      runtime_.backward(updater_, loss);
+      runtime_.update(updater_);
+      return static_cast<double>(batch_.images.size(0));
+    });
   }
 
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
@@ -860,13 +857,10 @@ class MaskRcnnStep final : public TrainStep {
     return model;
   }
 
-  Precision precision_;
-  torch::Device device_;
   MaskRcnn model_;
   DetectionBatch batch_;
   DetectionPlan plan_;
-  train::Updater updater_;
-  MaskRcnnLosses last_;
+  train::Updater& updater_;
 };
 
 }  // namespace

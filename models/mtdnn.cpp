@@ -1,6 +1,7 @@
 #include "models/mtdnn.h"
 
 #include "gpubench/config.h"
+#include "gpubench/train/runtime.h"
 
 #include <torch/torch.h>
 
@@ -294,14 +295,13 @@ GlueBatch::GlueBatch(const GlueTask& t, int64_t task_index, int64_t batch, int64
 
 namespace {
 
-class MtDnnStep final : public TrainStep {
+class MtDnnStep final : public train::RuntimeStep {
  public:
   explicit MtDnnStep(const StepContext& ctx)
-      : precision_(ctx.precision),
-        device_(ctx.device),
+      : RuntimeStep(ctx),
         tasks_(glue_tasks(ctx.model)),
         model_(build(ctx, tasks_)),
-        updater_(make_updater(*model_, ctx)) {
+        updater_(runtime_.add("model", make_updater(*model_, ctx))) {
     const int64_t max_length = ctx.model.i64("max_seq_length");
     const int64_t vocab = ctx.model.i64("vocab_size");
     for (std::size_t t = 0; t < tasks_.size(); ++t) {
@@ -321,30 +321,35 @@ class MtDnnStep final : public TrainStep {
                           vocab, ctx.device, ctx.seed + 1,
                           longest_example(tasks_[heaviest], max_length));
     order_ = draw_order(ctx);
-    warmup_steps_ = static_cast<int64_t>(tasks_.size()) + 2;
+    // Every batch once after the peak twice (see draw_order); with CUDA graphs, until each
+    // batch the order repeats is captured.
+    warmup_steps_ = runtime_.warmup_steps(static_cast<int64_t>(tasks_.size()) + 2, order_);
   }
 
   double run() override {
-    const GlueBatch& b = batches_[static_cast<std::size_t>(order_[next_ % order_.size()])];
+    // The batch is chosen outside the iteration: each batch is its own captured variant.
+    const int64_t index = order_[next_ % order_.size()];
     ++next_;
-    updater_.zero_grad();
-    torch::Tensor loss;
-    {
-      AutocastGuard autocast(precision_, device_);
-      auto out = model_
-                     ->forward(b.task, b.input_ids, b.token_type_ids, b.attention_mask,
-                               b.premise_mask, b.hypothesis_mask)
-                     .to(torch::kFloat);
-      loss = tasks_[static_cast<std::size_t>(b.task)].head == "regression"
-                 ? torch::mse_loss(out, b.labels)
-                 : torch::nn::functional::cross_entropy(out, b.labels);
-    }
-    loss_ = loss.detach();
-    updater_.backward_and_step(loss);
-    return static_cast<double>(b.input_ids.size(0));
+    const GlueBatch& b = batches_[static_cast<std::size_t>(index)];
+    return runtime_.run(index, [&] {
+      updater_.zero_grad();
+      torch::Tensor loss;
+      {
+        const auto autocast = runtime_.autocast();
+        auto out = model_
+                       ->forward(b.task, b.input_ids, b.token_type_ids, b.attention_mask,
+                                 b.premise_mask, b.hypothesis_mask)
+                       .to(torch::kFloat);
+        loss = tasks_[static_cast<std::size_t>(b.task)].head == "regression"
+                   ? torch::mse_loss(out, b.labels)
+                   : torch::nn::functional::cross_entropy(out, b.labels);
+      }
+      runtime_.record_loss("loss", loss);
+      runtime_.backward(updater_, loss);
+      runtime_.update(updater_);
+      return static_cast<double>(b.input_ids.size(0));
+    });
   }
-
-  std::map<std::string, torch::Tensor> losses() const override { return {{"loss", loss_}}; }
 
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
     return {{"model", model_->parameters()}};
@@ -425,17 +430,14 @@ class MtDnnStep final : public TrainStep {
     return order;
   }
 
-  Precision precision_;
-  torch::Device device_;
   std::vector<GlueTask> tasks_;
   MtDnn model_;
-  train::Updater updater_;
+  train::Updater& updater_;
   std::vector<GlueBatch> batches_;
   std::vector<int64_t> order_;
   std::size_t next_ = 0;
   int64_t warmup_steps_ = 1;
   int64_t representative_steps_ = 1;
-  torch::Tensor loss_;
 };
 
 }  // namespace

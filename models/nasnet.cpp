@@ -1,5 +1,7 @@
 #include "models/nasnet.h"
 
+#include "gpubench/train/runtime.h"
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -493,34 +495,34 @@ void to_channels_last(torch::nn::Module& module) {
   }
 }
 
-class NasNetStep final : public TrainStep {
+class NasNetStep final : public train::RuntimeStep {
  public:
   explicit NasNetStep(const StepContext& ctx)
-      : precision_(ctx.precision),
-        device_(ctx.device),
+      : RuntimeStep(ctx),
         label_smoothing_(ctx.model.f64("label_smoothing")),
         model_(build(ctx)),
         batch_(ctx.batch, ctx.model.i64("image_size"), ctx.model.i64("num_classes"),
                ctx.model.str("memory_format") == "channels_last", ctx.device, ctx.seed),
-        updater_(
-            make_nasnet_updater(*model_, ctx.optimizer, ctx.batch, ctx.precision, ctx.device)) {}
+        updater_(runtime_.add("model", make_nasnet_updater(*model_, ctx.optimizer, ctx.batch,
+                                                           ctx.precision, ctx.device))) {}
 
   double run() override {
-    updater_.zero_grad();
-    torch::Tensor loss;
-    {
-      AutocastGuard autocast(precision_, device_);
-      const auto logits = model_->forward(batch_.images);
-      loss = torch::nn::functional::cross_entropy(
-          logits.to(torch::kFloat), batch_.labels,
-          torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(label_smoothing_));
-    }
-    loss_ = loss.detach();
-    updater_.backward_and_step(loss);
-    return static_cast<double>(batch_.images.size(0));
+    return runtime_.run([&] {
+      updater_.zero_grad();
+      torch::Tensor loss;
+      {
+        const auto autocast = runtime_.autocast();
+        const auto logits = model_->forward(batch_.images);
+        loss = torch::nn::functional::cross_entropy(
+            logits.to(torch::kFloat), batch_.labels,
+            torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(label_smoothing_));
+      }
+      runtime_.record_loss("loss", loss);
+      runtime_.backward(updater_, loss);
+      runtime_.update(updater_);
+      return static_cast<double>(batch_.images.size(0));
+    });
   }
-
-  std::map<std::string, torch::Tensor> losses() const override { return {{"loss", loss_}}; }
 
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
     return {{"model", model_->parameters()}};
@@ -545,13 +547,10 @@ class NasNetStep final : public TrainStep {
     return model;
   }
 
-  Precision precision_;
-  torch::Device device_;
   double label_smoothing_;
   NasNet model_;
   ImageBatch batch_;
-  train::Updater updater_;
-  torch::Tensor loss_;
+  train::Updater& updater_;
 };
 
 }  // namespace

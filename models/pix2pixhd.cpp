@@ -1,6 +1,7 @@
 #include "models/pix2pixhd.h"
 
 #include "gpubench/config.h"
+#include "gpubench/train/runtime.h"
 
 #include <torch/torch.h>
 
@@ -458,11 +459,10 @@ train::Updater make_adam_updater(const torch::nn::Module& module, const Params& 
   return train::Updater(std::make_unique<train::Adam>(std::move(groups), adam), precision, device);
 }
 
-class Pix2PixHDStep final : public TrainStep {
+class Pix2PixHDStep final : public train::RuntimeStep {
  public:
   explicit Pix2PixHDStep(const StepContext& ctx)
-      : precision_(ctx.precision),
-        device_(ctx.device),
+      : RuntimeStep(ctx),
         classes_(ctx.model.i64("label_classes")),
         with_instances_(ctx.model.flag("instance_edges")),
         loss_options_(loss_options(ctx.model)),
@@ -471,32 +471,36 @@ class Pix2PixHDStep final : public TrainStep {
         vgg_(build_vgg(ctx)),
         batch_(ctx.batch, ctx.model.i64("height"), ctx.model.i64("width"), classes_,
                ctx.model.i64("regions"), ctx.device, ctx.seed),
-        g_updater_(make_adam_updater(*generator_, ctx.optimizer, ctx.precision, ctx.device)),
-        d_updater_(make_adam_updater(*discriminator_, ctx.optimizer, ctx.precision, ctx.device)) {}
+        g_updater_(runtime_.add(
+            "generator", make_adam_updater(*generator_, ctx.optimizer, ctx.precision, ctx.device))),
+        d_updater_(runtime_.add("discriminator", make_adam_updater(*discriminator_, ctx.optimizer,
+                                                                   ctx.precision, ctx.device))) {}
 
   double run() override {
-    // Last step's gradients are dead; dropping them now rather than at backward (as train.py
-    // does) keeps G's 0.7 GB of gradients out of the forward's peak.
-    g_updater_.zero_grad();
-    d_updater_.zero_grad();
-    Pix2PixHDLosses losses;
-    {
-      AutocastGuard autocast(precision_, device_);
-      const auto input = encode_label_input(
-          batch_.label, with_instances_ ? batch_.instance : torch::Tensor(), classes_);
-      losses = pix2pixhd_losses(*generator_, *discriminator_, vgg_ ? vgg_.get() : nullptr, input,
-                                batch_.image, loss_options_);
-    }
-    record(losses);
-    // train.py: loss_G backward and Adam_G step, then loss_D backward and Adam_D step. loss_G
-    // also reached D's parameters (through D(fake)); those gradients are zeroed first.
-    g_updater_.backward_and_step(losses.g);
-    d_updater_.zero_grad();
-    d_updater_.backward_and_step(losses.d);
-    return static_cast<double>(batch_.image.size(0));
+    return runtime_.run([&] {
+      // Last step's gradients are dead; dropping them now rather than at backward (as train.py
+      // does) keeps G's 0.7 GB of gradients out of the forward's peak.
+      g_updater_.zero_grad();
+      d_updater_.zero_grad();
+      Pix2PixHDLosses losses;
+      {
+        const auto autocast = runtime_.autocast();
+        const auto input = encode_label_input(
+            batch_.label, with_instances_ ? batch_.instance : torch::Tensor(), classes_);
+        losses = pix2pixhd_losses(*generator_, *discriminator_, vgg_ ? vgg_.get() : nullptr, input,
+                                  batch_.image, loss_options_);
+      }
+      record(losses);
+      // train.py: loss_G backward and Adam_G step, then loss_D backward and Adam_D step. loss_G
+      // also reached D's parameters (through D(fake)); those gradients are zeroed first.
+      runtime_.backward(g_updater_, losses.g);
+      runtime_.update(g_updater_);
+      d_updater_.zero_grad();
+      runtime_.backward(d_updater_, losses.d);
+      runtime_.update(d_updater_);
+      return static_cast<double>(batch_.image.size(0));
+    });
   }
-
-  std::map<std::string, torch::Tensor> losses() const override { return losses_; }
 
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
     return {{"generator", generator_->parameters()},
@@ -554,17 +558,15 @@ class Pix2PixHDStep final : public TrainStep {
   }
 
   void record(const Pix2PixHDLosses& l) {
-    losses_ = {{"g_gan", l.g_gan.detach()},
-               {"d_real", l.d_real.detach()},
-               {"d_fake", l.d_fake.detach()},
-               {"g", l.g.detach()},
-               {"d", l.d.detach()}};
-    if (l.g_feat.defined()) losses_["g_feat"] = l.g_feat.detach();
-    if (l.g_vgg.defined()) losses_["g_vgg"] = l.g_vgg.detach();
+    runtime_.record_loss("g_gan", l.g_gan);
+    runtime_.record_loss("d_real", l.d_real);
+    runtime_.record_loss("d_fake", l.d_fake);
+    runtime_.record_loss("g", l.g);
+    runtime_.record_loss("d", l.d);
+    if (l.g_feat.defined()) runtime_.record_loss("g_feat", l.g_feat);
+    if (l.g_vgg.defined()) runtime_.record_loss("g_vgg", l.g_vgg);
   }
 
-  Precision precision_;
-  torch::Device device_;
   int64_t classes_;
   bool with_instances_;
   Pix2PixHDLossOptions loss_options_;
@@ -572,8 +574,7 @@ class Pix2PixHDStep final : public TrainStep {
   MultiscaleDiscriminator discriminator_;
   Vgg19Features vgg_;
   CityscapesBatch batch_;
-  train::Updater g_updater_, d_updater_;
-  std::map<std::string, torch::Tensor> losses_;
+  train::Updater &g_updater_, &d_updater_;
 };
 
 }  // namespace

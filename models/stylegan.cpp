@@ -5,6 +5,7 @@
 #include "gpubench/compat.h"
 #include "gpubench/config.h"
 #include "gpubench/errors.h"
+#include "gpubench/train/runtime.h"
 
 #include <torch/torch.h>
 
@@ -480,11 +481,10 @@ class FrozenParameters {
   std::vector<torch::Tensor> params_;
 };
 
-class StyleGanStep final : public TrainStep {
+class StyleGanStep final : public train::RuntimeStep {
  public:
   explicit StyleGanStep(const StepContext& ctx)
-      : precision_(ctx.precision),
-        device_(ctx.device),
+      : RuntimeStep(ctx),
         options_(checked_options(ctx)),
         batch_(ctx.batch),
         r1_gamma_(ctx.model.f64("r1_gamma")),
@@ -492,8 +492,10 @@ class StyleGanStep final : public TrainStep {
         discriminator_(build<StyleGanDiscriminator>(ctx, options_, 1)),
         reals_(ctx.batch, options_.num_channels(), options_.resolution(),
                ctx.model.flag("mirror_augment"), ctx.device, ctx.seed),
-        d_updater_(make_adam(*discriminator_, ctx.optimizer, ctx.precision, ctx.device)),
-        g_updater_(make_adam(*generator_, ctx.optimizer, ctx.precision, ctx.device)) {
+        d_updater_(runtime_.add(
+            "discriminator", make_adam(*discriminator_, ctx.optimizer, ctx.precision, ctx.device))),
+        g_updater_(runtime_.add("generator",
+                                make_adam(*generator_, ctx.optimizer, ctx.precision, ctx.device))) {
     // Gs, the moving average of G that the reference keeps for evaluation: every parameter and
     // buffer (dlatent_avg) of G. Not trained, so not among parameters().
     torch::NoGradGuard no_grad;
@@ -507,14 +509,12 @@ class StyleGanStep final : public TrainStep {
   }
 
   double run() override {
-    discriminator_step();
-    update_gs();
-    generator_step();
-    return static_cast<double>(batch_);
-  }
-
-  std::map<std::string, torch::Tensor> losses() const override {
-    return {{"d", d_loss_}, {"g", g_loss_}, {"r1", r1_}};
+    return runtime_.run([&] {
+      discriminator_step();
+      update_gs();
+      generator_step();
+      return static_cast<double>(batch_);
+    });
   }
 
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
@@ -551,7 +551,8 @@ class StyleGanStep final : public TrainStep {
   }
 
   torch::Tensor latents() const {
-    return torch::randn({batch_, options_.latent_size()}, torch::TensorOptions().device(device_));
+    return torch::randn({batch_, options_.latent_size()},
+                        torch::TensorOptions().device(runtime_.device()));
   }
 
   /// D_logistic_simplegp: softplus(D(G(z))) + softplus(-D(reals)) + gamma/2 * R1, mean over the
@@ -562,7 +563,7 @@ class StyleGanStep final : public TrainStep {
     const auto reals = reals_.next().requires_grad_(true);
     torch::Tensor real_scores, fake_scores;
     {
-      AutocastGuard autocast(precision_, device_);
+      const auto autocast = runtime_.autocast();
       torch::Tensor fakes;
       {
         torch::NoGradGuard no_grad;
@@ -577,21 +578,22 @@ class StyleGanStep final : public TrainStep {
     reals.requires_grad_(false);
     torch::Tensor loss;
     {
-      AutocastGuard autocast(precision_, device_);
+      const auto autocast = runtime_.autocast();
       loss = (torch::softplus(fake_scores) + torch::softplus(-real_scores) +
               penalty.view({-1, 1}) * (r1_gamma_ * 0.5))
                  .mean();
     }
-    d_loss_ = loss.detach();
-    r1_ = penalty.detach().mean();
-    d_updater_.backward_and_step(loss);
+    runtime_.record_loss("d", loss);
+    runtime_.record_loss("r1", penalty.detach().mean());
+    runtime_.backward(d_updater_, loss);
+    runtime_.update(d_updater_);
   }
 
-  /// Gs <- lerp(G, Gs, beta), with beta = 0.5^(batch / (g_smoothing_kimg * 1000)).
+  /// Gs <- lerp(G, Gs, beta), with beta = 0.5^(batch / (g_smoothing_kimg * 1000)): one
+  /// multi-tensor lerp over every tensor of G.
   void update_gs() {
     torch::NoGradGuard no_grad;
-    const auto difference = at::_foreach_sub(generator_tensors_, gs_);
-    at::_foreach_add_(gs_, difference, 1.0 - gs_beta_);
+    compat::foreach_lerp_(gs_, generator_tensors_, 1.0 - gs_beta_);
   }
 
   /// G_logistic_nonsaturating: softplus(-D(G(z))), mean; backward through D to G only.
@@ -600,26 +602,24 @@ class StyleGanStep final : public TrainStep {
     FrozenParameters frozen(discriminator_->parameters());
     torch::Tensor loss;
     {
-      AutocastGuard autocast(precision_, device_);
+      const auto autocast = runtime_.autocast();
       const auto scores = discriminator_(generator_(latents())).to(torch::kFloat);
       loss = torch::softplus(-scores).mean();
     }
-    g_loss_ = loss.detach();
-    g_updater_.backward_and_step(loss);
+    runtime_.record_loss("g", loss);
+    runtime_.backward(g_updater_, loss);
+    runtime_.update(g_updater_);
   }
 
-  Precision precision_;
-  torch::Device device_;
   StyleGanOptions options_;
   int64_t batch_;
   double r1_gamma_;
   StyleGanGenerator generator_;
   StyleGanDiscriminator discriminator_;
   SyntheticReals reals_;
-  train::Updater d_updater_, g_updater_;
+  train::Updater &d_updater_, &g_updater_;
   std::vector<torch::Tensor> generator_tensors_, gs_;
   double gs_beta_ = 0;
-  torch::Tensor d_loss_, g_loss_, r1_;
 };
 
 }  // namespace

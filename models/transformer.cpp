@@ -73,17 +73,20 @@ torch::Tensor FairseqAttentionImpl::forward(const torch::Tensor& query, const to
   const int64_t head_dim = dim / heads;
   torch::Tensor q, k, v;
   if (!kv_proj) {
-    // [B, T, 3d] -> 3 x [B, heads, T, head_dim]
+    // [B, T, 3d] -> 3 x [B, heads, T, head_dim]; unbind (one stack in backward), as Python's
+    // `q, k, v = ...` does, not three selects (each a zeroed full-size gradient, then summed).
     const auto qkv =
-        in_proj(query).view({batch, length, 3, heads, head_dim}).permute({2, 0, 3, 1, 4});
+        in_proj(query).view({batch, length, 3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
     q = qkv[0];
     k = qkv[1];
     v = qkv[2];
   } else {
     const int64_t memory_length = memory.size(1);
     q = in_proj(query).view({batch, length, heads, head_dim}).transpose(1, 2);
-    const auto kv =
-        kv_proj(memory).view({batch, memory_length, 2, heads, head_dim}).permute({2, 0, 3, 1, 4});
+    const auto kv = kv_proj(memory)
+                        .view({batch, memory_length, 2, heads, head_dim})
+                        .permute({2, 0, 3, 1, 4})
+                        .unbind(0);
     k = kv[0];
     v = kv[1];
   }

@@ -6,8 +6,8 @@
 // conv-seq2seq.
 #pragma once
 
-#include "gpubench/precision.h"
 #include "gpubench/train/losses.h"
+#include "gpubench/train/runtime.h"
 #include "gpubench/train/update.h"
 #include "gpubench/workload.h"
 #include "models/token_batching.h"
@@ -23,41 +23,46 @@ namespace gpubench::models {
 
 /// One fairseq update on a token batch; returns the batch's ntokens (fairseq's wps unit).
 template <typename Model>
-class TranslationStep final : public TrainStep {
+class TranslationStep final : public train::RuntimeStep {
  public:
   /// `model` is on the device already and `updater` holds its parameters.
   TranslationStep(Model model, TokenBatches batches, train::Updater updater, const StepContext& ctx,
                   double label_smoothing)
-      : model_(std::move(model)),
+      : RuntimeStep(ctx),
+        model_(std::move(model)),
         batches_(std::move(batches)),
-        updater_(std::move(updater)),
-        precision_(ctx.precision),
-        device_(ctx.device),
+        updater_(runtime_.add("model", std::move(updater))),
         max_tokens_(ctx.batch),
-        label_smoothing_(label_smoothing) {}
-
-  double run() override {
-    const TokenBatch& batch = batches_.next();
-    // Known on the host: the loss is normalized without reading anything from the device.
-    const auto ntokens = static_cast<double>(batch.target_tokens);
-    updater_.zero_grad();
-    torch::Tensor loss;
-    {
-      AutocastGuard autocast(precision_, device_);
-      const auto logits =
-          model_->forward(batch.src_tokens, batch.prev_output_tokens, batch.src_padded);
-      const auto smoothed =
-          train::label_smoothed_nll_loss(logits, batch.target, label_smoothing_, kFairseqPad);
-      loss = smoothed.loss / ntokens;
-      nll_ = smoothed.nll_loss.detach() / ntokens;
-    }
-    loss_ = loss.detach();
-    updater_.backward_and_step(loss);
-    return ntokens;
+        label_smoothing_(label_smoothing) {
+    std::vector<int64_t> order;  // the batches in turn; each batch is a captured variant
+    for (int64_t i = 0; i < 2 * batches_.size(); ++i) order.push_back(i % batches_.size());
+    warmup_steps_ = runtime_.warmup_steps(batches_.size(), order);
   }
 
-  std::map<std::string, torch::Tensor> losses() const override {
-    return {{"loss", loss_}, {"nll_loss", nll_}};
+  double run() override {
+    const int64_t index = next_;
+    next_ = (next_ + 1) % batches_.size();
+    const TokenBatch& batch = batches_.next();
+    return runtime_.run(index, [&] {
+      // Known on the host: the loss is normalized without reading anything from the device.
+      const auto ntokens = static_cast<double>(batch.target_tokens);
+      updater_.zero_grad();
+      torch::Tensor loss, nll;
+      {
+        const auto autocast = runtime_.autocast();
+        const auto logits =
+            model_->forward(batch.src_tokens, batch.prev_output_tokens, batch.src_padded);
+        const auto smoothed =
+            train::label_smoothed_nll_loss(logits, batch.target, label_smoothing_, kFairseqPad);
+        loss = smoothed.loss / ntokens;
+        nll = smoothed.nll_loss.detach() / ntokens;
+      }
+      runtime_.record_loss("loss", loss);
+      runtime_.record_loss("nll_loss", nll);
+      runtime_.backward(updater_, loss);
+      runtime_.update(updater_);
+      return ntokens;
+    });
   }
 
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
@@ -67,20 +72,20 @@ class TranslationStep final : public TrainStep {
   Json batch_info() const override { return batches_.info(max_tokens_); }
 
   // Each step takes the next of the cycled batches, whose lengths differ: warm-up runs each
-  // once, and the timed window covers whole cycles.
-  int64_t warmup_steps() const override { return batches_.size(); }
+  // once (twice with CUDA graphs, which capture each batch on its second run), and the timed
+  // window covers whole cycles.
+  int64_t warmup_steps() const override { return warmup_steps_; }
   bool uniform_steps() const override { return false; }
   int64_t representative_steps() const override { return batches_.size(); }
 
  private:
   Model model_;
   TokenBatches batches_;
-  train::Updater updater_;
-  Precision precision_;
-  torch::Device device_;
+  train::Updater& updater_;
   int64_t max_tokens_;
   double label_smoothing_;
-  torch::Tensor loss_, nll_;
+  int64_t next_ = 0;  // the index of the batch batches_.next() returns
+  int64_t warmup_steps_ = 1;
 };
 
 }  // namespace gpubench::models

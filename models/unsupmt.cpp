@@ -55,10 +55,12 @@ torch::Tensor XlmAttentionImpl::self_attention(const torch::Tensor& x,
                                                const std::optional<torch::Tensor>& mask,
                                                bool causal) {
   const int64_t batch = x.size(0), length = x.size(1);
-  // [B, L, 3D] -> 3 x [B, heads, L, D/heads]
-  auto qkv_heads = qkv(x).view({batch, length, 3, heads, dim / heads}).permute({2, 0, 3, 1, 4});
+  // [B, L, 3D] -> 3 x [B, heads, L, D/heads]; unbind, whose backward is one stack (three
+  // selects would each write a zeroed full-size gradient, then be summed).
+  const auto qkv_heads =
+      qkv(x).view({batch, length, 3, heads, dim / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
   std::optional<torch::Tensor> typed_mask;
-  if (mask) typed_mask = mask->to(qkv_heads.scalar_type());
+  if (mask) typed_mask = mask->to(qkv_heads[0].scalar_type());
   auto context = compat::scaled_dot_product_attention(
       qkv_heads[0], qkv_heads[1], qkv_heads[2], typed_mask, is_training() ? dropout : 0.0, causal);
   return out(merge_heads(context));
@@ -89,7 +91,8 @@ torch::Tensor XlmAttentionImpl::self_attention_step(const torch::Tensor& x,
 std::pair<torch::Tensor, torch::Tensor> XlmAttentionImpl::source_keys_values(
     const torch::Tensor& source) {
   const int64_t batch = source.size(0), length = source.size(1);
-  auto kv_heads = kv(source).view({batch, length, 2, heads, dim / heads}).permute({2, 0, 3, 1, 4});
+  const auto kv_heads =
+      kv(source).view({batch, length, 2, heads, dim / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
   return {kv_heads[0], kv_heads[1]};
 }
 
@@ -453,10 +456,7 @@ XlmTransformerOptions xlm_options(const Params& m, bool is_decoder) {
 }
 
 UnsupMtStep::UnsupMtStep(const StepContext& ctx)
-    : precision_(ctx.precision),
-      device_(ctx.device),
-      lambda_ae_(ctx.model.f64("lambda_ae")),
-      tokens_per_batch_(ctx.batch) {
+    : RuntimeStep(ctx), lambda_ae_(ctx.model.f64("lambda_ae")), tokens_per_batch_(ctx.batch) {
   const Params& m = ctx.model;
   torch::manual_seed(ctx.seed);
   encoder_ = XlmTransformer(xlm_options(m, false));
@@ -524,9 +524,10 @@ UnsupMtStep::UnsupMtStep(const StepContext& ctx)
                                               o.f64("warmup_init_lr"))](int64_t step) {
     return base(step - 1);
   };
-  updater_ = std::make_unique<train::Updater>(
-      std::make_unique<train::Adam>(std::vector<train::ParamGroup>{group}, adam), ctx.precision,
-      ctx.device, o.f64("clip_norm"), schedule);
+  updater_ = &runtime_.add(
+      "model",
+      train::Updater(std::make_unique<train::Adam>(std::vector<train::ParamGroup>{group}, adam),
+                     ctx.precision, ctx.device, o.f64("clip_norm"), schedule));
   back_translations_.resize(bt_.size());
 }
 
@@ -539,56 +540,60 @@ torch::Tensor UnsupMtStep::prediction_loss(const torch::Tensor& hidden, const Xl
 }
 
 double UnsupMtStep::run() {
-  // Denoising auto-encoding: noised sentence -> the sentence, in the same language.
-  for (std::size_t lang = 0; lang < ae_.size(); ++lang) {
-    const auto& [noised, noised_lengths] = noised_[lang];
-    const auto& target = ae_[lang];
-    const auto id = static_cast<int64_t>(lang);
-    updater_->zero_grad();
-    torch::Tensor loss;
-    {
-      AutocastGuard autocast(precision_, device_);
-      const auto encoded = encoder_->forward(noised, noised_lengths, id, /*causal=*/false);
-      const auto decoded =
-          decoder_->forward(target.x, target.lengths, id, /*causal=*/true, encoded, noised_lengths);
-      loss = lambda_ae_ * prediction_loss(decoded, target);
+  // The same four updates on the same batches every time: one captured variant.
+  return runtime_.run([&] {
+    // Denoising auto-encoding: noised sentence -> the sentence, in the same language.
+    for (std::size_t lang = 0; lang < ae_.size(); ++lang) {
+      const auto& [noised, noised_lengths] = noised_[lang];
+      const auto& target = ae_[lang];
+      const auto id = static_cast<int64_t>(lang);
+      updater_->zero_grad();
+      torch::Tensor loss;
+      {
+        const auto autocast = runtime_.autocast();
+        const auto encoded = encoder_->forward(noised, noised_lengths, id, /*causal=*/false);
+        const auto decoded = decoder_->forward(target.x, target.lengths, id, /*causal=*/true,
+                                               encoded, noised_lengths);
+        loss = lambda_ae_ * prediction_loss(decoded, target);
+      }
+      runtime_.record_loss("ae_" + kLanguages[lang], loss);
+      runtime_.backward(*updater_, loss);
+      runtime_.update(*updater_);
     }
-    losses_["ae_" + kLanguages[lang]] = loss.detach();
-    updater_->backward_and_step(loss);
-  }
-  // Back-translation: translate l1 -> l2 greedily without gradients, then learn l2 -> l1.
-  for (std::size_t lang = 0; lang < bt_.size(); ++lang) {
-    const auto& original = bt_[lang];
-    const auto l1 = static_cast<int64_t>(lang), l2 = 1 - l1;
-    GreedyOutput translation;
-    {
-      torch::NoGradGuard no_grad;
-      AutocastGuard autocast(precision_, device_);
-      encoder_->eval();
-      decoder_->eval();
-      const auto encoded = encoder_->forward(original.x, original.lengths, l1, /*causal=*/false);
-      translation = decoder_->generate(encoded, original.lengths, l2, decode_lengths_[lang]);
-      encoder_->train();
-      decoder_->train();
+    // Back-translation: translate l1 -> l2 greedily without gradients, then learn l2 -> l1.
+    for (std::size_t lang = 0; lang < bt_.size(); ++lang) {
+      const auto& original = bt_[lang];
+      const auto l1 = static_cast<int64_t>(lang), l2 = 1 - l1;
+      GreedyOutput translation;
+      {
+        torch::NoGradGuard no_grad;
+        const auto autocast = runtime_.autocast();
+        encoder_->eval();
+        decoder_->eval();
+        const auto encoded = encoder_->forward(original.x, original.lengths, l1, /*causal=*/false);
+        translation = decoder_->generate(encoded, original.lengths, l2, decode_lengths_[lang]);
+        encoder_->train();
+        decoder_->train();
+      }
+      updater_->zero_grad();
+      torch::Tensor loss;
+      {
+        const auto autocast = runtime_.autocast();
+        const auto encoded =
+            encoder_->forward(translation.tokens, translation.lengths, l2, /*causal=*/false);
+        const auto decoded = decoder_->forward(original.x, original.lengths, l1, /*causal=*/true,
+                                               encoded, translation.lengths);
+        loss = prediction_loss(decoded, original);  // XLM's bt_step applies no lambda
+      }
+      runtime_.record_loss("bt_" + kLanguages[l1] + "_" + kLanguages[l2] + "_" + kLanguages[l1],
+                           loss);
+      back_translations_[lang] = translation;
+      runtime_.backward(*updater_, loss);
+      runtime_.update(*updater_);
     }
-    updater_->zero_grad();
-    torch::Tensor loss;
-    {
-      AutocastGuard autocast(precision_, device_);
-      const auto encoded =
-          encoder_->forward(translation.tokens, translation.lengths, l2, /*causal=*/false);
-      const auto decoded = decoder_->forward(original.x, original.lengths, l1, /*causal=*/true,
-                                             encoded, translation.lengths);
-      loss = prediction_loss(decoded, original);  // XLM's bt_step applies no lambda
-    }
-    losses_["bt_" + kLanguages[l1] + "_" + kLanguages[l2] + "_" + kLanguages[l1]] = loss.detach();
-    back_translations_[lang] = translation;
-    updater_->backward_and_step(loss);
-  }
-  return words_;
+    return words_;
+  });
 }
-
-std::map<std::string, torch::Tensor> UnsupMtStep::losses() const { return losses_; }
 
 std::map<std::string, std::vector<torch::Tensor>> UnsupMtStep::parameters() const {
   return {{"encoder", encoder_->parameters()}, {"decoder", decoder_->parameters()}};

@@ -8,7 +8,7 @@
 #pragma once
 
 #include "gpubench/params.h"
-#include "gpubench/train/update.h"
+#include "gpubench/train/runtime.h"
 #include "gpubench/workload.h"
 
 #include <torch/nn.h>
@@ -220,16 +220,16 @@ struct XlmTargets {
 /// One XLM iteration on fixed synthetic batches: mt_step(l, l) for both languages (denoising
 /// auto-encoding), then bt_step(l1, l2, l1) for both directions (greedy back-translation under
 /// no-grad in eval mode, then a training pass on it). Four updates.
-class UnsupMtStep final : public TrainStep {
+class UnsupMtStep final : public train::RuntimeStep {
  public:
   explicit UnsupMtStep(const StepContext& ctx);
 
   double run() override;
-  std::map<std::string, torch::Tensor> losses() const override;
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override;
   Json batch_info() const override;
 
-  /// The back-translations the last run() generated, one per direction (en-fr-en, fr-en-fr).
+  /// The back-translations the last run() generated, one per direction (en-fr-en, fr-en-fr);
+  /// with CUDA graphs, those of the run that captured the iteration.
   const std::vector<GreedyOutput>& back_translations() const { return back_translations_; }
   /// The source batches of the back-translation steps.
   const std::vector<XlmTargets>& back_translation_batches() const { return bt_; }
@@ -247,8 +247,6 @@ class UnsupMtStep final : public TrainStep {
  private:
   torch::Tensor prediction_loss(const torch::Tensor& hidden, const XlmTargets& targets);
 
-  Precision precision_;
-  torch::Device device_;
   double lambda_ae_;
   int64_t tokens_per_batch_;
   XlmTransformer encoder_{nullptr}, decoder_{nullptr};
@@ -256,9 +254,8 @@ class UnsupMtStep final : public TrainStep {
   std::vector<std::pair<torch::Tensor, torch::Tensor>> noised_;  // AE encoder inputs
   std::vector<int64_t> decode_lengths_;
   std::vector<GreedyOutput> back_translations_;
-  std::unique_ptr<train::Updater> updater_;
+  train::Updater* updater_ = nullptr;
   double words_ = 0;
-  std::map<std::string, torch::Tensor> losses_;
 };
 
 /// The keys of the unsupmt `model:` section.

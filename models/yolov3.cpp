@@ -1,5 +1,7 @@
 #include "models/yolov3.h"
 
+#include "gpubench/train/runtime.h"
+
 #include <torch/torch.h>
 
 #include <cmath>
@@ -461,37 +463,35 @@ train::Updater make_yolov3_updater(const torch::nn::Module& model, const Params&
 
 namespace {
 
-class YoloV3Step final : public TrainStep {
+class YoloV3Step final : public train::RuntimeStep {
  public:
   explicit YoloV3Step(const StepContext& ctx)
-      : precision_(ctx.precision),
-        device_(ctx.device),
+      : RuntimeStep(ctx),
         model_(build(ctx)),
         loss_fn_(loss_options(ctx.model), ctx.device),
         batch_(ctx.batch, ctx.model.i64("input_size"), ctx.model.i64("boxes_per_image"),
                ctx.model.i64("classes"), ctx.model.f64("min_box"), ctx.model.f64("max_box"),
                ctx.model.f64("max_aspect"), ctx.device, ctx.seed),
-        updater_(make_yolov3_updater(*model_, ctx.optimizer, ctx.precision, ctx.device)) {}
+        updater_(runtime_.add(
+            "model", make_yolov3_updater(*model_, ctx.optimizer, ctx.precision, ctx.device))) {}
 
   double run() override {
-    updater_.zero_grad();
-    YoloLossTerms terms;
-    {
-      AutocastGuard autocast(precision_, device_);
-      terms = loss_fn_.forward(model_->forward(batch_.images), batch_.boxes, batch_.classes);
-    }
-    terms_ = {terms.total.detach(), terms.xy.detach(), terms.wh.detach(), terms.obj.detach(),
-              terms.cls.detach()};
-    updater_.backward_and_step(terms.total);
-    return static_cast<double>(batch_.images.size(0));
-  }
-
-  std::map<std::string, torch::Tensor> losses() const override {
-    return {{"loss", terms_.total},
-            {"xy", terms_.xy},
-            {"wh", terms_.wh},
-            {"obj", terms_.obj},
-            {"cls", terms_.cls}};
+    return runtime_.run([&] {
+      updater_.zero_grad();
+      YoloLossTerms terms;
+      {
+        const auto autocast = runtime_.autocast();
+        terms = loss_fn_.forward(model_->forward(batch_.images), batch_.boxes, batch_.classes);
+      }
+      runtime_.record_loss("loss", terms.total);
+      runtime_.record_loss("xy", terms.xy);
+      runtime_.record_loss("wh", terms.wh);
+      runtime_.record_loss("obj", terms.obj);
+      runtime_.record_loss("cls", terms.cls);
+      runtime_.backward(updater_, terms.total);
+      runtime_.update(updater_);
+      return static_cast<double>(batch_.images.size(0));
+    });
   }
 
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
@@ -523,13 +523,10 @@ class YoloV3Step final : public TrainStep {
     return o;
   }
 
-  Precision precision_;
-  torch::Device device_;
   YoloV3 model_;
   YoloLoss loss_fn_;
   YoloBatch batch_;
-  train::Updater updater_;
-  YoloLossTerms terms_;
+  train::Updater& updater_;
 };
 
 }  // namespace

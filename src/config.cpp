@@ -113,10 +113,10 @@ Json load_config_file(const std::string& path) {
 namespace {
 
 const std::vector<std::string> kModelKeys = {
-    "name",          "architecture",    "family",           "description",
-    "batch_unit",    "throughput_unit", "trainable_params", "cpu_batch",
-    "search",        "model",           "optimizer",        "smoke",
-    "reference_2020"};
+    "name",       "architecture",    "family",           "description",
+    "batch_unit", "throughput_unit", "trainable_params", "cpu_batch",
+    "search",     "model",           "optimizer",        "smoke",
+    "runtime",    "reference_2020"};
 const std::vector<std::string> kRequiredModelKeys = {
     "name", "architecture", "family", "batch_unit", "throughput_unit", "trainable_params"};
 const std::vector<std::string> kFamilies = {"image", "language"};
@@ -241,6 +241,9 @@ void validate_model_document(const Json& doc, const Where& where, const Registry
   if (doc.contains("optimizer")) {
     validate_params(arch.optimizer_schema, doc["optimizer"], where.at("optimizer"));
   }
+  if (doc.contains("runtime")) {
+    validate_params(RuntimeSettings::schema(), doc["runtime"], where.at("runtime"));
+  }
   if (doc.contains("smoke")) {
     const Where smoke = where.at("smoke");
     check_keys(doc["smoke"], smoke, {"batch", "model", "optimizer"});
@@ -284,6 +287,8 @@ ModelConfig build_model_config(const Json& doc, const Where& where, const Regist
   }
   c.smoke_model = Params(arch.model_schema, smoke_model, where.at("smoke.model"));
   c.smoke_optimizer = Params(arch.optimizer_schema, smoke_optimizer, where.at("smoke.optimizer"));
+  c.runtime =
+      Params(RuntimeSettings::schema(), doc.value("runtime", Json::object()), where.at("runtime"));
   if (doc.contains("reference_2020")) {
     c.reference_2020 =
         read_model_reference(doc["reference_2020"], where.at("reference_2020"), reference);
@@ -407,7 +412,8 @@ Json ModelConfig::to_json() const {
               {"smoke",
                {{"batch", smoke_batch},
                 {"model", smoke_model.json()},
-                {"optimizer", smoke_optimizer.json()}}}};
+                {"optimizer", smoke_optimizer.json()}}},
+              {"runtime", runtime.json()}};
   if (reference_2020) {
     Json max_batch = Json::object(), throughput = Json::object();
     for (const auto& [gpu, value] : reference_2020->max_batch) max_batch[gpu] = value;

@@ -58,6 +58,9 @@ Json JobRecord::to_json() const {
   out["environment"] = environment;
   out["wall_seconds"] = wall_seconds;
   out["created_utc"] = created_utc;
+  // How the step ran (launch, precision, optimizer kernels): written by timed runs only, so
+  // records without one read and write as before.
+  if (!runtime.empty()) out["runtime"] = runtime;
   return out;
 }
 
@@ -79,6 +82,7 @@ JobRecord JobRecord::from_json(const Json& j) {
   r.batch = j.value("batch", int64_t{0});
   r.batch_source = j.value("batch_source", std::string());
   r.batch_info = j.value("batch_info", Json::object());
+  r.runtime = j.value("runtime", Json::object());
   if (j.contains("search") && j["search"].is_object())
     r.search = SearchRecord::from_json(j["search"]);
   r.confirm = j.value("confirm", Json::array());

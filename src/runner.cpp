@@ -89,6 +89,7 @@ StepContext make_context(const ModelConfig& config, const RunSettings& run,
   ctx.precision = run.precision;
   ctx.device = device;
   ctx.seed = run.seed;
+  ctx.runtime = RuntimeSettings::from_params(config.runtime);
   return ctx;
 }
 
@@ -192,6 +193,9 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
                    {"autotune_steps", autotune}, {"step_time_ms", warm_ms}};
   worker_log(record.model, fmt::format("warm-up: {} steps in {:.1f} s ({}{})", warm_ms.size(),
                                        warm_seconds, reason, detail.empty() ? "" : ": " + detail));
+  // How the step runs (launch, precision, optimizer kernels), settled by the warm-up: a CUDA
+  // graph is captured there.
+  record.runtime = step->runtime_info();
   // A developer's trace of a few more steps (GPUBENCH_PROFILE_TRACE), outside the window.
   const ProfileRequest profile = ProfileRequest::from_environment();
   if (!profile.trace_path.empty()) {

@@ -42,6 +42,9 @@ TEST(RunnerTest, TimePhaseOnTheCpuProducesACompleteRecord) {
   EXPECT_TRUE(std::isfinite(r.losses["loss"].get<double>()));
   EXPECT_GT(r.trainable_params.at("model"), 0);
   EXPECT_EQ(r.batch_info["sequences"], 2);
+  EXPECT_EQ(r.runtime["launch"], "eager");  // how the step ran: train::Runtime::info()
+  EXPECT_EQ(r.runtime["updaters"][0]["optimizer"]["bias_correction"], false);  // BERT's Adam
+  EXPECT_EQ(JobRecord::from_json(r.to_json()).runtime, r.runtime);
   EXPECT_TRUE(r.config["modified"].get<bool>());
   EXPECT_EQ(r.environment["software"]["built_with_cuda"], built_with_cuda());
 }

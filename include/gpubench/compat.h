@@ -115,6 +115,70 @@ inline bool cudnn_benchmark_empty_cache() {
 #endif
 }
 
+/// tensors[i] /= scalar for a 0-dim tensor `scalar`, without reading it on the host.
+inline void foreach_div_(std::vector<torch::Tensor>& tensors, const torch::Tensor& scalar) {
+#if GPUBENCH_TORCH_AT_LEAST(2, 1)
+  at::_foreach_div_(tensors, scalar);
+#else
+  for (auto& t : tensors) t.div_(scalar);
+#endif
+}
+
+/// tensors[i] += weight * (ends[i] - tensors[i]). libtorch 1.13 has no _foreach_lerp_: there it
+/// is a difference and an add (two passes and a temporary copy).
+inline void foreach_lerp_(std::vector<torch::Tensor>& tensors,
+                          const std::vector<torch::Tensor>& ends, double weight) {
+#if GPUBENCH_TORCH_AT_LEAST(2, 0)
+  at::_foreach_lerp_(tensors, ends, weight);
+#else
+  const auto difference = at::_foreach_sub(ends, tensors);
+  at::_foreach_add_(tensors, difference, weight);
+#endif
+}
+
+/// True where libtorch has the fused optimizer kernels with a tensor learning rate
+/// (_fused_adam_, _fused_adamw_, _fused_sgd_ on CUDA and CPU).
+constexpr bool kHasFusedOptimizers = kTorchVersion >= 204;
+
+/// at::_fused_adam_ (adamw false: L2 decay) or at::_fused_adamw_ (decoupled decay), the rate read
+/// from the 0-dim float tensor `lr` and the step count from `steps` (one float tensor per
+/// parameter), both on the parameters' device. No amsgrad, no maximize, no grad scale.
+inline void fused_adam_(bool adamw, std::vector<torch::Tensor>& params,
+                        const std::vector<torch::Tensor>& grads,
+                        std::vector<torch::Tensor>& exp_avgs,
+                        std::vector<torch::Tensor>& exp_avg_sqs,
+                        const std::vector<torch::Tensor>& steps, const torch::Tensor& lr,
+                        double beta1, double beta2, double weight_decay, double eps) {
+#if GPUBENCH_TORCH_AT_LEAST(2, 4)
+  if (adamw) {
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr, beta1, beta2,
+                      weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
+  } else {
+    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr, beta1, beta2,
+                     weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
+  }
+#else
+  (void)adamw, (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)steps;
+  (void)lr, (void)beta1, (void)beta2, (void)weight_decay, (void)eps;
+  TORCH_CHECK(false, "fused Adam needs libtorch 2.4 or later");
+#endif
+}
+
+/// at::_fused_sgd_ with dampening 0, the rate read from the 0-dim float tensor `lr`.
+/// `momentum_buffers` empty for momentum 0; `first_step` makes each buffer the gradient.
+inline void fused_sgd_(std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+                       std::vector<torch::Tensor>& momentum_buffers, double weight_decay,
+                       double momentum, const torch::Tensor& lr, bool nesterov, bool first_step) {
+#if GPUBENCH_TORCH_AT_LEAST(2, 4)
+  at::_fused_sgd_(params, grads, momentum_buffers, weight_decay, momentum, lr, /*dampening=*/0.0,
+                  nesterov, /*maximize=*/false, first_step);
+#else
+  (void)params, (void)grads, (void)momentum_buffers, (void)weight_decay, (void)momentum;
+  (void)lr, (void)nesterov, (void)first_step;
+  TORCH_CHECK(false, "fused SGD needs libtorch 2.4 or later");
+#endif
+}
+
 #if GPUBENCH_WITH_CUDA
 /// Caching-allocator statistics of one device (aggregate over pools), in bytes.
 struct AllocatorStats {

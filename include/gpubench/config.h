@@ -60,6 +60,10 @@ struct ModelConfig {
   /// `optimizer:` overlaid with `smoke.optimizer:` (say, no warm-up, so that one smoke step
   /// visibly moves every parameter).
   Params smoke_optimizer;
+  /// How its steps run (the `runtime:` section, RuntimeSettings::schema()): CUDA graphs and
+  /// optimizer kernels. Not part of the workload's definition, so changing it keeps the 2020
+  /// score.
+  Params runtime;
   std::vector<std::string> sources;  ///< the files this config was built from, in order
   /// A user config changed the model or optimizer section: no longer the 2020 workload, so no
   /// normalized score is computed.

@@ -44,6 +44,7 @@ struct JobRecord {
   int64_t batch = 0;                 ///< batch of the timed run, in batch_unit
   std::string batch_source;          ///< "search" | "flag" | "cpu"
   Json batch_info = Json::object();  ///< what the workload reports of its batch
+  Json runtime = Json::object();     ///< how the step ran: launch, precision, optimizer kernels
   std::optional<SearchRecord> search;
   /// Timed-run attempts: [{batch, status, message, seconds, phase}], phase "confirm" (the
   /// search's batch), "step-down" or "bisect".

@@ -18,6 +18,26 @@
 namespace gpubench {
 
 struct ModelConfig;
+namespace train {
+class GradientSync;
+}
+
+/// How a workload's steps are run, from its config's `runtime:` section (train/runtime.h does
+/// the running).
+struct RuntimeSettings {
+  /// Capture forward, backward and update once per batch shape and replay the CUDA graph
+  /// (CUDA only; never with amp-fp16, whose overflow check reads the host). Default: false
+  bool cuda_graphs = false;
+  /// "fused": on CUDA, libtorch's fused Adam, AdamW and SGD kernels and device-side rates for
+  /// the other optimizers (what CUDA graphs need); "foreach": multi-tensor kernels with host
+  /// scalars (always on the CPU). Default: "fused"
+  std::string optimizer_kernels = "fused";
+
+  /// The keys of the `runtime:` section.
+  static ParamSchema schema();
+  /// The settings of a resolved `runtime:` section.
+  static RuntimeSettings from_params(const Params& params);
+};
 
 /// Everything an architecture needs to prepare one training step.
 struct StepContext {
@@ -27,7 +47,11 @@ struct StepContext {
   int64_t batch = 0;                    ///< in the workload's batch unit; > 0
   Precision precision = Precision::kFp32;
   torch::Device device = torch::kCPU;
-  uint64_t seed = 0;  ///< weights and synthetic data
+  uint64_t seed = 0;        ///< weights and synthetic data
+  RuntimeSettings runtime;  ///< how the step is launched and updated
+  /// Data-parallel gradient synchronization between backward and update (train::GradientSync);
+  /// none: one process, one GPU.
+  std::shared_ptr<train::GradientSync> gradient_sync;
 };
 
 /// A prepared training step. Owns the model, the optimizer and the synthetic batch on the
@@ -65,6 +89,10 @@ class TrainStep {
   /// Consecutive steps whose work represents the workload's mix (every frequent task or length
   /// bucket in its share). The timed window runs a multiple of this many. Default: 1
   virtual int64_t representative_steps() const { return 1; }
+
+  /// How the step ran, for the record's `runtime` field: launch (eager or CUDA graphs),
+  /// precision, loss scaling, optimizer kernels (train::Runtime::info()). Default: {}
+  virtual Json runtime_info() const { return Json::object(); }
 
   /// A workload's own check that its training is still sound after the last run(), beyond
   /// finite losses (which the runner checks for every workload): for a GAN, that its

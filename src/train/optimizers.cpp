@@ -1,13 +1,45 @@
 #include "gpubench/train/optimizers.h"
 
+#include "gpubench/compat.h"
+
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 
 namespace gpubench::train {
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr)
     : groups_(std::move(groups)), lr_(lr) {}
+
+void Optimizer::prepare(int slot) {
+  ++steps_;
+  if (kernels_ == UpdateKernels::kDevice) {
+    TORCH_CHECK(slot >= 0 && slot < kMaxSlots, "optimizer slot ", slot, " outside [0, ", kMaxSlots,
+                ")");
+    write_scalars(slot);
+  }
+}
+
+void Optimizer::set_kernels(UpdateKernels kernels) {
+  TORCH_CHECK(steps_ == 0, "set_kernels: choose the kernels before the first update");
+  kernels_ = kernels;
+}
+
+void Optimizer::allocate_scalars(int64_t per_slot) {
+  torch::Device device = torch::kCPU;
+  for (const auto& group : groups_) {
+    if (!group.params.empty()) device = group.params.front().device();
+  }
+  // Uninitialized on purpose: prepare() writes a row before any update reads it.
+  scalars_ = torch::empty({kMaxSlots, per_slot},
+                          torch::TensorOptions().dtype(torch::kFloat).device(device));
+}
+
+std::string Optimizer::kernels_name(bool fused) const {
+  if (kernels_ == UpdateKernels::kForeach) return "foreach";
+  return fused ? "fused" : "foreach, device scalars";
+}
 
 void Optimizer::zero_grad() {
   for (auto& group : groups_) {
@@ -59,12 +91,46 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
   exp_avg_sq_.resize(groups_.size());
 }
 
-void Adam::step() {
+namespace {
+/// The step count given to the fused kernel when Adam has no bias correction: b^step is then
+/// exactly 0 for every b < 1 (it underflows), so both corrections are exactly 1.
+constexpr float kNoBiasCorrectionStep = std::numeric_limits<float>::max();
+}  // namespace
+
+void Adam::set_kernels(UpdateKernels kernels) {
+  // Without bias correction the fused kernel's corrections are 1 only when both betas are
+  // below 1; otherwise keep the multi-tensor kernels.
+  const bool fusable = compat::kHasFusedOptimizers &&
+                       (options_.bias_correction || (options_.beta1 < 1 && options_.beta2 < 1));
+  Optimizer::set_kernels(fusable ? kernels : UpdateKernels::kForeach);
+  if (kernels_ == UpdateKernels::kDevice) allocate_scalars(2);  // rate, step count
+}
+
+bool Adam::fused() const { return kernels_ == UpdateKernels::kDevice; }
+
+void Adam::write_scalars(int slot) {
+  scalar(slot, 0).fill_(lr_);
+  scalar(slot, 1).fill_(options_.bias_correction ? static_cast<double>(steps_)
+                                                 : static_cast<double>(kNoBiasCorrectionStep));
+}
+
+Json Adam::describe() const {
+  const bool decoupled = options_.weight_decay_mode == WeightDecayMode::kDecoupled;
+  return {{"name", decoupled ? "adamw" : "adam"},
+          {"kernels", kernels_name(fused())},
+          {"beta1", options_.beta1},
+          {"beta2", options_.beta2},
+          {"eps", options_.eps},
+          {"bias_correction", options_.bias_correction},
+          {"weight_decay", decoupled ? "decoupled" : "l2"}};
+}
+
+void Adam::update(int slot) {
   torch::NoGradGuard no_grad;
-  ++steps_;
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double bc1 = options_.bias_correction ? 1 - std::pow(b1, static_cast<double>(steps_)) : 1;
   const double bc2 = options_.bias_correction ? 1 - std::pow(b2, static_cast<double>(steps_)) : 1;
+  const bool decoupled = options_.weight_decay_mode == WeightDecayMode::kDecoupled;
   std::vector<torch::Tensor> params, grads;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
@@ -73,9 +139,13 @@ void Adam::step() {
     auto m = state_for(exp_avg_[g], group);
     auto v = state_for(exp_avg_sq_[g], group);
     const double wd = group.weight_decay;
-    if (wd != 0 && options_.weight_decay_mode == WeightDecayMode::kL2) {
-      grads = at::_foreach_add(grads, params, wd);
+    if (fused()) {
+      const std::vector<torch::Tensor> steps(params.size(), scalar(slot, 1));
+      compat::fused_adam_(decoupled, params, grads, m, v, steps, scalar(slot, 0), b1, b2, wd,
+                          options_.eps);
+      continue;
     }
+    if (wd != 0 && !decoupled) grads = at::_foreach_add(grads, params, wd);
     at::_foreach_mul_(m, b1);
     at::_foreach_add_(m, grads, 1 - b1);
     at::_foreach_mul_(v, b2);
@@ -83,9 +153,7 @@ void Adam::step() {
     auto denom = at::_foreach_sqrt(v);
     if (bc2 != 1) at::_foreach_div_(denom, std::sqrt(bc2));
     at::_foreach_add_(denom, options_.eps);
-    if (wd != 0 && options_.weight_decay_mode == WeightDecayMode::kDecoupled) {
-      at::_foreach_mul_(params, 1 - lr_ * wd);
-    }
+    if (wd != 0 && decoupled) at::_foreach_mul_(params, 1 - lr_ * wd);
     at::_foreach_addcdiv_(params, m, denom, -lr_ / bc1);
   }
 }
@@ -98,9 +166,31 @@ Adamax::Adamax(std::vector<ParamGroup> groups, AdamaxOptions options)
   exp_inf_.resize(groups_.size());
 }
 
-void Adamax::step() {
+void Adamax::set_kernels(UpdateKernels kernels) {
+  Optimizer::set_kernels(kernels);
+  // Per slot: -rate, then 1 - rate x decay for each group.
+  if (kernels_ == UpdateKernels::kDevice)
+    allocate_scalars(1 + static_cast<int64_t>(groups_.size()));
+}
+
+void Adamax::write_scalars(int slot) {
+  scalar(slot, 0).fill_(-lr_);
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    scalar(slot, 1 + static_cast<int64_t>(g)).fill_(1 - lr_ * groups_[g].weight_decay);
+  }
+}
+
+Json Adamax::describe() const {
+  return {{"name", "adamax"},
+          {"kernels", kernels_name(false)},
+          {"beta1", options_.beta1},
+          {"beta2", options_.beta2},
+          {"eps", options_.eps}};
+}
+
+void Adamax::update(int slot) {
   torch::NoGradGuard no_grad;
-  ++steps_;
+  const bool device = kernels_ == UpdateKernels::kDevice;
   std::vector<torch::Tensor> params, grads;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
@@ -115,6 +205,15 @@ void Adamax::step() {
     at::_foreach_mul_(u, options_.beta2);
     at::_foreach_maximum_(u, magnitude);
     auto denom = at::_foreach_add(u, options_.eps);
+    if (device) {
+      // p = p (1 - lr wd) + m / (denom / -lr): the rate read from the device.
+      if (group.weight_decay != 0) {
+        compat::foreach_mul_(params, scalar(slot, 1 + static_cast<int64_t>(g)));
+      }
+      compat::foreach_div_(denom, scalar(slot, 0));
+      at::_foreach_addcdiv_(params, m, denom);
+      continue;
+    }
     if (group.weight_decay != 0) at::_foreach_mul_(params, 1 - lr_ * group.weight_decay);
     at::_foreach_addcdiv_(params, m, denom, -lr_);
   }
@@ -127,14 +226,59 @@ Sgd::Sgd(std::vector<ParamGroup> groups, SgdOptions options)
   momentum_.resize(groups_.size());
 }
 
-void Sgd::step() {
+void Sgd::set_kernels(UpdateKernels kernels) {
+  Optimizer::set_kernels(compat::kHasFusedOptimizers ? kernels : UpdateKernels::kForeach);
+  if (kernels_ == UpdateKernels::kDevice) allocate_scalars(1);  // rate
+}
+
+void Sgd::write_scalars(int slot) { scalar(slot, 0).fill_(lr_); }
+
+Json Sgd::describe() const {
+  return {{"name", options_.nesterov ? "sgd-nesterov" : "sgd"},
+          {"kernels", kernels_name(kernels_ == UpdateKernels::kDevice)},
+          {"momentum", options_.momentum}};
+}
+
+void Sgd::update(int slot) {
   torch::NoGradGuard no_grad;
-  ++steps_;
+  const bool fused = kernels_ == UpdateKernels::kDevice;
   std::vector<torch::Tensor> params, grads;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
     with_grads(group, params, grads);
     if (params.empty()) continue;
+    if (fused) {
+      std::vector<torch::Tensor> none;
+      if (options_.momentum == 0) {
+        compat::fused_sgd_(params, grads, none, group.weight_decay, 0.0, scalar(slot, 0), false,
+                           false);
+        continue;
+      }
+      // A parameter's first update makes its buffer the gradient (as torch.optim.SGD); the
+      // parameters that have a buffer already and those that do not go in separate calls.
+      auto& state = momentum_[g];
+      if (state.size() != group.params.size()) state.resize(group.params.size());
+      std::vector<torch::Tensor> old_params, old_grads, old_buffers, new_params, new_grads,
+          new_buffers;
+      std::size_t k = 0;
+      for (std::size_t i = 0; i < group.params.size(); ++i) {
+        if (!group.params[i].grad().defined()) continue;
+        const bool first = !state[i].defined();
+        if (first) state[i] = torch::empty_like(group.params[i]);
+        (first ? new_params : old_params).push_back(params[k]);
+        (first ? new_grads : old_grads).push_back(grads[k]);
+        (first ? new_buffers : old_buffers).push_back(state[i]);
+        ++k;
+      }
+      for (const bool first : {true, false}) {
+        auto& ps = first ? new_params : old_params;
+        if (ps.empty()) continue;
+        compat::fused_sgd_(ps, first ? new_grads : old_grads, first ? new_buffers : old_buffers,
+                           group.weight_decay, options_.momentum, scalar(slot, 0),
+                           options_.nesterov, first);
+      }
+      continue;
+    }
     if (group.weight_decay != 0) grads = at::_foreach_add(grads, params, group.weight_decay);
     if (options_.momentum != 0) {
       auto& state = momentum_[g];
@@ -205,9 +349,24 @@ TfRmsProp::TfRmsProp(std::vector<ParamGroup> groups, TfRmsPropOptions options)
   momentum_.resize(groups_.size());
 }
 
-void TfRmsProp::step() {
+void TfRmsProp::set_kernels(UpdateKernels kernels) {
+  Optimizer::set_kernels(kernels);
+  if (kernels_ == UpdateKernels::kDevice) allocate_scalars(1);  // rate
+}
+
+void TfRmsProp::write_scalars(int slot) { scalar(slot, 0).fill_(lr_); }
+
+Json TfRmsProp::describe() const {
+  return {{"name", "tf-rmsprop"},
+          {"kernels", kernels_name(false)},
+          {"decay", options_.decay},
+          {"momentum", options_.momentum},
+          {"eps", options_.eps}};
+}
+
+void TfRmsProp::update(int slot) {
   torch::NoGradGuard no_grad;
-  ++steps_;
+  const bool device = kernels_ == UpdateKernels::kDevice;
   std::vector<torch::Tensor> params, grads;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
@@ -221,7 +380,13 @@ void TfRmsProp::step() {
     auto denom = at::_foreach_add(ms, options_.eps);
     at::_foreach_sqrt_(denom);
     at::_foreach_mul_(mom, options_.momentum);
-    at::_foreach_addcdiv_(mom, grads, denom, lr_);
+    if (device) {
+      // mom += g / (denom / lr): the rate read from the device.
+      compat::foreach_div_(denom, scalar(slot, 0));
+      at::_foreach_addcdiv_(mom, grads, denom);
+    } else {
+      at::_foreach_addcdiv_(mom, grads, denom, lr_);
+    }
     at::_foreach_sub_(params, mom);
   }
 }
@@ -268,12 +433,28 @@ ScaledLrSgd::ScaledLrSgd(std::vector<ParamGroup> groups, std::vector<double> lr_
   }
 }
 
-void ScaledLrSgd::step() {
+void ScaledLrSgd::prepare(int slot) {
   ++steps_;
   for (std::size_t g = 0; g < per_group_.size(); ++g) {
     per_group_[g]->set_lr(lr_ * lr_factors_[g]);
-    per_group_[g]->step();
+    per_group_[g]->prepare(slot);
   }
+}
+
+void ScaledLrSgd::update(int slot) {
+  for (auto& sgd : per_group_) sgd->update(slot);
+}
+
+void ScaledLrSgd::set_kernels(UpdateKernels kernels) {
+  Optimizer::set_kernels(kernels);
+  for (auto& sgd : per_group_) sgd->set_kernels(kernels);
+  kernels_ = per_group_.empty() ? kernels_ : per_group_.front()->kernels();
+}
+
+Json ScaledLrSgd::describe() const {
+  Json out = per_group_.empty() ? Json{{"name", "sgd"}} : per_group_.front()->describe();
+  out["lr_factors"] = lr_factors_;
+  return out;
 }
 
 LrSchedule warmup_multistep(double lr, std::vector<int64_t> milestones, double gamma,

@@ -98,9 +98,38 @@ void Updater::step() {
   const auto params = optimizer_->parameters();
   scaler_.unscale(params);
   if (clip_norm_ > 0) clip_grad_norm(params, clip_norm_);
-  if (scaler_.should_step()) optimizer_->step();
+  if (scaler_.should_step()) {
+    prepare_update(0);
+    optimizer_->update(0);
+  }
   scaler_.update();
+  finish_update();
+}
+
+void Updater::prepare_update(int slot) {
   if (schedule_) optimizer_->set_lr(schedule_(optimizer_->steps() + 1));
+  optimizer_->prepare(slot);
+}
+
+void Updater::update_kernels(int slot) {
+  TORCH_CHECK(!scaler_.enabled(),
+              "an update with fp16 loss scaling decides on the host whether to step; it cannot "
+              "run without that read");
+  const auto params = optimizer_->parameters();
+  if (clip_norm_ > 0) clip_grad_norm(params, clip_norm_);
+  optimizer_->update(slot);
+}
+
+void Updater::finish_update() {
+  if (schedule_) optimizer_->set_lr(schedule_(optimizer_->steps() + 1));
+}
+
+std::vector<torch::Tensor> Updater::gradients() const {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : optimizer_->parameters()) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  return grads;
 }
 
 void Updater::backward_and_step(const torch::Tensor& loss) {

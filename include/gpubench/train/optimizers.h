@@ -1,7 +1,13 @@
 // Optimizers as the reference codebases define them, written with libtorch's multi-tensor
-// (_foreach) kernels: a few launches per parameter group instead of several per parameter.
-// None reads a value on the host, so a training step never synchronizes.
+// (_foreach) kernels: a few launches per parameter group instead of several per parameter. With
+// UpdateKernels::kDevice (what the training runtime picks on CUDA) Adam, AdamW and SGD run
+// libtorch's fused kernels, whose math is theirs, and every optimizer reads its per-update
+// scalars (the rate, Adam's step count) from device tensors, so that an update captured in a
+// CUDA graph is right when it is replayed. None reads a value on the host, so a training step
+// never synchronizes.
 #pragma once
+
+#include "gpubench/json.h"
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
@@ -20,16 +26,48 @@ struct ParamGroup {
   double weight_decay = 0;  ///< coefficient; how it applies is the optimizer's (L2 or decoupled)
 };
 
-/// Base: parameter groups, the learning rate, zero_grad.
+/// Which kernels run an update and where its per-update scalars live.
+enum class UpdateKernels {
+  /// Multi-tensor (_foreach) kernels, the rate and bias corrections passed as host values: what
+  /// runs on the CPU, and on CUDA with `runtime.optimizer_kernels: foreach`.
+  kForeach,
+  /// libtorch's fused kernel where one has exactly the optimizer's math (Adam, AdamW, SGD; from
+  /// libtorch 2.4), multi-tensor kernels otherwise; either way the per-update scalars are read
+  /// from device tensors that prepare() writes, so update() enqueues the same kernels with the
+  /// same arguments every time and can be captured once and replayed.
+  kDevice,
+};
+
+/// Base: parameter groups, the learning rate, zero_grad, and an update split into its host half
+/// (prepare) and its device half (update).
 class Optimizer {
  public:
+  /// Updates of one optimizer that one captured iteration may hold (XLM's step makes four).
+  static constexpr int kMaxSlots = 8;
+
   Optimizer(std::vector<ParamGroup> groups, double lr);
   virtual ~Optimizer() = default;
 
   /// Sets every gradient to none (as `zero_grad(set_to_none=True)`).
   void zero_grad();
-  /// One update at lr(). Parameters without a gradient are skipped.
-  virtual void step() = 0;
+  /// One update at lr(): prepare(0), then update(0). Parameters without a gradient are skipped.
+  void step() {
+    prepare(0);
+    update(0);
+  }
+  /// The host half of an update: counts it and, with kDevice kernels, writes its scalars (the
+  /// rate, the step count) into slot `slot` on the device, where update(slot) reads them.
+  virtual void prepare(int slot);
+  /// The device half: the kernels of one update, reading slot `slot` (kDevice) or the host
+  /// values of the last prepare() (kForeach).
+  virtual void update(int slot) = 0;
+
+  /// Picks the kernels; call before the first update. kDevice falls back to kForeach where the
+  /// optimizer cannot honour it (see kernels()).
+  virtual void set_kernels(UpdateKernels kernels);
+  UpdateKernels kernels() const { return kernels_; }
+  /// For the record: {"name": ..., "kernels": ...} and the optimizer's settings.
+  virtual Json describe() const = 0;
 
   void set_lr(double lr) { lr_ = lr; }
   double lr() const { return lr_; }
@@ -41,10 +79,20 @@ class Optimizer {
   /// The group's parameters that have a gradient, and those gradients.
   static void with_grads(const ParamGroup& group, std::vector<torch::Tensor>& params,
                          std::vector<torch::Tensor>& grads);
+  /// Writes this update's scalars into row `slot` of scalars_ (kDevice only).
+  virtual void write_scalars(int /*slot*/) {}
+  /// Allocates scalars_: kMaxSlots rows of `per_slot` floats on the parameters' device.
+  void allocate_scalars(int64_t per_slot);
+  /// Scalar `index` of row `slot`, a 0-dim float tensor on the device.
+  torch::Tensor scalar(int slot, int64_t index) const { return scalars_[slot][index]; }
+  /// "fused", "foreach" or, for kDevice without a fused kernel, "foreach, device scalars".
+  std::string kernels_name(bool fused) const;
 
   std::vector<ParamGroup> groups_;
   double lr_;
   int64_t steps_ = 0;
+  UpdateKernels kernels_ = UpdateKernels::kForeach;
+  torch::Tensor scalars_;  // [kMaxSlots, n] float32 on the parameters' device (kDevice)
 };
 
 /// How weight decay enters an Adam-family update.
@@ -65,12 +113,23 @@ struct AdamOptions {
 /// Adam (Kingma & Ba) with optional bias correction and either weight-decay form. Covers
 /// torch.optim.Adam, fairseq's and XLM's Adam and google-research/bert's AdamWeightDecay
 /// (no bias correction, decoupled decay).
+///
+/// With kDevice: at::_fused_adam_ (L2) or at::_fused_adamw_ (decoupled), whose math is this
+/// formula: m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2, p -= lr / bc1 * m / (sqrt(v) /
+/// sqrt(bc2) + eps), bc_i = 1 - b_i^step, with L2 decay added to g or decoupled decay
+/// p -= lr wd p first. Without bias correction the fused kernel is given a step count so large
+/// that b^step is exactly 0 (so bc1 = bc2 = 1 exactly), which needs b1 < 1 and b2 < 1.
 class Adam : public Optimizer {
  public:
   Adam(std::vector<ParamGroup> groups, AdamOptions options);
-  void step() override;
+  void update(int slot) override;
+  void set_kernels(UpdateKernels kernels) override;
+  Json describe() const override;
 
  private:
+  void write_scalars(int slot) override;
+  bool fused() const;
+
   AdamOptions options_;
   std::vector<std::vector<torch::Tensor>> exp_avg_, exp_avg_sq_;  // per group, per parameter
 };
@@ -87,9 +146,13 @@ struct AdamaxOptions {
 class Adamax : public Optimizer {
  public:
   Adamax(std::vector<ParamGroup> groups, AdamaxOptions options);
-  void step() override;
+  void update(int slot) override;
+  void set_kernels(UpdateKernels kernels) override;
+  Json describe() const override;
 
  private:
+  void write_scalars(int slot) override;
+
   AdamaxOptions options_;
   std::vector<std::vector<torch::Tensor>> exp_avg_, exp_inf_;
 };
@@ -101,13 +164,19 @@ struct SgdOptions {
 };
 
 /// torch.optim.SGD: L2 weight decay on the gradient, momentum buffer, optional Nesterov.
-/// With a constant rate, fairseq's NAG is this with nesterov (spec: language §2.4).
+/// With a constant rate, fairseq's NAG is this with nesterov (spec: language §2.4). With kDevice:
+/// at::_fused_sgd_ (dampening 0), the same formula: g += wd p; buf = g on a parameter's first
+/// update, else momentum buf + g; p -= lr (nesterov ? g + momentum buf : buf).
 class Sgd : public Optimizer {
  public:
   Sgd(std::vector<ParamGroup> groups, SgdOptions options);
-  void step() override;
+  void update(int slot) override;
+  void set_kernels(UpdateKernels kernels) override;
+  Json describe() const override;
 
  private:
+  void write_scalars(int slot) override;
+
   SgdOptions options_;
   std::vector<std::vector<torch::Tensor>> momentum_;
 };
@@ -150,9 +219,13 @@ struct TfRmsPropOptions {
 class TfRmsProp : public Optimizer {
  public:
   TfRmsProp(std::vector<ParamGroup> groups, TfRmsPropOptions options);
-  void step() override;
+  void update(int slot) override;
+  void set_kernels(UpdateKernels kernels) override;
+  Json describe() const override;
 
  private:
+  void write_scalars(int slot) override;
+
   TfRmsPropOptions options_;
   std::vector<std::vector<torch::Tensor>> mean_square_, momentum_;
 };
@@ -176,12 +249,16 @@ LrSchedule darknet_steps(double lr, int64_t burn_in, double power, std::vector<i
 
 /// torch.optim.SGD over parameter groups that each scale the learning rate (a per-group "lr" in
 /// Python): maskrcnn-benchmark's make_optimizer gives biases BIAS_LR_FACTOR x the base rate and
-/// their own weight decay. Each group updates exactly as Sgd does at lr() x its factor.
+/// their own weight decay. Each group updates exactly as Sgd does at lr() x its factor (one
+/// multi-tensor or fused update per group).
 class ScaledLrSgd : public Optimizer {
  public:
   /// `lr_factors[g]` multiplies lr() for `groups[g]`; the two vectors have the same length.
   ScaledLrSgd(std::vector<ParamGroup> groups, std::vector<double> lr_factors, SgdOptions options);
-  void step() override;
+  void prepare(int slot) override;
+  void update(int slot) override;
+  void set_kernels(UpdateKernels kernels) override;
+  Json describe() const override;
 
  private:
   std::vector<double> lr_factors_;

@@ -43,8 +43,10 @@ class GradScaler {
   torch::Tensor scale_, found_inf_, growth_tracker_;
 };
 
-/// Runs backward and the update for one optimizer:
+/// One optimizer with its loss scaling, clipping and schedule:
 /// scale -> backward -> unscale -> clip -> step (unless overflow) -> scaler update -> schedule.
+/// Workloads hand their Updaters to a train::Runtime, which runs them; the standalone methods
+/// (backward_and_step, step) are the same update run eagerly.
 class Updater {
  public:
   /// `clip_norm` <= 0 disables clipping; an empty `schedule` keeps the optimizer's rate.
@@ -56,11 +58,26 @@ class Updater {
   void backward_and_step(const torch::Tensor& loss);
   /// Scaled backward only (several losses into one update); then call step().
   void backward(const torch::Tensor& loss, bool retain_graph = false);
-  /// Unscale, clip, step and schedule, after backward().
+  /// Unscale, clip, step and schedule, after backward(): one eager update.
   void step();
 
+  // The halves of an update, for a runtime that captures update_kernels() in a CUDA graph and
+  // replays it: prepare_update(slot) before each replay, finish_update() after.
+  /// Host: the scheduled rate of this update, and the optimizer's prepare(slot).
+  void prepare_update(int slot);
+  /// Device: unscale (a no-op without fp16 scaling), clip, and the optimizer's update(slot).
+  /// Reads nothing on the host.
+  void update_kernels(int slot);
+  /// Host: the schedule's rate for the next update.
+  void finish_update();
+
+  /// The gradients of the optimizer's parameters that have one.
+  std::vector<torch::Tensor> gradients() const;
   Optimizer& optimizer() { return *optimizer_; }
+  const Optimizer& optimizer() const { return *optimizer_; }
   const GradScaler& scaler() const { return scaler_; }
+  double clip_norm() const { return clip_norm_; }
+  bool scheduled() const { return static_cast<bool>(schedule_); }
 
  private:
   std::unique_ptr<Optimizer> optimizer_;

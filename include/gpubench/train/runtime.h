@@ -1,0 +1,162 @@
+// The training runtime every workload's step runs through. A workload describes its model(s),
+// its batch and its loss; the runtime owns the rest of a training iteration:
+// - precision: the autocast scope of forward and loss, and dynamic loss scaling for amp-fp16
+//   (each Updater's GradScaler);
+// - the updaters: optimizer (multi-tensor or fused kernels), schedule, clipping, one per
+//   network for a GAN;
+// - the gradient-synchronization seam between backward and the update (GradientSync, a no-op
+//   by default; data-parallel training hooks its all-reduce in there);
+// - how an iteration is launched: eagerly, or captured once per batch shape as a CUDA graph on
+//   a side stream (after one eager run of that shape, in one private memory pool) and replayed.
+//
+// A step, in full:
+//
+//   class MyStep final : public train::RuntimeStep {
+//    public:
+//     explicit MyStep(const StepContext& ctx)
+//         : RuntimeStep(ctx), model_(build(ctx)),
+//           updater_(runtime_.add("model", make_updater(*model_, ctx))) {}
+//     double run() override {
+//       return runtime_.run([&] {
+//         updater_.zero_grad();
+//         torch::Tensor loss;
+//         {
+//           const auto autocast = runtime_.autocast();
+//           loss = criterion(model_->forward(batch_.x), batch_.y);
+//         }
+//         runtime_.record_loss("loss", loss);
+//         runtime_.backward(updater_, loss);
+//         runtime_.update(updater_);
+//         return static_cast<double>(batch_.x.size(0));
+//       });
+//     }
+//     ...
+//   };
+//
+// What the lambda may do: enqueue device work, and change host state that it sets the same way
+// every time (zero_grad, requires_grad, train()/eval()). It must not read the device, nor
+// depend on host state that changes between iterations: with CUDA graphs it runs once per batch
+// shape, and replays repeat its device work only. Choose the batch outside it and say which it
+// is (`run(variant, body)`). Host values that change per update (the scheduled rate, Adam's step
+// count) live in the optimizers' device scalars, written before every replay.
+#pragma once
+
+#include "gpubench/json.h"
+#include "gpubench/precision.h"
+#include "gpubench/train/update.h"
+#include "gpubench/workload.h"
+
+#include <torch/types.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gpubench::train {
+
+/// The seam for data-parallel training. The runtime calls synchronize() once per update, after
+/// backward and before the gradients are unscaled, clipped and applied, with the gradients of
+/// the updater's parameters that have one; the default does nothing (one process, one GPU).
+/// Under CUDA graphs it runs inside the capture, so it may only enqueue device work (NCCL
+/// collectives can be captured).
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  /// Makes `gradients` (in place) what every replica applies: a DDP reducer all-reduces them
+  /// and divides by the world size. `updater` names the network ("model", "generator", ...).
+  virtual void synchronize(const std::string& updater, std::vector<torch::Tensor>& gradients) {
+    (void)updater, (void)gradients;
+  }
+  /// For the record: "none", "nccl-allreduce", ...
+  virtual std::string name() const { return "none"; }
+};
+
+/// Runs a workload's training iterations: precision, updaters, gradient sync, launch.
+class Runtime {
+ public:
+  /// Eager runs of a batch shape before it is captured: cuDNN autotuning, cuBLAS workspaces and
+  /// the optimizer state happen there, outside the capture. One, so that the search's two-step
+  /// probe captures and replays (its peak memory includes the graph's pool).
+  static constexpr int kEagerRunsBeforeCapture = 1;
+
+  /// Precision, device, settings and gradient sync of `ctx`.
+  explicit Runtime(const StepContext& ctx);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  /// Takes `updater` over (its kernels set for the device) and returns it; `name` is the
+  /// network it updates ("model", "generator", "discriminator").
+  Updater& add(const std::string& name, Updater updater);
+
+  /// Keeps CUDA graphs off for this step (recorded with `reason`): a step whose iteration reads
+  /// the device or changes shape from run to run in ways run(variant, ...) cannot key.
+  void disable_graphs(const std::string& reason);
+
+  /// One training iteration: `body` eagerly, or the CUDA graph captured from it for `variant`
+  /// (a batch shape: steps cycling through several batches give each its index). Returns what
+  /// `body` returned when it ran for this variant (the units it processed).
+  double run(int64_t variant, const std::function<double()>& body);
+  double run(const std::function<double()>& body) { return run(0, body); }
+
+  /// The autocast scope of forward and loss: autocast to the AMP dtype, nothing in fp32/tf32.
+  [[nodiscard]] AutocastGuard autocast() const { return AutocastGuard(precision_, device_); }
+
+  /// The scaled backward of `loss` into `updater`'s parameters (fp16 loss scaling).
+  void backward(Updater& updater, const torch::Tensor& loss, bool retain_graph = false);
+  /// One update of `updater`: gradient sync, unscale, clip, optimizer step, scaler, schedule.
+  void update(Updater& updater);
+
+  /// Keeps `loss` (detached) as the iteration's loss `name`. Under CUDA graphs it is copied into
+  /// a buffer that replays refresh.
+  void record_loss(const std::string& name, const torch::Tensor& loss);
+  /// The last iteration's losses by name (reading them synchronizes).
+  std::map<std::string, torch::Tensor> losses() const;
+
+  /// Warm-up steps so that every variant of `order` (the variants of steps 1, 2, ...) is
+  /// captured before timing starts: `eager_steps` when graphs are off, else at least up to the
+  /// capture of the last variant that `order` repeats.
+  int64_t warmup_steps(int64_t eager_steps, const std::vector<int64_t>& order) const;
+
+  /// Whether iterations are captured and replayed (asked for, on CUDA, and possible).
+  bool graphs_active() const { return graphs_active_; }
+  Precision precision() const { return precision_; }
+  const torch::Device& device() const { return device_; }
+
+  /// For the record: launch, precision, loss scaling, gradient sync, each updater's optimizer.
+  Json info() const;
+
+ private:
+  struct Graphs;  // the CUDA side: stream, pool, one graph per variant
+
+  Precision precision_;
+  torch::Device device_;
+  RuntimeSettings settings_;
+  std::shared_ptr<GradientSync> sync_;
+  std::vector<std::pair<std::string, std::unique_ptr<Updater>>> updaters_;
+  bool graphs_active_ = false;
+  std::string graphs_note_;  // why graphs are off although asked for
+  std::unique_ptr<Graphs> graphs_;
+  std::map<std::string, torch::Tensor> losses_;
+};
+
+/// A TrainStep whose iterations run through `runtime_`: its losses and the record's runtime
+/// field come from there. The derived step implements run() as `return runtime_.run(...)`.
+class RuntimeStep : public TrainStep {
+ public:
+  std::map<std::string, torch::Tensor> losses() const override { return runtime_.losses(); }
+  Json runtime_info() const override { return runtime_.info(); }
+  /// One step; two with CUDA graphs, so that the capture (on the second run) happens in the
+  /// warm-up, never in the timed window. Steps that cycle batches override this with
+  /// runtime_.warmup_steps(..., their order).
+  int64_t warmup_steps() const override { return runtime_.warmup_steps(1, {0, 0}); }
+
+ protected:
+  explicit RuntimeStep(const StepContext& ctx) : runtime_(ctx) {}
+
+  Runtime runtime_;
+};
+
+}  // namespace gpubench::train

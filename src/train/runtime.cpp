@@ -1,0 +1,264 @@
+#include "gpubench/train/runtime.h"
+
+#include "gpubench/errors.h"
+
+#include <torch/torch.h>
+
+#include <fmt/format.h>
+
+#if GPUBENCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <algorithm>
+
+namespace gpubench {
+
+ParamSchema RuntimeSettings::schema() {
+  return {
+      {"cuda_graphs", ParamKind::kBool, false,
+       "capture forward, backward and update once per batch shape (after one eager run of it) "
+       "and replay the CUDA graph; CUDA only, never with amp-fp16"},
+      {"optimizer_kernels",
+       ParamKind::kString,
+       "fused",
+       "fused: on CUDA, libtorch's fused Adam/AdamW/SGD and device-side rates for the other "
+       "optimizers (CUDA graphs need this); foreach: multi-tensor kernels, host-side rates",
+       {"fused", "foreach"}},
+  };
+}
+
+RuntimeSettings RuntimeSettings::from_params(const Params& params) {
+  RuntimeSettings s;
+  s.cuda_graphs = params.flag("cuda_graphs");
+  s.optimizer_kernels = params.str("optimizer_kernels");
+  return s;
+}
+
+namespace train {
+
+/// The CUDA side of graph launches: a side stream for capture (and for the eager runs before
+/// it, as PyTorch's recipe warms up), one memory pool shared by the step's graphs (they replay
+/// one at a time and keep nothing in it across replays: losses go to buffers outside it), and
+/// per variant its eager runs so far, its graph, what its iteration returned and the updates it
+/// holds (each updater, and how many of its updates: one scalar slot each).
+struct Runtime::Graphs {
+  struct Variant {
+    int eager_runs = 0;
+    double units = 0;
+    std::vector<std::pair<Updater*, int>> updates;
+#if GPUBENCH_WITH_CUDA
+    std::unique_ptr<at::cuda::CUDAGraph> graph;
+#endif
+  };
+
+  std::map<int64_t, Variant> variants;
+  Variant* capturing = nullptr;  // the variant being captured, if any
+  std::map<std::string, torch::Tensor> loss_buffers;
+  int captured = 0;
+#if GPUBENCH_WITH_CUDA
+  explicit Graphs(const torch::Device& device)
+      : side(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())),
+        pool(at::cuda::graph_pool_handle()) {}
+  c10::cuda::CUDAStream side;
+  at::cuda::MempoolId_t pool;
+  at::cuda::CUDAEvent to_side, to_current;
+#else
+  explicit Graphs(const torch::Device&) {}
+#endif
+};
+
+Runtime::Runtime(const StepContext& ctx)
+    : precision_(ctx.precision),
+      device_(ctx.device),
+      settings_(ctx.runtime),
+      sync_(ctx.gradient_sync ? ctx.gradient_sync : std::make_shared<GradientSync>()) {
+  if (!settings_.cuda_graphs) return;
+  if (!device_.is_cuda()) {
+    graphs_note_ = "CUDA graphs run on CUDA devices only; this step runs eagerly";
+  } else if (!GPUBENCH_WITH_CUDA) {
+    graphs_note_ = "this gpubench was built without CUDA";
+  } else if (precision_ == Precision::kAmpFp16) {
+    graphs_note_ =
+        "amp-fp16 skips an overflowing update after reading a flag on the host (GradScaler), "
+        "which a CUDA graph cannot hold; this step runs eagerly";
+  } else {
+    graphs_active_ = true;
+    graphs_ = std::make_unique<Graphs>(device_);
+  }
+}
+
+Runtime::~Runtime() = default;
+
+Updater& Runtime::add(const std::string& name, Updater updater) {
+  TORCH_CHECK(!graphs_ || graphs_->variants.empty(), "Runtime::add: add updaters before run()");
+  if (device_.is_cuda() && settings_.optimizer_kernels == "fused") {
+    updater.optimizer().set_kernels(UpdateKernels::kDevice);
+  }
+  if (graphs_active_ && updater.optimizer().kernels() != UpdateKernels::kDevice) {
+    disable_graphs(fmt::format(
+        "the {} optimizer passes its rate as a host value (runtime.optimizer_kernels: {}), "
+        "which a CUDA graph would freeze; this step runs eagerly",
+        name, settings_.optimizer_kernels));
+  }
+  updaters_.emplace_back(name, std::make_unique<Updater>(std::move(updater)));
+  return *updaters_.back().second;
+}
+
+void Runtime::disable_graphs(const std::string& reason) {
+  if (!settings_.cuda_graphs || !graphs_active_) return;
+  graphs_active_ = false;
+  graphs_.reset();
+  graphs_note_ = reason;
+}
+
+void Runtime::backward(Updater& updater, const torch::Tensor& loss, bool retain_graph) {
+  updater.backward(loss, retain_graph);
+}
+
+void Runtime::update(Updater& updater) {
+  auto found = std::find_if(updaters_.begin(), updaters_.end(),
+                            [&](const auto& entry) { return entry.second.get() == &updater; });
+  TORCH_CHECK(found != updaters_.end(), "Runtime::update: an updater this runtime does not hold");
+  auto gradients = updater.gradients();
+  sync_->synchronize(found->first, gradients);
+  if (graphs_ && graphs_->capturing) {
+    // Captured: this update reads the next free scalar slot of its optimizer, which
+    // prepare_update() fills before every replay.
+    auto& updates = graphs_->capturing->updates;
+    auto entry = std::find_if(updates.begin(), updates.end(),
+                              [&](const auto& u) { return u.first == &updater; });
+    if (entry == updates.end()) entry = updates.emplace(updates.end(), &updater, 0);
+    const int slot = entry->second++;
+    TORCH_CHECK(slot < Optimizer::kMaxSlots, "a captured iteration updates '", found->first,
+                "' more than ", Optimizer::kMaxSlots, " times");
+    updater.update_kernels(slot);
+    return;
+  }
+  updater.step();
+}
+
+void Runtime::record_loss(const std::string& name, const torch::Tensor& loss) {
+  if (!graphs_) {
+    losses_[name] = loss.detach();
+    return;
+  }
+  auto found = graphs_->loss_buffers.find(name);
+  if (graphs_->capturing) {
+    // The buffer was made outside the graph's pool by the eager run of this variant.
+    TORCH_CHECK(found != graphs_->loss_buffers.end(), "loss '", name,
+                "' appears first in a captured iteration; record it in every iteration");
+    found->second.copy_(loss.detach());
+  } else if (found == graphs_->loss_buffers.end()) {
+    graphs_->loss_buffers[name] = loss.detach().clone();
+  } else {
+    found->second.copy_(loss.detach());
+  }
+}
+
+std::map<std::string, torch::Tensor> Runtime::losses() const {
+  return graphs_ ? graphs_->loss_buffers : losses_;
+}
+
+int64_t Runtime::warmup_steps(int64_t eager_steps, const std::vector<int64_t>& order) const {
+  if (!graphs_active_) return eager_steps;
+  std::map<int64_t, int> seen;
+  int64_t last_capture = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (++seen[order[i]] == kEagerRunsBeforeCapture + 1) {
+      last_capture = static_cast<int64_t>(i) + 1;
+    }
+  }
+  return std::max(eager_steps, last_capture);
+}
+
+double Runtime::run(int64_t variant, const std::function<double()>& body) {
+  if (!graphs_active_) return body();
+#if GPUBENCH_WITH_CUDA
+  Graphs& g = *graphs_;
+  Graphs::Variant& v = g.variants[variant];
+  const auto current = c10::cuda::getCurrentCUDAStream(device_.index());
+  if (v.eager_runs < kEagerRunsBeforeCapture || !v.graph) {
+    // Eager runs and the capture go on the side stream, joined to the current one both ways.
+    g.to_side.record(current);
+    g.to_side.block(g.side);
+    {
+      c10::cuda::CUDAStreamGuard guard(g.side);
+      if (v.eager_runs < kEagerRunsBeforeCapture) {
+        ++v.eager_runs;
+        v.units = body();
+      } else {
+        // Cached blocks of the eager runs go back to the device, so the graph's pool can have
+        // that memory.
+        c10::cuda::CUDACachingAllocator::emptyCache();
+        v.graph = std::make_unique<at::cuda::CUDAGraph>();
+        v.graph->capture_begin(g.pool);
+        g.capturing = &v;
+        try {
+          v.units = body();
+        } catch (...) {
+          // Leave capture mode before anything else touches the device; the error (an
+          // out-of-memory one included) goes on as it was.
+          g.capturing = nullptr;
+          try {
+            v.graph->capture_end();
+          } catch (...) {
+          }
+          v.graph.reset();
+          v.updates.clear();
+          throw;
+        }
+        g.capturing = nullptr;
+        v.graph->capture_end();
+        ++g.captured;
+      }
+    }
+    g.to_current.record(g.side);
+    g.to_current.block(current);
+    if (!v.graph) return v.units;
+  }
+  // A capture runs nothing: this replay is the iteration, captured or not. Each update's host
+  // half writes its scalars first, on the stream the graph replays on.
+  for (auto& [updater, slots] : v.updates) {
+    for (int slot = 0; slot < slots; ++slot) updater->prepare_update(slot);
+  }
+  v.graph->replay();
+  for (auto& [updater, slots] : v.updates) updater->finish_update();
+  return v.units;
+#else
+  (void)variant;
+  return body();
+#endif
+}
+
+Json Runtime::info() const {
+  Json updaters = Json::array();
+  for (const auto& [name, updater] : updaters_) {
+    updaters.push_back({{"name", name},
+                        {"optimizer", updater->optimizer().describe()},
+                        {"clip_norm", updater->clip_norm()},
+                        {"schedule", updater->scheduled()}});
+  }
+  Json out = {{"launch", graphs_active_ ? "cuda-graphs" : "eager"},
+              {"cuda_graphs", settings_.cuda_graphs},
+              {"optimizer_kernels", device_.is_cuda() ? settings_.optimizer_kernels : "foreach"},
+              {"precision", to_string(precision_)},
+              {"autocast",
+               is_amp(precision_) ? (precision_ == Precision::kAmpBf16 ? "bf16" : "fp16") : "off"},
+              {"loss_scaling", precision_ == Precision::kAmpFp16 ? "dynamic" : "off"},
+              {"gradient_sync", sync_->name()},
+              {"updaters", updaters}};
+  if (graphs_active_) {
+    out["graphs_captured"] = graphs_->captured;
+    out["eager_runs_before_capture"] = kEagerRunsBeforeCapture;
+  }
+  if (!graphs_note_.empty()) out["cuda_graphs_note"] = graphs_note_;
+  return out;
+}
+
+}  // namespace train
+}  // namespace gpubench

@@ -1,0 +1,477 @@
+// The training runtime (train/runtime.h) and the optimizers' update paths: each optimizer, with
+// the kernels it runs on this libtorch, against a plain per-tensor reference update, step for
+// step; the runtime's eager iteration, its gradient-sync seam, its settings; and (_CUDA) CUDA
+// graph replays against eager iterations.
+#include "gpubench/train/runtime.h"
+
+#include "gpubench/compat.h"
+#include "gpubench/config.h"
+#include "gpubench/errors.h"
+#include "gpubench/registry.h"
+#include "tests/testing.h"
+
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+namespace gpubench::train {
+namespace {
+
+// ---- Optimizers against per-tensor references ----
+
+/// One parameter's reference state: up to two slots, undefined until its first update.
+struct RefState {
+  torch::Tensor a, b;
+};
+
+/// A plain per-tensor update of `p` with gradient `g`, decay `wd`, rate `lr`, update number
+/// `step` (1-based, counted per optimizer) and the parameter's state.
+using Reference = std::function<void(torch::Tensor& p, const torch::Tensor& g, double wd, double lr,
+                                     int64_t step, RefState& s)>;
+
+struct OptimizerCase {
+  std::string name;
+  std::function<std::unique_ptr<Optimizer>(std::vector<ParamGroup>)> make;
+  Reference reference;
+  double lr_factor_group1 = 1.0;  ///< ScaledLrSgd: the second group's rate factor
+};
+
+std::vector<OptimizerCase> optimizer_cases() {
+  auto adam = [](bool decoupled, bool bias_correction) {
+    return [=](torch::Tensor& p, const torch::Tensor& grad, double wd, double lr, int64_t step,
+               RefState& s) {
+      const double b1 = 0.9, b2 = 0.98, eps = 1e-6;
+      auto g = grad;
+      if (!decoupled) g = g + wd * p;
+      if (!s.a.defined()) s.a = torch::zeros_like(p), s.b = torch::zeros_like(p);
+      s.a = b1 * s.a + (1 - b1) * g;
+      s.b = b2 * s.b + (1 - b2) * g * g;
+      const double bc1 = bias_correction ? 1 - std::pow(b1, double(step)) : 1;
+      const double bc2 = bias_correction ? 1 - std::pow(b2, double(step)) : 1;
+      if (decoupled) p = p - lr * wd * p;
+      p = p - lr / bc1 * s.a / (s.b.sqrt() / std::sqrt(bc2) + eps);
+    };
+  };
+  auto make_adam = [](bool decoupled, bool bias_correction) {
+    return [=](std::vector<ParamGroup> groups) -> std::unique_ptr<Optimizer> {
+      AdamOptions o{1e-3,
+                    0.9,
+                    0.98,
+                    1e-6,
+                    bias_correction,
+                    decoupled ? WeightDecayMode::kDecoupled : WeightDecayMode::kL2};
+      return std::make_unique<Adam>(std::move(groups), o);
+    };
+  };
+  auto sgd = [](double momentum, bool nesterov) {
+    return [=](torch::Tensor& p, const torch::Tensor& grad, double wd, double lr, int64_t,
+               RefState& s) {
+      auto g = grad + wd * p;
+      if (momentum != 0) {
+        s.a = s.a.defined() ? momentum * s.a + g : g.clone();
+        g = nesterov ? g + momentum * s.a : s.a;
+      }
+      p = p - lr * g;
+    };
+  };
+  auto make_sgd = [](double momentum, bool nesterov) {
+    return [=](std::vector<ParamGroup> groups) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<Sgd>(std::move(groups), SgdOptions{0.1, momentum, nesterov});
+    };
+  };
+  std::vector<OptimizerCase> cases = {
+      {"Adam", make_adam(false, true), adam(false, true)},
+      {"AdamW", make_adam(true, true), adam(true, true)},
+      {"BertAdamWithoutBiasCorrection", make_adam(true, false), adam(true, false)},
+      {"Adamax",
+       [](std::vector<ParamGroup> groups) -> std::unique_ptr<Optimizer> {
+         return std::make_unique<Adamax>(std::move(groups), AdamaxOptions{2e-3, 0.9, 0.999, 1e-6});
+       },
+       [](torch::Tensor& p, const torch::Tensor& g, double wd, double lr, int64_t, RefState& s) {
+         if (!s.a.defined()) s.a = torch::zeros_like(p), s.b = torch::zeros_like(p);
+         s.a = 0.9 * s.a + 0.1 * g;
+         s.b = torch::max(0.999 * s.b, g.abs() + 1e-6);
+         p = p - lr * (s.a / (s.b + 1e-6) + wd * p);
+       }},
+      {"SgdMomentum", make_sgd(0.9, false), sgd(0.9, false)},
+      {"SgdNesterov", make_sgd(0.99, true), sgd(0.99, true)},
+      {"SgdPlain", make_sgd(0.0, false), sgd(0.0, false)},
+      {"TfRmsProp",
+       [](std::vector<ParamGroup> groups) -> std::unique_ptr<Optimizer> {
+         TfRmsPropOptions o;
+         o.lr = 0.01;
+         return std::make_unique<TfRmsProp>(std::move(groups), o);
+       },
+       [](torch::Tensor& p, const torch::Tensor& grad, double wd, double lr, int64_t, RefState& s) {
+         const auto g = grad + wd * p;
+         if (!s.a.defined()) s.a = torch::ones_like(p), s.b = torch::zeros_like(p);
+         s.a = 0.9 * s.a + 0.1 * g * g;
+         s.b = 0.9 * s.b + lr * g / (s.a + 1.0).sqrt();
+         p = p - s.b;
+       }},
+      {"ScaledLrSgd",
+       [](std::vector<ParamGroup> groups) -> std::unique_ptr<Optimizer> {
+         return std::make_unique<ScaledLrSgd>(std::move(groups), std::vector<double>{1.0, 2.0},
+                                              SgdOptions{0.1, 0.9, false});
+       },
+       sgd(0.9, false), 2.0},
+  };
+  return cases;
+}
+
+class OptimizerPathTest : public ::testing::TestWithParam<OptimizerCase> {
+ protected:
+  /// Three parameters in two groups (decay 0.01 and 0); the second gets no gradient in updates 1
+  /// and 3, so it starts late and skips one, as a task head in mt-dnn does.
+  struct Setup {
+    std::vector<torch::Tensor> params, reference;
+    std::vector<double> decay = {0.01, 0.01, 0.0};
+    std::vector<RefState> states = std::vector<RefState>(3);
+    std::unique_ptr<Optimizer> optimizer;
+  };
+
+  Setup setup(const torch::Device& device, UpdateKernels kernels) {
+    Setup s;
+    torch::manual_seed(1);
+    for (const auto& shape : {std::vector<int64_t>{4, 3}, {5}, {2, 2}}) {
+      s.params.push_back(torch::randn(shape, device).requires_grad_());
+      s.reference.push_back(s.params.back().detach().clone());
+    }
+    s.optimizer =
+        GetParam().make({{{s.params[0], s.params[1]}, s.decay[0]}, {{s.params[2]}, s.decay[2]}});
+    s.optimizer->set_kernels(kernels);
+    return s;
+  }
+
+  static double rate(int64_t update) { return 0.01 * (1.0 + 0.1 * static_cast<double>(update)); }
+
+  /// Gradients of update `update` (1-based); parameter 1 has none in updates 1 and 3.
+  static void set_grads(Setup& s, int64_t update) {
+    torch::manual_seed(100 + update);
+    for (std::size_t i = 0; i < s.params.size(); ++i) {
+      auto g = torch::randn_like(s.params[i]);
+      if (i == 1 && (update == 1 || update == 3)) {
+        s.params[i].mutable_grad().reset();
+      } else {
+        s.params[i].mutable_grad() = g;
+      }
+    }
+  }
+
+  /// The reference update `update` of every parameter that has a gradient.
+  static void reference_update(Setup& s, int64_t update, double lr) {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < s.params.size(); ++i) {
+      if (!s.params[i].grad().defined()) continue;
+      const double factor = i == 2 ? GetParam().lr_factor_group1 : 1.0;
+      GetParam().reference(s.reference[i], s.params[i].grad(), s.decay[i], lr * factor, update,
+                           s.states[i]);
+    }
+  }
+
+  static void expect_same(const Setup& s, int64_t update) {
+    for (std::size_t i = 0; i < s.params.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(s.params[i].detach().cpu(), s.reference[i].cpu(), 1e-5, 1e-6))
+          << GetParam().name << ": parameter " << i << " after update " << update << "\n"
+          << (s.params[i].detach().cpu() - s.reference[i].cpu()).abs().max();
+    }
+  }
+
+  /// step() after step(), each at its own rate, against the reference.
+  void one_at_a_time(const torch::Device& device, UpdateKernels kernels) {
+    Setup s = setup(device, kernels);
+    for (int64_t update = 1; update <= 5; ++update) {
+      set_grads(s, update);
+      s.optimizer->set_lr(rate(update));
+      s.optimizer->step();
+      reference_update(s, update, rate(update));
+      expect_same(s, update);
+    }
+    EXPECT_EQ(s.optimizer->steps(), 5);
+  }
+
+  /// As a replayed graph runs them: the host halves of two updates first (each writes its own
+  /// slot), then their device halves in order.
+  void two_slots(const torch::Device& device) {
+    Setup s = setup(device, UpdateKernels::kDevice);
+    if (s.optimizer->kernels() != UpdateKernels::kDevice) {
+      GTEST_SKIP() << GetParam().name << " has no device-scalar path on libtorch " << TORCH_VERSION;
+    }
+    for (int64_t update = 1; update <= 5; update += 2) {
+      for (int slot = 0; slot < 2; ++slot) {
+        s.optimizer->set_lr(rate(update + slot));
+        s.optimizer->prepare(slot);
+      }
+      for (int slot = 0; slot < 2; ++slot) {
+        set_grads(s, update + slot);
+        s.optimizer->update(slot);
+        reference_update(s, update + slot, rate(update + slot));
+        expect_same(s, update + slot);
+      }
+    }
+  }
+};
+
+TEST_P(OptimizerPathTest, ForeachKernelsMatchThePerTensorReference) {
+  one_at_a_time(torch::kCPU, UpdateKernels::kForeach);
+}
+
+TEST_P(OptimizerPathTest, DeviceScalarKernelsMatchThePerTensorReference) {
+  // On the CPU: fused kernels from libtorch 2.4, device-scalar multi-tensor kernels always.
+  one_at_a_time(torch::kCPU, UpdateKernels::kDevice);
+}
+
+TEST_P(OptimizerPathTest, SlotsKeepEachUpdatesScalarsApart) { two_slots(torch::kCPU); }
+
+TEST_P(OptimizerPathTest, FusedKernelsMatchThePerTensorReference_CUDA) {
+  one_at_a_time(torch::Device(torch::kCUDA, 0), UpdateKernels::kDevice);
+}
+
+TEST_P(OptimizerPathTest, SlotsKeepEachUpdatesScalarsApart_CUDA) {
+  two_slots(torch::Device(torch::kCUDA, 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOptimizers, OptimizerPathTest, ::testing::ValuesIn(optimizer_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(OptimizerKernelsTest, DescribeNamesTheKernelsInUse) {
+  auto p = torch::randn({3}).requires_grad_();
+  Adam adam({{{p}, 0.0}}, AdamOptions{});
+  EXPECT_EQ(adam.describe()["kernels"], "foreach");
+  adam.set_kernels(UpdateKernels::kDevice);
+  EXPECT_EQ(adam.describe()["kernels"], compat::kHasFusedOptimizers ? "fused" : "foreach");
+  Adamax adamax({{{p}, 0.0}}, AdamaxOptions{});
+  adamax.set_kernels(UpdateKernels::kDevice);
+  EXPECT_EQ(adamax.describe()["kernels"], "foreach, device scalars");
+  // Without bias correction the fused kernel needs betas below 1.
+  Adam no_correction({{{p}, 0.0}}, AdamOptions{1e-3, 0.9, 1.0, 1e-8, false});
+  no_correction.set_kernels(UpdateKernels::kDevice);
+  EXPECT_EQ(no_correction.kernels(), UpdateKernels::kForeach);
+}
+
+// ---- The runtime ----
+
+StepContext cpu_context() {
+  StepContext ctx;
+  ctx.device = torch::kCPU;
+  ctx.precision = Precision::kFp32;
+  return ctx;
+}
+
+/// A linear layer and a fixed batch: the smallest real training iteration.
+struct TinyModel {
+  TinyModel() {
+    torch::manual_seed(3);
+    net = torch::nn::Linear(4, 3);
+    x = torch::randn({8, 4});
+    y = torch::randn({8, 3});
+  }
+  std::vector<ParamGroup> groups() const { return {{net->parameters(), 0.0}}; }
+  torch::nn::Linear net{nullptr};
+  torch::Tensor x, y;
+};
+
+double iterate(Runtime& runtime, Updater& updater, TinyModel& m) {
+  return runtime.run([&] {
+    updater.zero_grad();
+    torch::Tensor loss;
+    {
+      const auto autocast = runtime.autocast();
+      loss = torch::mse_loss(m.net(m.x), m.y);
+    }
+    runtime.record_loss("loss", loss);
+    runtime.backward(updater, loss);
+    runtime.update(updater);
+    return 8.0;
+  });
+}
+
+TEST(RuntimeTest, RunsAnEagerIterationAndRecordsItsLoss) {
+  TinyModel m;
+  Runtime runtime(cpu_context());
+  auto& updater =
+      runtime.add("model", Updater(std::make_unique<Sgd>(m.groups(), SgdOptions{0.1}),
+                                   Precision::kFp32, torch::kCPU, /*clip_norm=*/0, constant(0.1)));
+  // The reference: the same loss's gradient by hand, one SGD step.
+  const auto w = m.net->weight.detach().clone();
+  const auto b = m.net->bias.detach().clone();
+  const auto error = (m.x.matmul(w.t()) + b - m.y) * (2.0 / static_cast<double>(m.y.numel()));
+  const auto expected_w = w - 0.1 * error.t().matmul(m.x);
+  const auto expected_loss = (m.x.matmul(w.t()) + b - m.y).square().mean();
+
+  EXPECT_EQ(iterate(runtime, updater, m), 8.0);
+  EXPECT_TRUE(torch::allclose(m.net->weight.detach(), expected_w, 1e-5, 1e-6));
+  ASSERT_EQ(runtime.losses().count("loss"), 1u);
+  EXPECT_NEAR(runtime.losses().at("loss").item<double>(), expected_loss.item<double>(), 1e-6);
+  EXPECT_EQ(updater.optimizer().steps(), 1);
+
+  const Json info = runtime.info();
+  EXPECT_EQ(info["launch"], "eager");
+  EXPECT_EQ(info["precision"], "fp32");
+  EXPECT_EQ(info["loss_scaling"], "off");
+  EXPECT_EQ(info["gradient_sync"], "none");
+  ASSERT_EQ(info["updaters"].size(), 1u);
+  EXPECT_EQ(info["updaters"][0]["name"], "model");
+  EXPECT_EQ(info["updaters"][0]["optimizer"]["name"], "sgd");
+  EXPECT_EQ(info["updaters"][0]["optimizer"]["kernels"], "foreach");
+}
+
+/// Records what it is given and zeroes the gradients, as a stand-in for an all-reduce.
+class RecordingSync : public GradientSync {
+ public:
+  void synchronize(const std::string& updater, std::vector<torch::Tensor>& gradients) override {
+    names.push_back(updater);
+    double squares = 0;
+    for (const auto& g : gradients) squares += g.square().sum().item<double>();
+    norms.push_back(std::sqrt(squares));
+    for (auto& g : gradients) g.zero_();
+  }
+  std::string name() const override { return "recording"; }
+
+  std::vector<std::string> names;
+  std::vector<double> norms;
+};
+
+TEST(RuntimeTest, GradientSyncRunsBetweenBackwardAndTheUpdate) {
+  TinyModel m;
+  auto sync = std::make_shared<RecordingSync>();
+  StepContext ctx = cpu_context();
+  ctx.gradient_sync = sync;
+  Runtime runtime(ctx);
+  // A tight clip: the hook must see the gradients before clipping.
+  auto& updater = runtime.add("model", Updater(std::make_unique<Sgd>(m.groups(), SgdOptions{0.1}),
+                                               Precision::kFp32, torch::kCPU, /*clip_norm=*/1e-3));
+  const auto before = m.net->weight.detach().clone();
+  torch::Tensor loss = torch::mse_loss(m.net(m.x), m.y);
+  loss.backward();
+  double squares = 0;
+  for (const auto& p : m.net->parameters()) squares += p.grad().square().sum().item<double>();
+  iterate(runtime, updater, m);
+  ASSERT_EQ(sync->names, std::vector<std::string>{"model"});
+  EXPECT_NEAR(sync->norms[0], std::sqrt(squares), 1e-5);
+  EXPECT_GT(sync->norms[0], 1e-3);
+  // The update applied what the hook left: zero gradients, so nothing moved.
+  EXPECT_TRUE(torch::equal(m.net->weight.detach(), before));
+  EXPECT_EQ(runtime.info()["gradient_sync"], "recording");
+}
+
+TEST(RuntimeTest, CudaGraphsAskedForOffCudaRunEagerlyAndSaySo) {
+  StepContext ctx = cpu_context();
+  ctx.runtime.cuda_graphs = true;
+  Runtime runtime(ctx);
+  EXPECT_FALSE(runtime.graphs_active());
+  EXPECT_EQ(runtime.warmup_steps(3, {0, 1, 0, 1}), 3);
+  const Json info = runtime.info();
+  EXPECT_EQ(info["launch"], "eager");
+  EXPECT_EQ(info["cuda_graphs"], true);
+  EXPECT_NE(info["cuda_graphs_note"].get<std::string>().find("CUDA devices only"),
+            std::string::npos);
+}
+
+TEST(RuntimeTest, KeepsTheCpuOnForeachKernels) {
+  TinyModel m;
+  Runtime runtime(cpu_context());  // optimizer_kernels: fused, the default
+  auto& updater = runtime.add("model", Updater(std::make_unique<Adam>(m.groups(), AdamOptions{}),
+                                               Precision::kFp32, torch::kCPU));
+  EXPECT_EQ(updater.optimizer().kernels(), UpdateKernels::kForeach);
+  EXPECT_EQ(runtime.info()["optimizer_kernels"], "foreach");
+}
+
+TEST(RuntimeTest, RuntimeSectionOfAConfigIsValidatedAndKeepsTheScore) {
+  ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  EXPECT_FALSE(store.model("bert-base").runtime.flag("cuda_graphs"));
+  store.apply_document(Json{{"models", {{"bert-base", {{"runtime", {{"cuda_graphs", true}}}}}}}},
+                       "user.json");
+  const ModelConfig& config = store.model("bert-base");
+  EXPECT_TRUE(RuntimeSettings::from_params(config.runtime).cuda_graphs);
+  EXPECT_FALSE(config.modified);  // how it runs is not what it is
+  EXPECT_EQ(config.to_json()["runtime"]["cuda_graphs"], true);
+  EXPECT_THROWS_WITH(
+      store.apply_document(Json{{"models", {{"bert-base", {{"runtime", {{"cuda_graph", true}}}}}}}},
+                           "user.json"),
+      ConfigError, "cuda_graphs");
+  EXPECT_THROWS_WITH(
+      store.apply_document(
+          Json{{"models", {{"bert-base", {{"runtime", {{"optimizer_kernels", "fast"}}}}}}}},
+          "user.json"),
+      ConfigError, "fast");
+}
+
+// ---- CUDA graphs against eager iterations ----
+
+/// Two batch shapes, a schedule, clipping and Adam: iterations alternate between the shapes.
+struct GraphFixture {
+  explicit GraphFixture(bool graphs) {
+    const torch::Device device(torch::kCUDA, 0);
+    StepContext ctx;
+    ctx.device = device;
+    ctx.runtime.cuda_graphs = graphs;
+    runtime = std::make_unique<Runtime>(ctx);
+    torch::manual_seed(5);
+    net = torch::nn::Sequential(torch::nn::Linear(16, 32), torch::nn::Tanh(),
+                                torch::nn::Linear(32, 4));
+    net->to(device);
+    for (const int64_t rows : {8, 24}) {
+      xs.push_back(torch::randn({rows, 16}, device));
+      ys.push_back(torch::randn({rows, 4}, device));
+    }
+    AdamOptions adam;
+    adam.lr = 1e-2;
+    updater = &runtime->add(
+        "model",
+        Updater(std::make_unique<Adam>(std::vector<ParamGroup>{{net->parameters(), 0.01}}, adam),
+                Precision::kFp32, device, /*clip_norm=*/0.5, warmup_linear_decay(1e-2, 4, 100)));
+  }
+
+  /// One iteration of batch `v`, with `updates` updates of the one optimizer.
+  void iterate(int64_t v, int updates) {
+    runtime->run(v, [&] {
+      for (int u = 0; u < updates; ++u) {
+        updater->zero_grad();
+        const auto loss = torch::mse_loss(net->forward(xs[v]), ys[v]);
+        runtime->record_loss("loss" + std::to_string(u), loss);
+        runtime->backward(*updater, loss);
+        runtime->update(*updater);
+      }
+      return static_cast<double>(xs[v].size(0));
+    });
+  }
+
+  std::unique_ptr<Runtime> runtime;
+  torch::nn::Sequential net{nullptr};
+  std::vector<torch::Tensor> xs, ys;
+  Updater* updater = nullptr;
+};
+
+void expect_graphs_match_eager(int updates_per_iteration) {
+  GraphFixture eager(false), graphs(true);
+  ASSERT_TRUE(graphs.runtime->graphs_active());
+  for (int i = 0; i < 8; ++i) {
+    eager.iterate(i % 2, updates_per_iteration);
+    graphs.iterate(i % 2, updates_per_iteration);
+    for (const auto& [name, loss] : eager.runtime->losses()) {
+      EXPECT_NEAR(graphs.runtime->losses().at(name).item<double>(), loss.item<double>(), 1e-6)
+          << name << " at iteration " << i;
+    }
+  }
+  const auto a = eager.net->parameters(), b = graphs.net->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(a[i].cpu(), b[i].cpu(), 1e-5, 1e-6)) << "parameter " << i;
+  }
+  EXPECT_EQ(eager.updater->optimizer().steps(), graphs.updater->optimizer().steps());
+  EXPECT_DOUBLE_EQ(eager.updater->optimizer().lr(), graphs.updater->optimizer().lr());
+  EXPECT_EQ(graphs.runtime->info()["graphs_captured"], 2);
+  EXPECT_EQ(graphs.runtime->info()["launch"], "cuda-graphs");
+}
+
+TEST(RuntimeTest, CudaGraphReplaysMatchEagerIterations_CUDA) { expect_graphs_match_eager(1); }
+
+TEST(RuntimeTest, CapturedIterationsKeepEachUpdatesScheduledRate_CUDA) {
+  expect_graphs_match_eager(3);
+}
+
+}  // namespace
+}  // namespace gpubench::train
