@@ -37,6 +37,16 @@ Geometry load(AutogradContext* ctx) {
 
 torch::Tensor convolve(const torch::Tensor& input, const torch::Tensor& weight,
                        const torch::Tensor& bias, const Geometry& g) {
+  // libtorch's CPU transposed convolution has no bfloat16 kernel (slow_conv_transpose2d, 1.13):
+  // on the CPU, where only the smoke tests run, a reduced-precision one is computed in float
+  // and rounded back.
+  if (g.transposed && input.device().is_cpu() && input.scalar_type() != torch::kFloat &&
+      input.scalar_type() != torch::kDouble) {
+    const auto type = input.scalar_type();
+    return convolve(input.to(torch::kFloat), weight.to(torch::kFloat),
+                    bias.defined() ? bias.to(torch::kFloat) : bias, g)
+        .to(type);
+  }
   return at::convolution(input, weight, bias, {g.stride, g.stride}, {g.padding, g.padding}, {1, 1},
                          g.transposed, {g.output_padding, g.output_padding}, 1);
 }
