@@ -35,13 +35,17 @@ Geometry load(AutogradContext* ctx) {
   return g;
 }
 
+/// libtorch's CPU transposed convolution has no bfloat16 kernels (slow_conv_transpose2d and its
+/// weight gradient, 1.13): on the CPU, where only the smoke tests run, a reduced-precision one
+/// is computed in float and rounded back.
+bool reduced_transposed_on_cpu(const torch::Tensor& input, const Geometry& g) {
+  return g.transposed && input.device().is_cpu() && input.scalar_type() != torch::kFloat &&
+         input.scalar_type() != torch::kDouble;
+}
+
 torch::Tensor convolve(const torch::Tensor& input, const torch::Tensor& weight,
                        const torch::Tensor& bias, const Geometry& g) {
-  // libtorch's CPU transposed convolution has no bfloat16 kernel (slow_conv_transpose2d, 1.13):
-  // on the CPU, where only the smoke tests run, a reduced-precision one is computed in float
-  // and rounded back.
-  if (g.transposed && input.device().is_cpu() && input.scalar_type() != torch::kFloat &&
-      input.scalar_type() != torch::kDouble) {
+  if (reduced_transposed_on_cpu(input, g)) {
     const auto type = input.scalar_type();
     return convolve(input.to(torch::kFloat), weight.to(torch::kFloat),
                     bias.defined() ? bias.to(torch::kFloat) : bias, g)
@@ -129,6 +133,14 @@ struct GradfixWeight : public torch::autograd::Function<GradfixWeight> {
     save(ctx, g);
     ctx->save_for_backward({grad_output, input});
     // The weight is passed for its shape only: the weight gradient does not depend on it.
+    if (reduced_transposed_on_cpu(input, g)) {  // in float there, as convolve() does
+      return std::get<1>(at::convolution_backward(
+                             grad_output.to(torch::kFloat), input.to(torch::kFloat),
+                             weight.to(torch::kFloat), c10::nullopt, {g.stride, g.stride},
+                             {g.padding, g.padding}, {1, 1}, g.transposed,
+                             {g.output_padding, g.output_padding}, 1, {false, true, false}))
+          .to(input.scalar_type());
+    }
     return std::get<1>(at::convolution_backward(
         grad_output, input, weight, c10::nullopt, {g.stride, g.stride}, {g.padding, g.padding},
         {1, 1}, g.transposed, {g.output_padding, g.output_padding}, 1, {false, true, false}));
