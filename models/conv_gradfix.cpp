@@ -55,6 +55,20 @@ torch::Tensor convolve(const torch::Tensor& input, const torch::Tensor& weight,
                          g.transposed, {g.output_padding, g.output_padding}, 1);
 }
 
+/// libtorch's weight-gradient kernel of a convolution of geometry g (cuDNN's backward-filter on a
+/// GPU). The weight is passed for its shape only: the weight gradient does not depend on it.
+torch::Tensor weight_gradient_kernel(const torch::Tensor& grad_output, const torch::Tensor& input,
+                                     const torch::Tensor& weight, const Geometry& g) {
+  if (reduced_transposed_on_cpu(input, g)) {  // in float there, as convolve() does
+    return weight_gradient_kernel(grad_output.to(torch::kFloat), input.to(torch::kFloat),
+                                  weight.to(torch::kFloat), g)
+        .to(input.scalar_type());
+  }
+  return std::get<1>(at::convolution_backward(
+      grad_output, input, weight, c10::nullopt, {g.stride, g.stride}, {g.padding, g.padding},
+      {1, 1}, g.transposed, {g.output_padding, g.output_padding}, 1, {false, true, false}));
+}
+
 /// The convolution in the other direction that maps an output gradient of `g` back onto an
 /// input of `input_sizes`: a transposed convolution whose output padding restores the input's
 /// exact size (a strided convolution drops rows), or a plain convolution for a transposed one.
@@ -132,18 +146,7 @@ struct GradfixWeight : public torch::autograd::Function<GradfixWeight> {
     const Geometry g{stride, padding, transposed, output_padding};
     save(ctx, g);
     ctx->save_for_backward({grad_output, input});
-    // The weight is passed for its shape only: the weight gradient does not depend on it.
-    if (reduced_transposed_on_cpu(input, g)) {  // in float there, as convolve() does
-      return std::get<1>(at::convolution_backward(
-                             grad_output.to(torch::kFloat), input.to(torch::kFloat),
-                             weight.to(torch::kFloat), c10::nullopt, {g.stride, g.stride},
-                             {g.padding, g.padding}, {1, 1}, g.transposed,
-                             {g.output_padding, g.output_padding}, 1, {false, true, false}))
-          .to(input.scalar_type());
-    }
-    return std::get<1>(at::convolution_backward(
-        grad_output, input, weight, c10::nullopt, {g.stride, g.stride}, {g.padding, g.padding},
-        {1, 1}, g.transposed, {g.output_padding, g.output_padding}, 1, {false, true, false}));
+    return weight_gradient_kernel(grad_output, input, weight, g);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
