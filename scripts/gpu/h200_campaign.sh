@@ -10,7 +10,8 @@
 # the _CUDA tests), stylegan (health_check.sh's stylegan part: its step at batch 16), fp32 / bf16 (the whole suite with search and timed
 # run through scripts/run_all.sh, wall time recorded), tiers (bert-base, nasnet-large and
 # transformer-big under 6, 8, 11, 24, 48 GiB caps), refs (the Python eager references beside
-# gpubench at one common batch and precision). Everything under results/h200/ is packed into
+# gpubench at one common batch and precision), speed (scripts/gpu/step_speed.sh into
+# results/h200/speed: issue 11's side-by-side steps). Everything under results/h200/ is packed into
 # $OUT; carry results/h200 into the next call (device tool: carry ["results/h200"]) to go on.
 set -uo pipefail
 self=$(readlink -f "$0")
@@ -130,6 +131,7 @@ for s in ${*:-build stylegan fp32 bf16 tiers refs}; do
     bf16) stage bf16 scripts/run_all.sh --gpu 0 --precision amp-bf16 --out "$R/bf16" ;;
     tiers) stage tiers "$self" --fn tiers ;;
     refs) stage refs "$self" --fn refs ;;
+    speed) stage speed scripts/gpu/step_speed.sh build/gpubench "$R/speed" ;;
     *) log "unknown stage '$s'"; exit 2 ;;
   esac
 done
