@@ -226,6 +226,28 @@ TEST(BatchSearchTest, ConvergesWhenTheReservedPeaksSitAtTheCapacityLikeNasnetOnT
   }
 }
 
+TEST(BatchSearchTest, ConvergesOnTheMeasuredPeaksOfBertOnTheH200) {
+  // 2026-12-01, bert-base fp32 on one H200 (docs/results/2026-12-01-h200-fp32-suite): reserved
+  // and allocated peaks (GiB) of the probes that fitted; 1669 fitted, 1670 did not. Its second
+  // prediction is pinned at the capacity, and the allocated line, 2.6% above the reserved one
+  // there, puts the limit near 1715: the edge probe overshoots and a bisection of 5 follows
+  // (11 probes on the H200, where the 8 of the target need the reserved line's edge). What a
+  // rule that tells nasnet-large's case (reserved line wrong) from this one (right) would be
+  // is open: docs/search.md, "What the H200 measured".
+  Device d;
+  d.capacity = 139.29 * kGiB;
+  d.resident = 1.9 * kGiB;
+  d.need = [](int64_t b) { return b <= 1669 ? 0.0 : 1e15; };
+  d.shown = interpolate({{16, 2.9}, {906, 76.0}, {1640, 137.2}, {1659, 138.9}, {1669, 139.0}});
+  d.allocated =
+      interpolate({{16, 2.6}, {906, 74.3}, {1640, 133.4}, {1659, 134.8}, {1669, 135.7}});
+  const SearchSettings s = settings(1, 65536, 1, 16, SearchSettings{}.max_probes);
+  const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
+  EXPECT_EQ(r.max_batch, 1669) << trace(r);
+  expect_exact(r, s, "bert-base measured");
+  EXPECT_LE(r.probes.size(), 11u) << trace(r);
+}
+
 TEST(BatchSearchTest, ConvergesThroughTheWorkspacesOfDeeplabOnTheH200) {
   // 2026-12-01, deeplabv3 fp32 on one H200 under cuDNN heuristics: the reserved peaks rose and
   // fell with the algorithms the heuristics picked (137.5 GiB at 62, 131.6 at 64, 117.4 at 72,
