@@ -275,6 +275,84 @@ TEST(BatchSearchTest, ConvergesThroughTheWorkspacesOfDeeplabOnTheH200) {
   }
 }
 
+/// One search of the H200's fp32 suite: its settings, the answer, the probes it took there, and
+/// the peaks (GiB) of the probes that fitted.
+struct MeasuredSearch {
+  const char* model;
+  int64_t min_batch, max_batch, granularity, first_probe, limit;
+  std::size_t h200_probes;
+  double resident_gib;
+  std::vector<std::pair<double, double>> reserved, allocated;
+};
+
+// Generated from docs/results/2026-12-01-h200-fp32-suite/journal.jsonl: per search, the
+// settings, the limit, the probe count the H200 took, and the reserved and allocated peaks
+// (GiB) of the probes that fitted.
+const std::vector<MeasuredSearch> kH200Fp32Searches = {
+    {"nasnet-large", 1, 65536, 1, 16, 228, 8, 1.68,
+     {{16, 11.88}, {105, 69.28}, {208, 138.22}, {219, 137.52}, {225, 138.98}, {228, 138.81}},
+     {{16, 10.63}, {105, 63.60}, {208, 124.90}, {219, 131.43}, {225, 134.96}, {228, 136.74}}},
+    {"deeplabv3", 2, 4096, 1, 8, 87, 12, 0.89,
+     {{8, 14.12}, {40, 102.63}, {52, 121.70}, {62, 137.54}, {64, 131.57}, {69, 139.15}, {74, 120.67}, {81, 130.19}, {85, 137.86}, {87, 138.99}},
+     {{8, 12.78}, {40, 96.60}, {52, 114.13}, {62, 128.57}, {64, 131.29}, {69, 138.46}, {74, 115.47}, {81, 126.31}, {85, 132.73}, {87, 135.82}}},
+    {"yolov3", 1, 4096, 1, 8, 180, 8, 1.45,
+     {{8, 8.03}, {75, 60.35}, {171, 137.13}, {173, 138.56}, {177, 138.31}, {179, 138.66}, {180, 139.15}},
+     {{8, 6.64}, {75, 57.76}, {171, 130.99}, {173, 132.51}, {177, 135.58}, {179, 137.09}, {180, 137.86}}},
+    {"pix2pixhd", 1, 256, 1, 2, 8, 5, 3.28,
+     {{2, 133.13}, {3, 134.28}, {7, 111.34}, {8, 127.15}},
+     {{2, 133.04}, {3, 134.16}, {7, 103.28}, {8, 117.73}}},
+    {"stylegan", 1, 4096, 4, 8, 92, 5, 1.18,
+     {{8, 13.47}, {44, 67.81}, {88, 132.23}, {92, 137.13}},
+     {{8, 12.31}, {44, 66.12}, {88, 123.05}, {92, 128.22}}},
+    {"mask-rcnn", 1, 4096, 1, 2, 103, 11, 1.80,
+     {{2, 3.82}, {43, 84.15}, {69, 115.22}, {88, 122.04}, {99, 136.90}, {101, 138.17}, {102, 138.81}, {103, 137.28}},
+     {{2, 3.25}, {43, 54.32}, {69, 86.71}, {88, 111.25}, {99, 123.91}, {101, 126.41}, {102, 127.65}, {103, 128.54}}},
+    {"transformer-big", 256, 1048576, 128, 4096, 114816, 11, 3.22,
+     {{4096, 6.91}, {74880, 91.00}, {113536, 137.34}, {114688, 138.72}, {114816, 138.96}},
+     {{4096, 6.82}, {74880, 83.01}, {113536, 126.37}, {114688, 127.72}, {114816, 127.88}}},
+    {"conv-seq2seq", 256, 1048576, 128, 4096, 129280, 13, 2.46,
+     {{4096, 6.37}, {71040, 77.70}, {126080, 137.06}, {127616, 138.63}, {128896, 138.51}, {129152, 138.40}, {129280, 138.74}},
+     {{4096, 5.94}, {71040, 67.16}, {126080, 117.62}, {127616, 118.94}, {128896, 120.26}, {129152, 120.27}, {129280, 120.59}}},
+    {"unsupmt", 100, 1048576, 100, 2000, 69300, 11, 4.70,
+     {{2000, 8.72}, {33400, 78.71}, {59300, 138.54}, {66900, 135.40}, {68800, 137.38}, {69200, 138.19}, {69300, 138.39}},
+     {{2000, 7.20}, {33400, 64.15}, {59300, 111.16}, {66900, 124.96}, {68800, 128.37}, {69200, 129.10}, {69300, 129.28}}},
+    {"bert-base", 1, 65536, 1, 16, 1669, 11, 1.72,
+     {{16, 2.93}, {906, 76.04}, {1640, 137.18}, {1659, 138.87}, {1665, 138.74}, {1668, 138.91}, {1669, 138.96}},
+     {{16, 2.61}, {906, 74.27}, {1640, 133.37}, {1659, 134.83}, {1665, 135.33}, {1668, 135.58}, {1669, 135.65}}},
+    {"bert-finetune", 1, 65536, 1, 8, 609, 7, 1.69,
+     {{8, 3.39}, {324, 75.58}, {589, 134.32}, {608, 138.52}, {609, 138.84}},
+     {{8, 3.10}, {324, 74.01}, {589, 133.47}, {608, 137.74}, {609, 138.03}}},
+};
+
+TEST(BatchSearchTest, ReplaysTheH200Fp32SuiteExactlyInNoMoreProbesThanItTook) {
+  // Each search of the 2026-12-01 fp32 suite replayed against its measured peaks (interpolated
+  // between the batches it probed; out of memory above its answer): exact every time, and in no
+  // more probes than the H200 search took with the rules of that day.
+  std::size_t total = 0, h200_total = 0;
+  for (const auto& m : kH200Fp32Searches) {
+    Device d;
+    d.capacity = 139.286 * kGiB;
+    d.resident = m.resident_gib * kGiB;
+    const int64_t limit = m.limit;
+    d.need = [limit](int64_t b) { return b <= limit ? 0.0 : 1e15; };
+    const double top = d.capacity - 0.01 * kGiB;  // a fit never reserves past the capacity
+    auto reserved = interpolate(m.reserved), allocated = interpolate(m.allocated);
+    d.shown = [=](int64_t b) { return std::min(reserved(b), top); };
+    d.allocated = [=](int64_t b) { return std::min(allocated(b), std::min(reserved(b), top)); };
+    const SearchSettings s = settings(m.min_batch, m.max_batch, m.granularity, m.first_probe,
+                                      SearchSettings{}.max_probes);
+    const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
+    EXPECT_EQ(r.max_batch, m.limit) << m.model << ": " << trace(r);
+    expect_exact(r, s, fmt::format("{}: {}", m.model, trace(r)));
+    EXPECT_LE(r.probes.size(), m.h200_probes) << m.model << ": " << trace(r);
+    std::printf("  %-16s %2zu probes (H200: %2zu): %s\n", m.model, r.probes.size(), m.h200_probes,
+                trace(r).c_str());
+    total += r.probes.size();
+    h200_total += m.h200_probes;
+  }
+  std::printf("  total %zu probes (H200: %zu)\n", total, h200_total);
+}
+
 TEST(BatchSearchTest, StaysExactWhenMemoryIsNoisy) {
   // +-0.5% per batch, like allocator rounding: the fitting batches need not form an interval
   // near the limit; the answer still fits and its successor does not, both seen.
