@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 namespace gpubench::models {
 namespace {
 
@@ -54,18 +57,63 @@ TEST(BertSquadTest, FeaturesLookLikeRunSquadFeatures) {
   EXPECT_LT(b.real_tokens, 64 * 384);  // most features are padded
 }
 
-TEST(BertSquadTest, BatchInfoReportsPadding) {
+StepContext smoke_context(int64_t batch) {
   const ModelConfig& config = store().model("bert-finetune");
   StepContext ctx;
   ctx.config = &config;
   ctx.model = config.smoke_model;
   ctx.optimizer = config.smoke_optimizer;
-  ctx.batch = 2;
+  ctx.batch = batch;
+  ctx.seed = 5;
+  return ctx;
+}
+
+TEST(BertSquadTest, BatchInfoReportsThePaddingOfTheFeaturesItTrainsOn) {
+  const StepContext ctx = smoke_context(8);
   auto step = builtin_registry().get("bert-squad").prepare(ctx);
   const Json info = step->batch_info();
-  EXPECT_EQ(info["seq_length"], config.smoke_model.i64("seq_length"));
-  EXPECT_GT(info["padding_fraction"].get<double>(), 0.0);
-  EXPECT_LT(info["padding_fraction"].get<double>(), 1.0);
+  // The features the step draws (its seed, the config's lengths), counted from their mask.
+  const Params& m = ctx.model;
+  SquadBatch::Lengths lengths;
+  lengths.seq_length = m.i64("seq_length");
+  lengths.question_min = std::min(m.i64s("question_tokens")[0], m.i64("max_query_length"));
+  lengths.question_max = std::min(m.i64s("question_tokens")[1], m.i64("max_query_length"));
+  lengths.context_mean = m.f64("context_tokens_mean");
+  lengths.context_std = m.f64("context_tokens_std");
+  lengths.context_min = m.i64("context_tokens_min");
+  lengths.answer_max = m.i64("answer_tokens_max");
+  const SquadBatch b(8, lengths, m.i64("vocab_size"), torch::kCPU, ctx.seed);
+  const auto real = b.attention_mask.sum().item<int64_t>();
+  const auto padding = b.input_ids.eq(0).sum().item<int64_t>();  // [PAD] is id 0
+  EXPECT_EQ(real + padding, 8 * lengths.seq_length);
+  EXPECT_EQ(info["sequences"], 8);
+  EXPECT_EQ(info["seq_length"], lengths.seq_length);
+  EXPECT_NEAR(info["padding_fraction"].get<double>(),
+              static_cast<double>(padding) / static_cast<double>(8 * lengths.seq_length), 1e-12);
+}
+
+TEST(BertSquadTest, SpanLossIsTheMeanOfStartAndEndCrossEntropiesOverAllPositions) {
+  // With the span head zeroed every position scores 0 whatever the encoder says, so each
+  // cross-entropy is ln(L) over all L positions, padding included, as run_squad.py computes it:
+  // the loss is ln(L), not 2 ln(L) (start + end not halved), B ln(L) (summed over the batch)
+  // or the mean of ln(real tokens) (padding masked).
+  const StepContext ctx = smoke_context(4);
+  auto step = builtin_registry().get("bert-squad").prepare(ctx);
+  auto params = step->parameters().at("model");
+  const int64_t hidden = ctx.model.i64("hidden_size");
+  ASSERT_GE(params.size(), 2u);
+  const auto& weight = params[params.size() - 2];
+  const auto& bias = params.back();
+  ASSERT_EQ(weight.sizes(), (std::vector<int64_t>{2, hidden}));  // qa_outputs, the last module
+  ASSERT_EQ(bias.sizes(), (std::vector<int64_t>{2}));
+  {
+    torch::NoGradGuard no_grad;
+    weight.zero_();
+    bias.fill_(0.7);  // a constant shift of every position changes nothing either
+  }
+  step->run();
+  const double loss = step->losses().at("loss").item<double>();
+  EXPECT_NEAR(loss, std::log(static_cast<double>(ctx.model.i64("seq_length"))), 1e-5);
 }
 
 }  // namespace

@@ -13,7 +13,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <set>
+#include <string>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 namespace gpubench::models {
 namespace {
@@ -304,17 +309,76 @@ TEST_F(DeepLabTest, TfDecayGroupsSkipDepthwiseBatchNormAndBiases) {
   EXPECT_DOUBLE_EQ(updater.optimizer().lr(), kLr * std::pow(1 - 1 / total, 0.9));
 }
 
-TEST_F(DeepLabTest, ConfigsSetTheReferenceRecipes) {
-  const auto& tf = store().model("deeplabv3");
-  EXPECT_EQ(tf.model.i64("image_size"), 513);
-  EXPECT_EQ(tf.model.i64s("atrous_rates"), (std::vector<int64_t>{6, 12, 18}));
-  EXPECT_EQ(tf.search.min_batch, 2);  // BatchNorm over the pooled 1x1 map
-  EXPECT_EQ(tf.optimizer.str("decay_on"), "conv-weights");
-  const auto& tv = store().model("deeplabv3-resnet101");
-  EXPECT_EQ(tv.model.i64("output_stride"), 8);
-  EXPECT_EQ(tv.model.i64s("atrous_rates"), (std::vector<int64_t>{12, 24, 36}));
-  EXPECT_EQ(tv.optimizer.str("decay_on"), "all");
-  EXPECT_FALSE(tv.reference_2020.has_value());
+/// A module with each kind of parameter the decay groups tell apart: a dense conv weight and
+/// bias, a depthwise conv weight, BatchNorm gain and shift. Fast to build, unlike a DeepLab.
+struct DecayKindsImpl : torch::nn::Module {
+  DecayKindsImpl() {
+    dense = register_module("dense", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)));
+    depthwise = register_module(
+        "depthwise", torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 4, 3).groups(4).bias(false)));
+    bn = register_module("bn", torch::nn::BatchNorm2d(4));
+    torch::NoGradGuard no_grad;
+    for (auto& p : parameters()) p.uniform_(0.5, 1.5);  // no zeros: every decay shows
+  }
+  torch::nn::Conv2d dense{nullptr}, depthwise{nullptr};
+  torch::nn::BatchNorm2d bn{nullptr};
+};
+TORCH_MODULE(DecayKinds);
+
+TEST_F(DeepLabTest, ShippedOptimizersDecayWhatTheirReferencesDecay) {
+  // The shipped optimizer sections, with only the rate and decay raised so that one step shows
+  // which parameters decay: TF DeepLab's (deeplabv3) only the non-depthwise conv weights,
+  // torchvision's (deeplabv3-resnet101) every parameter.
+  constexpr double kLr = 0.1, kDecay = 0.5;
+  for (const auto& [name, expected] : std::vector<std::pair<std::string, std::set<std::string>>>{
+           {"deeplabv3", {"dense.weight"}},
+           {"deeplabv3-resnet101",
+            {"dense.weight", "dense.bias", "depthwise.weight", "bn.weight", "bn.bias"}}}) {
+    Json o = store().model(name).optimizer.json();
+    o["lr"] = kLr;
+    o["weight_decay"] = kDecay;
+    const Params optimizer(deeplab_optimizer_schema(), o, Where{"test", name});
+    DecayKinds module;
+    auto updater = make_deeplab_updater(*module, optimizer, Precision::kFp32, torch::kCPU);
+    std::map<std::string, torch::Tensor> before;
+    for (auto& p : module->named_parameters()) {
+      before[p.key()] = p.value().detach().clone();
+      p.value().mutable_grad() = torch::ones_like(p.value());
+    }
+    updater.step();
+    std::set<std::string> decayed;
+    for (const auto& p : module->named_parameters()) {
+      const auto& w = before.at(p.key());
+      if (torch::allclose(p.value(), w - kLr * (1 + kDecay * w), 0, 1e-6)) {
+        decayed.insert(p.key());
+      } else {
+        EXPECT_TRUE(torch::allclose(p.value(), w - kLr, 0, 1e-6)) << name << " " << p.key();
+      }
+    }
+    EXPECT_EQ(decayed, expected) << name;
+  }
+}
+
+TEST_F(DeepLabTest, BatchOfOneCannotTrainSoTheSearchStartsAtTwo) {
+  // The image-pooling branch normalizes a 1x1 map: at batch 1 BatchNorm sees one value per
+  // channel and training fails. At 2 it trains: the workload test's smoke step runs there.
+  for (const char* name : {"deeplabv3", "deeplabv3-resnet101"}) {
+    const ModelConfig& config = store().model(name);
+    EXPECT_EQ(config.search.min_batch, 2) << name;
+    EXPECT_EQ(config.smoke_batch, config.search.min_batch) << name;
+    StepContext ctx;
+    ctx.config = &config;
+    ctx.model = config.smoke_model;
+    ctx.optimizer = config.smoke_optimizer;
+    ctx.batch = 1;
+    try {
+      builtin_registry().get(config.architecture).prepare(ctx)->run();
+      ADD_FAILURE() << name << " trained at batch 1";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("more than 1 value per channel"), std::string::npos)
+          << name << ": " << e.what();
+    }
+  }
 }
 
 }  // namespace

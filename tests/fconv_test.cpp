@@ -3,6 +3,8 @@
 // source-padding masks.
 #include "models/fconv.h"
 
+#include "gpubench/config.h"
+#include "gpubench/registry.h"
 #include "tests/translation_checks.h"
 
 #include <torch/torch.h>
@@ -41,8 +43,18 @@ TEST(FConvTest, ParameterCountFollowsTheSpecFormula) {
   EXPECT_EQ(count(enc), 54192640 + 768 * v_src);
   EXPECT_EQ(count(dec), 73377280 + 1282 * v_tgt);
   EXPECT_EQ(count(*model), 127569920 + 768 * v_src + 1282 * v_tgt);
-  // With 40,000 words per side (the shipped config): 127,569,920 + 30,720,000 + 51,280,000.
-  EXPECT_EQ(127569920 + 768 * 40000 + 1282 * 40000, 209569920);
+}
+
+TEST(FConvTest, ShippedConfigsCountFollowsTheFormulaAtItsVocabularies) {
+  // The formula above at the shipped config's own vocabulary sizes must give the count the
+  // config records (which the workload test checks against the built model): a vocabulary or
+  // a recorded count that drifted from the other fails here.
+  const auto store = ConfigStore::load_builtin(builtin_registry());
+  const ModelConfig& config = store.model("conv-seq2seq");
+  const int64_t v_src = config.model.i64("src_vocab"), v_tgt = config.model.i64("tgt_vocab");
+  EXPECT_EQ(v_src, 40000);
+  EXPECT_EQ(v_tgt, 40000);
+  EXPECT_EQ(config.trainable_params.at("total"), 127569920 + 768 * v_src + 1282 * v_tgt);
 }
 
 TEST(FConvTest, WeightNormalizationRecomputesTheWeight) {
@@ -90,9 +102,44 @@ TEST(FConvTest, LeftPaddingOfTheSourceChangesNothing) {
 }
 
 TEST(FConvTest, EncoderGradientIsScaledByTheAttentionLayerCount) {
-  // fconv_wmt_en_de: 15 attention layers -> 1 / 30.
-  FConvEncoder encoder(FConvOptions(40, 40).embed_dim(8).convolutions({{8, 3}}), 15);
-  EXPECT_DOUBLE_EQ(encoder->grad_scale, 1.0 / 30);
+  // fairseq scales the gradient of the encoder's conv output by 1 / (2 x attention layers)
+  // (fconv_wmt_en_de: 15 layers -> 1 / 30), leaving the forward and the embedding's direct path
+  // into the values untouched. Two encoders with identical weights, built for 1 and 15
+  // attention layers, must give the same outputs, and on a loss of the keys alone every
+  // gradient of the 15-layer one must be the 1-layer one's times (1/30) / (1/2) = 1/15, and
+  // the one reaching fc2's bias a hand-computed value.
+  const auto options = FConvOptions(40, 40).embed_dim(8).convolutions({{8, 3}, {8, 2}});
+  torch::manual_seed(0);
+  FConvEncoder one(options, 1);
+  FConvEncoder fifteen(options, 15);
+  {
+    torch::NoGradGuard no_grad;
+    const auto src = one->parameters(), dst = fifteen->parameters();
+    ASSERT_EQ(src.size(), dst.size());
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  one->eval();
+  fifteen->eval();
+  const auto tokens = torch::randint(kFairseqFirstWord, 40, {3, 7}, torch::kLong);
+  const auto weights = torch::randn({3, 7, 8});
+  const auto a = one->forward(tokens, false), b = fifteen->forward(tokens, false);
+  EXPECT_TRUE(torch::equal(a.keys, b.keys));
+  EXPECT_TRUE(torch::equal(a.values, b.values));
+  (a.keys * weights).sum().backward();
+  (b.keys * weights).sum().backward();
+  int checked = 0;
+  const auto ga = one->parameters(), gb = fifteen->parameters();
+  for (std::size_t i = 0; i < ga.size(); ++i) {
+    if (!ga[i].grad().defined() || ga[i].grad().abs().max().item<double>() == 0) continue;
+    EXPECT_TRUE(torch::allclose(gb[i].grad(), ga[i].grad() / 15, 1e-5, 1e-7)) << "parameter " << i;
+    ++checked;
+  }
+  EXPECT_GT(checked, 5);
+  // Absolute: keys = scale x fc2(...) in the backward, so fc2's bias gets scale x the sum of
+  // the loss weights over batch and positions: 1/2 of it with one layer, 1/30 with 15.
+  const auto summed = weights.sum(std::vector<int64_t>{0, 1});
+  EXPECT_TRUE(torch::allclose(one->fc2->bias.grad(), summed / 2, 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(fifteen->fc2->bias.grad(), summed / 30, 1e-5, 1e-6));
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include <limits>
+#include <map>
 #include <numeric>
 
 #include <gtest/gtest.h>
@@ -26,22 +28,95 @@ TEST(MtDnnTest, HeadsMatchTheSpecsCount) {
   // classes: Linear(h, 1) + bilinear Linear(h, h) + GRUCell(h, h) + Linear(4h, n)
   // = (h + 1) + (h^2 + h) + (6h^2 + 6h) + (4hn + n).
   const Params& m = store().model("mt-dnn").model;
-  BertModel large(bert_options(m));
-  EXPECT_EQ(count(*large), 335141888);
   const auto tasks = glue_tasks(m);
   ASSERT_EQ(tasks.size(), 8u);
+  // The heads as the workload's model builds them, not a formula; on a one-layer encoder of
+  // the same width to keep the test fast (the heads read only its width). The full encoder
+  // follows: the workload test checks the built model's total against the config's.
+  const BertOptions encoder = bert_options(m).layers(1).vocab_size(100);
+  ASSERT_EQ(encoder.hidden_size(), 1024);
+  MtDnn model(encoder, tasks, m.i64("san_turns"), m.f64("san_memory_dropout"));
   const int64_t h = 1024;
   auto san = [&](int64_t n) {
     return (h + 1) + (h * h + h) + (6 * h * h + 6 * h) + (4 * h * n + n);
   };
-  int64_t heads = 0;
-  for (const auto& t : tasks) {
-    heads += t.head == "san" ? san(t.classes) : h * t.classes + t.classes;
+  ASSERT_EQ(model->heads->size(), tasks.size());
+  for (std::size_t t = 0; t < tasks.size(); ++t) {
+    const int64_t n = tasks[t].classes;
+    EXPECT_EQ(count(*model->heads[t]), tasks[t].head == "san" ? san(n) : h * n + n)
+        << tasks[t].name << " (" << tasks[t].head << ")";
+    if (tasks[t].name == "mnli") EXPECT_EQ(count(*model->heads[t]), 7360516);  // by hand, n = 3
   }
-  EXPECT_EQ(heads, 36791317);
-  SanClassifier mnli(SanOptions(h, 3));
-  EXPECT_EQ(count(*mnli), san(3));
-  EXPECT_EQ(san(3), 7360516);
+  EXPECT_EQ(count(*model->heads), 36791317);
+  EXPECT_EQ(count(*model), count(*model->bert) + 36791317);
+  EXPECT_EQ(store().model("mt-dnn").trainable_params.at("total"), 335141888 + 36791317);
+}
+
+/// mt-dnn's SAN (answer_opt 1) in eval, written out independently of the module: the initial
+/// state from a self-attention over h, then `turns` rounds of bilinear attention over x,
+/// classification of [x~, s, |x~ - s|, x~ * s] and a GRU step; log of the mean of the turns'
+/// probabilities. Uses the module's weights only.
+torch::Tensor reference_san(const SanClassifier& san, const torch::Tensor& x,
+                            const torch::Tensor& h, const torch::Tensor& x_mask,
+                            const torch::Tensor& h_mask) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto linear = [](const torch::nn::Linear& l, const torch::Tensor& v) {
+    return torch::matmul(v, l->weight.t()) + l->bias;
+  };
+  auto alpha = torch::softmax(linear(san->query_wsum, h).squeeze(-1).masked_fill(h_mask, -inf), 1);
+  auto s = (alpha.unsqueeze(-1) * h).sum(1);  // [B, H]
+  const auto& gru = san->rnn;
+  const int64_t hidden = s.size(1);
+  torch::Tensor mean;
+  for (int64_t turn = 0; turn < san->options.turns(); ++turn) {
+    const auto wy = linear(san->attention, s);
+    const auto scores = (x * wy.unsqueeze(1)).sum(2).masked_fill(x_mask, -inf);
+    const auto xt = (torch::softmax(scores, 1).unsqueeze(-1) * x).sum(1);
+    const auto p =
+        torch::softmax(linear(san->classifier, torch::cat({xt, s, (xt - s).abs(), xt * s}, 1)), 1);
+    mean = turn == 0 ? p : mean + p;
+    // GRU cell (PyTorch's gate order r, z, n).
+    const auto gi = torch::matmul(xt, gru->weight_ih.t()) + gru->bias_ih;
+    const auto gh = torch::matmul(s, gru->weight_hh.t()) + gru->bias_hh;
+    const auto r = torch::sigmoid(gi.narrow(1, 0, hidden) + gh.narrow(1, 0, hidden));
+    const auto z = torch::sigmoid(gi.narrow(1, hidden, hidden) + gh.narrow(1, hidden, hidden));
+    const auto n =
+        torch::tanh(gi.narrow(1, 2 * hidden, hidden) + r * gh.narrow(1, 2 * hidden, hidden));
+    s = (1 - z) * n + z * s;
+  }
+  return torch::log(mean / static_cast<double>(san->options.turns()));
+}
+
+TEST(MtDnnTest, SanTurnsAndGruShapeTheOutputAsTheReferenceDoes) {
+  torch::manual_seed(3);
+  const auto x = torch::randn({3, 6, 8}), h = torch::randn({3, 4, 8});
+  auto x_mask = torch::zeros({3, 6}, torch::kBool), h_mask = torch::zeros({3, 4}, torch::kBool);
+  x_mask.index_put_({0, torch::indexing::Slice(4, 6)}, true);
+  h_mask.index_put_({2, 3}, true);
+  std::map<int64_t, torch::Tensor> by_turns;
+  for (const int64_t turns : {1, 2, 5}) {
+    torch::manual_seed(7);  // the same weights whatever the turn count
+    SanClassifier san(SanOptions(8, 3).turns(turns).dropout(0.0).memory_dropout(0.0));
+    san->eval();
+    torch::NoGradGuard no_grad;
+    const auto out = san->forward(x, h, x_mask, h_mask);
+    EXPECT_TRUE(torch::allclose(out, reference_san(san, x, h, x_mask, h_mask), 1e-5, 1e-6))
+        << turns << " turns";
+    by_turns[turns] = out;
+    // The GRU updates the state between turns: with one turn it cannot matter, with more it
+    // must.
+    san->rnn->weight_ih.add_(torch::randn_like(san->rnn->weight_ih));
+    san->rnn->weight_hh.add_(torch::randn_like(san->rnn->weight_hh));
+    const auto changed = san->forward(x, h, x_mask, h_mask);
+    if (turns == 1) {
+      EXPECT_TRUE(torch::allclose(changed, out, 0, 1e-7));
+    } else {
+      EXPECT_GT((changed - out).abs().max().item<double>(), 1e-4) << turns << " turns";
+    }
+  }
+  // More turns average more (different) answers.
+  EXPECT_GT((by_turns[2] - by_turns[1]).abs().max().item<double>(), 1e-4);
+  EXPECT_GT((by_turns[5] - by_turns[2]).abs().max().item<double>(), 1e-4);
 }
 
 TEST(MtDnnTest, SanReturnsLogProbabilitiesAndIgnoresMaskedPositions) {

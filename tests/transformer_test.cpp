@@ -93,9 +93,25 @@ TEST(TransformerTest, StepReturnsNtokensAndRecordsSentences) {
   auto step = builtin_registry().get(config.architecture).prepare(ctx);
   const auto info = step->batch_info();
   ASSERT_EQ(info["batches"], 2);
-  // Each run() returns the ntokens of the batch it used, in turn.
-  EXPECT_EQ(step->run(), info["target_tokens_per_batch"][0].get<double>());
-  EXPECT_EQ(step->run(), info["target_tokens_per_batch"][1].get<double>());
+  // Each run() returns fairseq's ntokens of the batch it trained on, in turn: the target
+  // tokens that are not padding (EOS included), counted here from the target tensors of the
+  // planned batches (the count depends on the lengths only, not on the word ids' seed).
+  const auto shapes = plan_token_batches(length_profile(ctx.model),
+                                         token_batch_options(ctx.model, ctx.batch), ctx.seed);
+  ASSERT_EQ(shapes.size(), 2u);
+  std::vector<double> expected;
+  for (const auto& shape : shapes) {
+    const int64_t v = ctx.model.i64("vocab_size");
+    const auto target = make_token_batch(shape, v, v, torch::kCPU, 0).target;
+    expected.push_back(static_cast<double>(target.ne(kFairseqPad).sum().item<int64_t>()));
+  }
+  ASSERT_NE(expected[0], expected[1]) << "equal counts would not show the order";
+  for (int cycle = 0; cycle < 2; ++cycle) {
+    EXPECT_EQ(step->run(), expected[0]);
+    EXPECT_EQ(step->run(), expected[1]);
+  }
+  EXPECT_EQ(info["target_tokens_per_batch"][0].get<double>(), expected[0]);
+  EXPECT_EQ(info["target_tokens_per_batch"][1].get<double>(), expected[1]);
   EXPECT_EQ(info["max_tokens"], config.smoke_batch);
   for (const auto& padded : info["padded_tokens_per_batch"]) {
     EXPECT_LE(padded.get<int64_t>(), config.smoke_batch);

@@ -181,13 +181,20 @@ TEST(UnsupMtTest, OneStepDecodesTrainsFourTimesAndCountsWordsAsXlm) {
   const auto bias_before = step.encoder()->pred_bias.detach().clone();
   const double words = step.run();
 
-  // Words: (len - 1) summed over the four training targets; decoded tokens do not count.
+  // Words: XLM's (len - 1) summed over the four training targets, decoded tokens not counted.
+  // Counted here from the target tensors the decoder trains on ([slen, B]: </s> w1 .. wk </s>
+  // then padding): per sentence its non-pad tokens less one, and no label is padding.
   int64_t expected = 0;
   for (const auto* targets : {&step.auto_encoding_targets(), &step.back_translation_batches()}) {
+    ASSERT_EQ(targets->size(), 2u);
     for (const auto& t : *targets) {
-      for (const int64_t length : t.host_lengths) expected += length - 1;
+      const auto x = t.x.cpu();
+      expected += x.ne(xlm::kPadIndex).sum().item<int64_t>() - x.size(1);
+      EXPECT_EQ(t.labels.numel(), x.ne(xlm::kPadIndex).sum().item<int64_t>() - x.size(1));
+      EXPECT_FALSE(t.labels.eq(xlm::kPadIndex).any().item<bool>());
     }
   }
+  EXPECT_GT(expected, 0);
   EXPECT_EQ(words, static_cast<double>(expected));
 
   // Both back-translations were decoded for int(1.3 * max(len) + 5) positions.

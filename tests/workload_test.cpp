@@ -142,10 +142,12 @@ TEST_P(WorkloadTest, SmokeStepTrainsAndReleasesMemory_CUDA) {
   const int64_t baseline = memory_stats(device).allocated_current;
   smoke(Precision::kAmpBf16, device);
   release_cached_memory(device);
-  EXPECT_EQ(memory_stats(device).allocated_current, baseline);
-  EXPECT_EQ(memory_stats(device).reserved_current, memory_stats(device).allocated_current == 0
-                                                       ? 0
-                                                       : memory_stats(device).reserved_current);
+  const auto after = memory_stats(device);
+  EXPECT_EQ(after.allocated_current, baseline);
+  // With the cache released the allocator holds only segments that some live block uses: at
+  // least what is allocated, and nothing at all when nothing is.
+  EXPECT_GE(after.reserved_current, after.allocated_current);
+  if (after.allocated_current == 0) EXPECT_EQ(after.reserved_current, 0);
 }
 
 std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
