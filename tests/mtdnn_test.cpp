@@ -45,7 +45,9 @@ TEST(MtDnnTest, HeadsMatchTheSpecsCount) {
     const int64_t n = tasks[t].classes;
     EXPECT_EQ(count(*model->heads[t]), tasks[t].head == "san" ? san(n) : h * n + n)
         << tasks[t].name << " (" << tasks[t].head << ")";
-    if (tasks[t].name == "mnli") EXPECT_EQ(count(*model->heads[t]), 7360516);  // by hand, n = 3
+    if (tasks[t].name == "mnli") {
+      EXPECT_EQ(count(*model->heads[t]), 7360516);  // by hand, n = 3
+    }
   }
   EXPECT_EQ(count(*model->heads), 36791317);
   EXPECT_EQ(count(*model), count(*model->bert) + 36791317);

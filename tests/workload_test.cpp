@@ -147,7 +147,9 @@ TEST_P(WorkloadTest, SmokeStepTrainsAndReleasesMemory_CUDA) {
   // With the cache released the allocator holds only segments that some live block uses: at
   // least what is allocated, and nothing at all when nothing is.
   EXPECT_GE(after.reserved_current, after.allocated_current);
-  if (after.allocated_current == 0) EXPECT_EQ(after.reserved_current, 0);
+  if (after.allocated_current == 0) {
+    EXPECT_EQ(after.reserved_current, 0);
+  }
 }
 
 std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
