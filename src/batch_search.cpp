@@ -406,6 +406,8 @@ class Search {
       return !p.sticky && !p.fits && p.phase == phase;
     });
   }
+  /// A reserved peak within kPinned of the capacity.
+  bool pinned_at_capacity(double peak) const { return peak >= capacity_ * (1 - kPinned) - 1; }
   /// The smallest batch that fitted was a scout whose peak sits at the capacity.
   bool lowest_scout_pinned() const {
     if (capacity_ <= 0) return false;
@@ -414,7 +416,7 @@ class Search {
       if (!p.sticky && p.fits && (!lowest || p.batch < lowest->batch)) lowest = &p;
     }
     return lowest && lowest->phase == "scout" &&
-           static_cast<double>(lowest->peak_bytes) >= capacity_ * (1 - kPinned) - 1;
+           pinned_at_capacity(static_cast<double>(lowest->peak_bytes));
   }
   /// The line through the fits' allocated peaks (the live tensors), or an invalid line when the
   /// probes did not report them.
@@ -427,7 +429,7 @@ class Search {
     return fit_line(live);
   }
   bool largest_fit_pinned(const std::vector<FitPoint>& fits) const {
-    return capacity_ > 0 && !fits.empty() && fits.back().peak >= capacity_ * (1 - kPinned) - 1;
+    return capacity_ > 0 && !fits.empty() && pinned_at_capacity(fits.back().peak);
   }
   int count_fitting_edges() const {
     int n = 0;
