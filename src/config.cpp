@@ -329,7 +329,8 @@ TimingSettings read_timing(const Json& value, const Where& where, TimingSettings
 void apply_run_section(RunSettings& run, const Json& value, const Where& where) {
   check_keys(value, where,
              {"precision", "timing", "cpu_timing", "memory_cap_gib", "job_timeout_s", "seed",
-              "cudnn_benchmark", "cudnn_benchmark_limit", "cudnn_benchmark_empty_cache"});
+              "cudnn_benchmark", "cudnn_benchmark_limit", "cudnn_benchmark_empty_cache",
+              "expandable_segments"});
   if (value.contains("precision")) {
     run.precision =
         parse_precision(read_choice(value["precision"], where.at("precision"), precision_names()),
@@ -364,6 +365,10 @@ void apply_run_section(RunSettings& run, const Json& value, const Where& where) 
     run.cudnn_benchmark_empty_cache =
         read_bool(value["cudnn_benchmark_empty_cache"], where.at("cudnn_benchmark_empty_cache"));
   }
+  if (value.contains("expandable_segments")) {
+    run.expandable_segments =
+        read_bool(value["expandable_segments"], where.at("expandable_segments"));
+  }
 }
 
 Json timing_json(const TimingSettings& t) {
@@ -386,7 +391,8 @@ Json RunSettings::to_json() const {
           {"seed", seed},
           {"cudnn_benchmark", cudnn_benchmark},
           {"cudnn_benchmark_limit", cudnn_benchmark_limit},
-          {"cudnn_benchmark_empty_cache", cudnn_benchmark_empty_cache}};
+          {"cudnn_benchmark_empty_cache", cudnn_benchmark_empty_cache},
+          {"expandable_segments", expandable_segments}};
 }
 
 Json ModelConfig::to_json() const {

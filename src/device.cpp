@@ -268,6 +268,59 @@ Json cudnn_algorithm_choice_json() {
   return j;
 }
 
+std::string allocator_options_with(const std::string& options, bool expandable_segments) {
+  std::string out;
+  std::size_t start = 0;
+  while (start <= options.size()) {
+    std::size_t end = options.find(',', start);
+    if (end == std::string::npos) end = options.size();
+    std::string pair = options.substr(start, end - start);
+    const auto first = pair.find_first_not_of(" \t");
+    const auto last = pair.find_last_not_of(" \t");
+    pair = first == std::string::npos ? "" : pair.substr(first, last - first + 1);
+    const std::string key = pair.substr(0, pair.find(':'));
+    if (!pair.empty() && key != "expandable_segments") out += pair + ",";
+    start = end + 1;
+  }
+  return out + (expandable_segments ? "expandable_segments:True" : "expandable_segments:False");
+}
+
+void configure_allocator(bool expandable_segments) {
+#if GPUBENCH_WITH_CUDA
+  if constexpr (compat::kHasExpandableSegments) {
+    // Newer libtorch reads PYTORCH_ALLOC_CONF before PYTORCH_CUDA_ALLOC_CONF: edit the one the
+    // user set, so that the user's other options and ours are read together.
+    const char* name = std::getenv("PYTORCH_ALLOC_CONF") ? "PYTORCH_ALLOC_CONF"
+                                                          : "PYTORCH_CUDA_ALLOC_CONF";
+    const char* current = std::getenv(name);
+    const std::string options =
+        allocator_options_with(current ? current : "", expandable_segments);
+    setenv(name, options.c_str(), 1);
+  }
+#else
+  (void)expandable_segments;
+#endif
+}
+
+Json allocator_json(const torch::Device& device) {
+  Json j = {{"conf", nullptr}, {"expandable_segments", nullptr}};
+  for (const char* name : {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"}) {
+    if (const char* value = std::getenv(name)) {
+      j["conf"] = value;
+      break;
+    }
+  }
+#if GPUBENCH_WITH_CUDA
+  if (device.is_cuda()) {
+    const int in_use = compat::expandable_segments_in_use(device.index());
+    if (in_use >= 0) j["expandable_segments"] = in_use == 1;
+  }
+#else
+  (void)device;
+#endif
+  return j;
+}
+
 bool is_out_of_memory(const std::exception& error) {
   if (dynamic_cast<const c10::OutOfMemoryError*>(&error)) return true;
   const std::string what = error.what();

@@ -210,7 +210,8 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   const MemoryStats warm_stats = memory_stats(device);
   record.memory = {{"autotune_peak_allocated_bytes", warm_stats.allocated_peak},
                    {"autotune_peak_reserved_bytes", warm_stats.reserved_peak},
-                   {"cudnn", cudnn_algorithm_choice_json()}};
+                   {"cudnn", cudnn_algorithm_choice_json()},
+                   {"allocator", allocator_json(device)}};
   record.peak_memory_bytes = warm_stats.reserved_peak;
   record.peak_allocated_bytes = warm_stats.allocated_peak;
   // The model's health before the window: reading the losses synchronizes, so it happens here,
@@ -352,6 +353,8 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
   try {
     int64_t capacity = 0;
     if (device.is_cuda()) {
+      // Before anything allocates: the allocator reads its options once.
+      configure_allocator(run.expandable_segments);
       set_current_device(device);
       capacity = device_memory_info(device).first;  // free memory once the context exists
       if (run.memory_cap_gib) {

@@ -1,6 +1,7 @@
 // Config loading: the shipped configs, user overlays in YAML and JSON, precedence, and every
 // error path with its message (file, key, bad value, fix).
 #include "gpubench/config.h"
+#include "gpubench/device.h"
 
 #include "gpubench/errors.h"
 #include "gpubench/registry.h"
@@ -148,6 +149,8 @@ TEST(ConfigTest, WrongTypesAndValuesNameTheKeyAndTheValue) {
   EXPECT_THROWS_WITH(apply_yaml(store, "models: {bert-base: {search: {cudnn_benchmark: 1}}}\n"),
                      ConfigError,
                      "models.bert-base.search.cudnn_benchmark: expected true or false, got 1");
+  EXPECT_THROWS_WITH(apply_yaml(store, "run: {expandable_segments: on}\n"), ConfigError,
+                     "run.expandable_segments: expected true or false, got 'on'");
   EXPECT_THROWS_WITH(apply_yaml(store, "run: {cudnn_benchmark_limit: -1}\n"), ConfigError,
                      "run.cudnn_benchmark_limit: expected an integer from 0 to 10000, got -1");
   EXPECT_THROWS_WITH(apply_yaml(store, "models: {bert-base: {model: {gelu: relu}}}\n"), ConfigError,
@@ -161,6 +164,29 @@ TEST(ConfigTest, WrongTypesAndValuesNameTheKeyAndTheValue) {
                      "my.yaml: models: expected a mapping of model name to settings, got []");
   EXPECT_THROWS_WITH(apply_yaml(store, "models: {bert-base: {architecture: nasnet}}\n"),
                      ConfigError, "'architecture' cannot be changed by a user config");
+}
+
+TEST(ConfigTest, ExpandableSegmentsAreOnByDefaultAndARunSettingOfTheRecord) {
+  ConfigStore store = builtin();
+  EXPECT_TRUE(store.run().expandable_segments);
+  EXPECT_EQ(store.run().to_json().at("expandable_segments"), true);
+  apply_yaml(store, "run: {expandable_segments: false}\n");
+  EXPECT_FALSE(store.run().expandable_segments);
+  EXPECT_EQ(store.run().to_json().at("expandable_segments"), false);
+}
+
+TEST(ConfigTest, TheAllocatorOptionKeepsTheUsersOtherOptionsAndOverridesOnlyItsOwn) {
+  EXPECT_EQ(allocator_options_with("", true), "expandable_segments:True");
+  EXPECT_EQ(allocator_options_with("", false), "expandable_segments:False");
+  // The user's other options stay, in order; a value of their own for this one gives way to
+  // the run setting, which the record states.
+  EXPECT_EQ(allocator_options_with("max_split_size_mb:128", true),
+            "max_split_size_mb:128,expandable_segments:True");
+  EXPECT_EQ(allocator_options_with(" expandable_segments:True , garbage_collection_threshold:0.6",
+                                   false),
+            "garbage_collection_threshold:0.6,expandable_segments:False");
+  EXPECT_EQ(allocator_options_with("expandable_segments:False,,", true),
+            "expandable_segments:True");
 }
 
 TEST(ConfigTest, UnknownModelInAUserFileIsNamed) {

@@ -198,6 +198,28 @@ inline AllocatorStats allocator_stats(int device) {
   out.reserved_peak = stats.reserved_bytes[0].peak;
   return out;
 }
+
+/// The allocator option `expandable_segments` exists from libtorch 2.1; 1.13 refuses the
+/// whole PYTORCH_CUDA_ALLOC_CONF when it meets an option it does not know.
+constexpr bool kHasExpandableSegments = kTorchVersion >= 201;
+
+/// Whether the caching allocator of `device` holds expandable segments: -1 when it holds no
+/// segment (or this libtorch cannot say), else 0 or 1. What the allocator does, as opposed to
+/// what PYTORCH_CUDA_ALLOC_CONF asked for.
+inline int expandable_segments_in_use(int device) {
+#if GPUBENCH_TORCH_AT_LEAST(2, 1)
+  int answer = -1;
+  for (const auto& segment : c10::cuda::CUDACachingAllocator::snapshot().segments) {
+    if (segment.device != device) continue;
+    if (segment.is_expandable) return 1;
+    answer = 0;
+  }
+  return answer;
+#else
+  (void)device;
+  return -1;
+#endif
+}
 #endif
 
 }  // namespace gpubench::compat

@@ -105,6 +105,13 @@ struct RunSettings {
   /// freed and allocated again; the allocator still frees cached blocks before it runs out of
   /// memory, so what fits does not change. Default: false
   bool cudnn_benchmark_empty_cache = false;
+  /// The CUDA caching allocator grows segments in place (PYTORCH_CUDA_ALLOC_CONF
+  /// expandable_segments:True) instead of reserving one block per large request. Fixed-size
+  /// segments left 10-19 GiB reserved but unallocated at the edge on the H200 (the timed runs
+  /// of yolov3, mask-rcnn, transformer-big and conv-seq2seq ran out of memory at batches their
+  /// searches had trained), so what "fits" depended on fragmentation (docs/search.md,
+  /// "Allocator"). A user's own PYTORCH_CUDA_ALLOC_CONF keeps its other options. Default: true
+  bool expandable_segments = true;
 
   Json to_json() const;
 };

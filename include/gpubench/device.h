@@ -77,6 +77,19 @@ void set_cudnn_algorithm_choice(bool benchmark, int benchmark_limit, bool empty_
 /// set in the environment (they bound cuDNN's and cuBLAS's workspaces).
 Json cudnn_algorithm_choice_json();
 
+/// The caching allocator's options with `expandable_segments` set as asked: `options` (a
+/// PYTORCH_CUDA_ALLOC_CONF value, "key:value" pairs separated by commas) without any
+/// expandable_segments pair of its own, then "expandable_segments:True" or ":False".
+std::string allocator_options_with(const std::string& options, bool expandable_segments);
+/// Sets the CUDA caching allocator's expandable_segments option for this process (in
+/// PYTORCH_ALLOC_CONF when the user set that, else PYTORCH_CUDA_ALLOC_CONF), keeping the user's
+/// other options. The allocator reads its options once, at its first use: call this before
+/// anything touches CUDA memory. Does nothing without CUDA or before libtorch 2.1.
+void configure_allocator(bool expandable_segments);
+/// For the record: {"conf": the options the allocator was given (or null),
+/// "expandable_segments": whether its segments are expandable (null when it holds none)}.
+Json allocator_json(const torch::Device& device);
+
 /// True for out-of-memory: c10::OutOfMemoryError, and the cuDNN/cuBLAS allocation failures
 /// (CUDNN_STATUS_ALLOC_FAILED, CUBLAS_STATUS_ALLOC_FAILED, "out of memory") that mean the same.
 bool is_out_of_memory(const std::exception& error);

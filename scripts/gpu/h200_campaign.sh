@@ -11,7 +11,8 @@
 # run through scripts/run_all.sh, wall time recorded), tiers (bert-base, nasnet-large and
 # transformer-big under 6, 8, 11, 24, 48 GiB caps), refs (the Python eager references beside
 # gpubench at one common batch and precision), speed (scripts/gpu/step_speed.sh into
-# results/h200/speed: issue 11's side-by-side steps). Everything under results/h200/ is packed into
+# results/h200/speed: issue 11's side-by-side steps), jobs (scripts/gpu/jobs.sh into
+# results/h200/jobs: the whole jobs GPUBENCH_JOBS_LIST names, "MODEL:PRECISION ..."). Everything under results/h200/ is packed into
 # $OUT; carry results/h200 into the next call (device tool: carry ["results/h200"]) to go on.
 set -uo pipefail
 self=$(readlink -f "$0")
@@ -132,6 +133,7 @@ for s in ${*:-build stylegan fp32 bf16 tiers refs}; do
     tiers) stage tiers "$self" --fn tiers ;;
     refs) stage refs "$self" --fn refs ;;
     speed) stage speed scripts/gpu/step_speed.sh build/gpubench "$R/speed" ;;
+    jobs) stage jobs scripts/gpu/jobs.sh build/gpubench "$R/jobs" ${GPUBENCH_JOBS_LIST:?} ;;
     *) log "unknown stage '$s'"; exit 2 ;;
   esac
 done

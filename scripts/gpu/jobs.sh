@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# On the GPU machine: whole jobs (search, then the timed run in a fresh process), one
+# `gpubench run` each, so that a call stopped at its deadline keeps every job that finished.
+# Builds nothing.
+#
+#   scripts/gpu/jobs.sh GPUBENCH OUTDIR MODEL:PRECISION [MODEL:PRECISION...] [-- RUN FLAGS...]
+#
+# Writes OUTDIR/MODEL-PRECISION.{jsonl,json,log} (journal, results, progress) and appends the
+# wall time of each to OUTDIR/walltimes.txt; prints one line per finished job last: status,
+# searched and timed batch, probes, search seconds, warm-up seconds, throughput, peaks
+# (reserved and allocated) and the losses at both ends of the window.
+set -uo pipefail
+bin=${1:?usage: jobs.sh GPUBENCH OUTDIR MODEL:PRECISION...}
+out=${2:?usage: jobs.sh GPUBENCH OUTDIR MODEL:PRECISION...}
+shift 2
+jobs=()
+while [ $# -gt 0 ] && [ "$1" != -- ]; do jobs+=("$1"); shift; done
+[ "${1:-}" = -- ] && shift
+mkdir -p "$out"
+for job in "${jobs[@]}"; do
+  m=${job%%:*} p=${job#*:}
+  [ -s "$out/$m-$p.json" ] && continue  # finished in an earlier call
+  s=$(date +%s)
+  "$bin" run --gpu 0 --model "$m" --precision "$p" "$@" --journal "$out/$m-$p.jsonl" \
+    --json "$out/$m-$p.json" > /dev/null 2> "$out/$m-$p.log"
+  echo "$m $p: exit $?, wall $(( $(date +%s) - s )) s" >> "$out/walltimes.txt"
+done
+cat "$out/walltimes.txt"
+python3 - "$out" <<'PY'
+import glob, json, os, sys
+G = 2.0 ** 30
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    for j in json.load(open(f)).get("jobs", []):
+        s = j.get("search") or {}
+        w = j.get("warmup") or {}
+        alloc = (j.get("memory") or {}).get("allocator")
+        print(f"{j['model']} {j['precision']}: {j['status']} search {s.get('max_batch')} "
+              f"timed {j['batch']} probes {s.get('probe_count')} search {s.get('seconds', 0):.1f} s "
+              f"warm-up {w.get('seconds', 0):.1f} s | {j.get('throughput') or 0:.4g} "
+              f"{j['throughput_unit']} | peak reserved {(j.get('peak_memory_bytes') or 0) / G:.1f} "
+              f"allocated {(j.get('peak_allocated_bytes') or 0) / G:.1f} GiB | allocator {alloc} | "
+              f"start {j.get('losses_start')} end {j.get('losses')} | {j.get('message', '')}")
+PY
