@@ -158,6 +158,41 @@ TEST_F(DeepLabTest, XceptionOutputStrideAndDecoderResolution) {
   EXPECT_EQ(os8->blocks[3]->as<XceptionModule>()->options.rate(), 2);  // the middle flow
 }
 
+TEST_F(DeepLabTest, FullCropLogitsAreAtTheDecoderStrideOfTheCrop) {
+  // The shipped model at train_crop_size 513 (spec image §2), one image in evaluation mode (the
+  // image-pooling BatchNorm sees one value per image; no gradient: only the shapes matter).
+  // TF's scale_dimension (S - 1) / stride + 1: the exit flow runs at output stride 16 (33^2),
+  // the decoder at stride 4 (the block2 tap, 129^2), where the 1x1 conv gives the 21 PASCAL
+  // logits (20 classes + background); forward() then resizes them to the input's size for the
+  // loss (upsample_logits), which XceptionOutputStrideAndDecoderResolution checks at 65.
+  const Params& m = store().model("deeplabv3").model;
+  const int64_t size = m.i64("image_size");
+  ASSERT_EQ(size, 513);
+  ASSERT_EQ(m.i64("output_stride"), 16);
+  const auto backbone = XceptionOptions()
+                            .middle_blocks(m.i64("middle_blocks"))
+                            .output_stride(m.i64("output_stride"))
+                            .multi_grid(m.i64s("multi_grid"));
+  DeepLabV3Plus model(DeepLabV3PlusOptions(m.i64("num_classes"))
+                          .backbone(backbone)
+                          .atrous_rates(m.i64s("atrous_rates"))
+                          .decoder(m.flag("decoder")));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({1, 3, size, size});
+  const auto logits = model->decoder_logits(x);  // the one full pass
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{1, 21, 129, 129}));
+  EXPECT_TRUE(logits.isfinite().all().item<bool>());
+  // The decoder resizes ASPP's output to the tap's size, so the logits would not show a wrong
+  // exit stride: the backbone's outputs show it. With one middle-flow block instead of 16 (the
+  // middle flow is stride-1 'sum' units, and half the compute): half a pass.
+  Xception shallow(XceptionOptions(backbone).middle_blocks(1));
+  shallow->eval();
+  const auto [features, low_level] = shallow->forward(x);
+  EXPECT_EQ(features.sizes(), (std::vector<int64_t>{1, 2048, 33, 33}));
+  EXPECT_EQ(low_level.sizes(), (std::vector<int64_t>{1, 256, 129, 129}));
+}
+
 TEST_F(DeepLabTest, StridedSeparableConvMatchesSameConvThenSubsample) {
   // xception.py: separable_conv2d_same at stride 2 equals the stride-1 'SAME' conv subsampled
   // by 2, on odd and even inputs alike (what plain 'SAME' at stride 2 would not give).

@@ -306,5 +306,169 @@ TEST(MaskRcnnTest, OneIterationUpdatesEveryHead) {
   }
 }
 
+// ---- The RoIs the box and mask heads process ----
+
+// Hand-set heads make every count readable from the losses. The RPN's box deltas are zeroed, so
+// the proposals are the (clipped) anchors; the ground truth is 3x3-pixel boxes, which no anchor
+// (8 px and up at the smoke size) overlaps at IoU 0.5, so the sampled positives are exactly
+// the ground-truth boxes that add_gt_proposals appends (IoU 1 with themselves) and every proposal
+// is a negative. The box classifier's weights are zeroed and its bias is 0 for the background and
+// -kMargin for every object class, so a background RoI costs log(1 + 80 e^-kMargin) and a
+// foreground one kMargin more: the classifier loss (the mean over the sampled RoIs) gives the
+// number of RoIs sampled. The box deltas are all kDelta and a ground-truth box's target is 0:
+// 4 smooth-L1(kDelta) per positive. The mask logits are one constant per class.
+constexpr double kMargin = 20;
+constexpr double kDelta = 2;
+
+struct RoiHeadCounts {
+  double box_rois = 0;        ///< RoIs whose classification enters the loss, whole batch
+  int64_t positives = 0;      ///< losses.positive_rois
+  double regressed_rois = 0;  ///< RoIs in the box regression loss, from its value
+  double mask_loss = 0;
+};
+
+/// 3x3-pixel boxes (legacy inclusive corners) on a 6-pixel grid inside the 120x128 smoke image,
+/// the same in each of `images` images; none overlaps another.
+torch::Tensor tiny_boxes(int64_t images, int64_t count) {
+  std::vector<float> b;
+  for (int64_t k = 0; k < count; ++k) {
+    const auto x = static_cast<float>(16 + (k % 16) * 6), y = static_cast<float>(16 + (k / 16) * 6);
+    b.insert(b.end(), {x, y, x + 2, y + 2});
+  }
+  return torch::tensor(b).view({1, count, 4}).repeat({images, 1, 1});
+}
+
+/// The smoke-size network with `options`' sampling and the hand-set heads, fed two identical
+/// images (so the batch-wide proposal cut leaves each the same number of proposals); mask logit
+/// bias[class] = mask_bias[class].
+class RoiHeadProbe {
+ public:
+  RoiHeadProbe(const MaskRcnnOptions& options, const torch::Tensor& mask_bias)
+      : options_(options), model_(seeded(options)) {
+    model_->train();
+    plan_ = model_->plan(120, 128, 128, 128, torch::kCPU);
+    const auto image = torch::zeros({1, 3, 128, 128});
+    image.narrow(2, 0, 120).uniform_(-100, 150);  // BGR pixels minus the mean; the pad stays 0
+    images_ = image.repeat({2, 1, 1, 1});
+    model_->calibrate_frozen_batchnorm(images_);  // features of order 1: spread-out scores
+    torch::NoGradGuard no_grad;
+    model_->rpn->bbox_pred->weight.zero_();
+    model_->rpn->bbox_pred->bias.zero_();
+    model_->box_head->cls_score->weight.zero_();
+    model_->box_head->cls_score->bias.fill_(-kMargin);
+    model_->box_head->cls_score->bias[0] = 0;
+    model_->box_head->bbox_pred->weight.zero_();
+    model_->box_head->bbox_pred->bias.fill_(kDelta);
+    model_->mask_head->logits->weight.zero_();
+    model_->mask_head->logits->bias.copy_(mask_bias);
+  }
+
+  /// One forward with ground truth `boxes` [2, G, 4] and `labels` [2, G].
+  RoiHeadCounts run(const torch::Tensor& boxes, const torch::Tensor& labels) {
+    DetectionBatch batch;
+    batch.images = images_;
+    batch.boxes = boxes;
+    batch.labels = labels;
+    batch.image_height = 120;
+    batch.image_width = 128;
+    torch::NoGradGuard no_grad;
+    const auto losses = model_->forward(batch, plan_);
+    const double background = std::log1p(static_cast<double>(options_.num_classes() - 1) *
+                                         std::exp(-kMargin));  // cross-entropy of a background RoI
+    RoiHeadCounts c;
+    c.positives = losses.positive_rois.item<int64_t>();
+    c.box_rois = kMargin * static_cast<double>(c.positives) /
+                 (losses.classifier.item<double>() - background);
+    const double per_positive = 4 * (kDelta - 0.5);  // smooth-L1 with beta 1, four deltas
+    c.regressed_rois = losses.box_reg.item<double>() * c.box_rois / per_positive;
+    c.mask_loss = losses.mask.item<double>();
+    return c;
+  }
+
+ private:
+  static MaskRcnn seeded(const MaskRcnnOptions& options) {
+    torch::manual_seed(0);
+    return MaskRcnn(options);
+  }
+
+  MaskRcnnOptions options_;
+  MaskRcnn model_;
+  DetectionPlan plan_;
+  torch::Tensor images_;
+};
+
+/// The mean binary cross-entropy of constant mask logits `logit` against a ground-truth box's
+/// own mask (its inscribed ellipse, the target of a positive that is the box itself).
+double mask_loss_of(double logit, const torch::Tensor& box, int64_t resolution) {
+  const double inside =
+      ellipse_mask_targets(box.view({1, 4}), box.view({1, 4}), resolution).mean().item<double>();
+  return std::log1p(std::exp(logit)) - logit * inside;
+}
+
+/// The sampling of `options` on few and on many ground-truth boxes: `budget` RoIs per image of
+/// which at most `positive_cap` positive, and the mask head on the positives only.
+void expect_roi_sampling(const MaskRcnnOptions& options, int64_t budget, int64_t positive_cap) {
+  const int64_t images = 2, classes = options.num_classes();
+  const int64_t mask_side = 2 * options.mask_resolution();
+  const auto mask_bias = torch::arange(classes, torch::kFloat) * 0.5 - 2;  // class k: k/2 - 2
+  const auto bias = [&](int64_t k) { return mask_bias[k].item<double>(); };
+  RoiHeadProbe probe(options, mask_bias);
+  {
+    // Three objects per image, of classes 1-3 and 4-6: all six are sampled (the cap is far),
+    // the budget fills up with negatives, and the mask loss is the mean over exactly those six.
+    const auto boxes = tiny_boxes(images, 3);
+    const auto labels = torch::arange(1, 7, torch::kLong).view({images, 3});
+    const auto c = probe.run(boxes, labels);
+    EXPECT_EQ(c.positives, images * 3);
+    EXPECT_NEAR(c.box_rois, static_cast<double>(images * budget), 1e-2);
+    EXPECT_NEAR(c.regressed_rois, static_cast<double>(images * 3), 1e-2);
+    double expected = 0;
+    for (int64_t k = 1; k <= 6; ++k) expected += mask_loss_of(bias(k), boxes[0][0], mask_side) / 6;
+    EXPECT_NEAR(c.mask_loss, expected, 1e-5);
+  }
+  {
+    // More objects per image than the positive share allows: positive_cap per image, the rest of
+    // the budget negatives; every object of image 0 is class 1 and of image 1 class 2, so the
+    // mask loss weighs the two images' positives equally.
+    const int64_t objects = positive_cap + 22;
+    const auto boxes = tiny_boxes(images, objects);
+    const auto labels =
+        torch::tensor(std::vector<int64_t>{1, 2}).view({images, 1}).repeat({1, objects});
+    const auto c = probe.run(boxes, labels);
+    EXPECT_EQ(c.positives, images * positive_cap);
+    EXPECT_NEAR(c.box_rois, static_cast<double>(images * budget), 1e-2);
+    EXPECT_NEAR(c.regressed_rois, static_cast<double>(images * positive_cap), 1e-2);
+    EXPECT_NEAR(c.mask_loss,
+                (mask_loss_of(bias(1), boxes[0][0], mask_side) +
+                 mask_loss_of(bias(2), boxes[0][0], mask_side)) /
+                    2,
+                1e-5);
+  }
+}
+
+TEST(MaskRcnnTest, ShippedRoiSamplingTakes512RoisPerImageAQuarterPositive) {
+  // maskrcnn-benchmark's ROI_HEADS.BATCH_SIZE_PER_IMAGE 512 and POSITIVE_FRACTION 0.25
+  // (defaults.py, kept by e2e_mask_rcnn_R_50_FPN_1x.yaml): 512 RoIs per image, at most
+  // 512 x 0.25 = 128 positive, the mask head on the positives (keep_only_positive_boxes). The
+  // shipped model section's sampling and proposal settings on the smoke-size network (2000
+  // proposals over the batch: 1000 per image, enough negatives to fill the budget).
+  const ModelConfig& config = store().model("mask-rcnn");
+  Json values = config.smoke_model.json();
+  for (const char* key : {"roi_batch_per_image", "roi_positive_fraction", "roi_fg_iou",
+                          "roi_bg_iou", "mask_rois_per_image", "pre_nms_top_n", "post_nms_top_n",
+                          "fpn_post_nms_top_n", "fpn_post_nms_per_batch"}) {
+    values[key] = config.model.json().at(key);
+  }
+  const auto options =
+      mask_rcnn_options(Params(mask_rcnn_model_schema(), values, Where{"test", "model"}));
+  expect_roi_sampling(options, 512, 128);
+}
+
+TEST(MaskRcnnTest, SmokeRoiSamplingTakes64RoisPerImageAQuarterPositive) {
+  // The smoke section shrinks the budget to 64 and keeps the fraction: 64 x 0.25 = 16 positive
+  // at most.
+  expect_roi_sampling(mask_rcnn_options(store().model("mask-rcnn").smoke_model), 64, 16);
+}
+
 }  // namespace
 }  // namespace gpubench::models

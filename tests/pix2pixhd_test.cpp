@@ -197,6 +197,46 @@ TEST(Pix2PixHDTest, ShapesAtSmokeSize) {
   }
 }
 
+TEST(Pix2PixHDTest, ShapesAtFullResolution) {
+  // The shipped layer structure at the shipped 2048x1024 (spec image §4: --resize_or_crop none),
+  // one image, no gradient. A full-width forward (G 748 G MACs, each D pass 167 G) takes minutes
+  // on this CPU, so only the widths shrink (ngf 32 -> 1, ndf 64 -> 2): every kernel, stride,
+  // padding, downsampling and block count stays the config's, and those alone fix the spatial
+  // sizes; the full widths are checked by the parameter breakdowns above.
+  const Params& m = config().model;
+  const int64_t h = m.i64("height"), w = m.i64("width");
+  ASSERT_EQ(h, 1024);
+  ASSERT_EQ(w, 2048);
+  const int64_t ndf = 2;
+  LocalEnhancer g(full_generator_options().ngf(1));
+  MultiscaleDiscriminator d(PatchDiscriminatorOptions(m.i64("label_classes") + 1 + 3)
+                                .ndf(ndf)
+                                .layers(m.i64("discriminator_layers"))
+                                .scales(m.i64("discriminators")));
+  torch::NoGradGuard no_grad;
+  const auto input = torch::rand({1, 36, h, w});  // 35 one-hot labels + the edge map
+  const auto fake = g->forward(input);
+  EXPECT_EQ(fake.sizes().vec(), (std::vector<int64_t>{1, 3, 1024, 2048}));
+  const auto pred = d->forward(torch::cat({input, fake}, 1));  // 39 channels
+  ASSERT_EQ(pred.size(), 3u);
+  // Scale i sees the input after i AvgPool(3, 2, 1): 1024x2048, 512x1024, 256x512. Then
+  // Conv4x4 s2 p2 maps n to n / 2 + 1 three times and Conv4x4 s1 p2 maps n to n + 1 twice; the
+  // last maps are the spec's 131x259, 67x131 and 35x67. Channels ndf, 2, 4, 8 x ndf, then 1.
+  const std::vector<std::vector<std::vector<int64_t>>> expected = {
+      {{513, 1025}, {257, 513}, {129, 257}, {130, 258}, {131, 259}},
+      {{257, 513}, {129, 257}, {65, 129}, {66, 130}, {67, 131}},
+      {{129, 257}, {65, 129}, {33, 65}, {34, 66}, {35, 67}}};
+  const std::vector<int64_t> channels = {ndf, 2 * ndf, 4 * ndf, 8 * ndf, 1};
+  for (std::size_t i = 0; i < pred.size(); ++i) {
+    ASSERT_EQ(pred[i].size(), 5u) << i;
+    for (std::size_t j = 0; j < 5; ++j) {
+      EXPECT_EQ(pred[i][j].sizes().vec(),
+                (std::vector<int64_t>{1, channels[j], expected[i][j][0], expected[i][j][1]}))
+          << "scale " << i << " stage " << j;
+    }
+  }
+}
+
 TEST(Pix2PixHDTest, DLossNeverReachesTheGeneratorAndGLossReachesBoth) {
   const Params& m = config().smoke_model;
   const int64_t classes = m.i64("label_classes");

@@ -72,6 +72,26 @@ TEST(StyleGanTest, ParameterBreakdownMatchesTheSpec) {
   EXPECT_EQ(count_trainable(d->parameters()), 23087249);
 }
 
+TEST(StyleGanTest, FullResolutionGeneratorMakes1024ImagesAndDiscriminatorOneScoreEach) {
+  // The shipped networks at lod 0, one latent (no gradient: only the shapes matter). spec image
+  // §5: z is 512-d; the synthesis doubles 4x4 eight times (log2(1024) - 1 = 9 resolutions, 18
+  // layers) and ends in ToRGB 16 -> 3 at 1024x1024; D_basic halves 1024 down to 4x4 and ends in
+  // dense 512 -> 1: one score per image.
+  const StyleGanOptions o = stylegan_options(store().model("stylegan").model);
+  ASSERT_EQ(o.resolution(), 1024);
+  ASSERT_EQ(o.latent_size(), 512);
+  torch::manual_seed(0);
+  StyleGanGenerator g(o);
+  StyleGanDiscriminator d(o);
+  torch::NoGradGuard no_grad;
+  const auto images = g->forward(torch::randn({1, 512}));
+  EXPECT_EQ(images.sizes(), (std::vector<int64_t>{1, 3, 1024, 1024}));
+  EXPECT_TRUE(images.isfinite().all().item<bool>());
+  const auto scores = d->forward(images);
+  EXPECT_EQ(scores.sizes(), (std::vector<int64_t>{1, 1}));
+  EXPECT_TRUE(scores.isfinite().all().item<bool>());
+}
+
 TEST(StyleGanTest, EqualizedLearningRateStoresUnitWeightsAndScalesThemAtRunTime) {
   torch::manual_seed(0);
   EqualizedConv2d conv(64, 32, 3, kSqrt2);

@@ -49,6 +49,28 @@ TEST(YoloV3Test, OutputsHaveTheThreeScalesInTheCfgsOrder) {
   EXPECT_EQ(out[2].sizes(), (std::vector<int64_t>{2, 255, 12, 12}));
 }
 
+TEST(YoloV3Test, FullSizeForwardHasTheThreeDetectionHeadsAtStrides32_16And8) {
+  // The shipped network at its training size, one image (no gradient: only the shapes matter).
+  // spec image §3: 608 is darknet's training size since f86901f6; the heads sit after Darknet-53's
+  // fifth, fourth and third downsampling (strides 32, 16, 8: 19^2, 38^2, 76^2), each predicting
+  // 3 anchors x (4 box + 1 objectness + 80 classes) = 255 channels (the cfg's filters=255).
+  const Params& m = store().model("yolov3").model;
+  const int64_t size = m.i64("input_size");
+  ASSERT_EQ(size, 608);
+  ASSERT_EQ(m.i64("classes"), 80);
+  YoloV3 net(yolov3_options(m));
+  net->eval();
+  torch::NoGradGuard no_grad;
+  const auto out = net->forward(torch::rand({1, 3, size, size}));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].sizes(), (std::vector<int64_t>{1, 255, 19, 19}));  // 608 / 32, mask 6,7,8
+  EXPECT_EQ(out[1].sizes(), (std::vector<int64_t>{1, 255, 38, 38}));  // 608 / 16, mask 3,4,5
+  EXPECT_EQ(out[2].sizes(), (std::vector<int64_t>{1, 255, 76, 76}));  // 608 / 8, mask 0,1,2
+  // The loss reads them as 3 x (19^2 + 38^2 + 76^2) = 22,743 predictions of 85 entries.
+  const YoloLoss loss(yolov3_loss_options(size, 80), torch::kCPU);
+  EXPECT_EQ(loss.flatten(out).sizes(), (std::vector<int64_t>{1, 22743, 85}));
+}
+
 // ---- The hand-made case: yolov3.cfg at 608, two images, five truths each ----
 
 constexpr double kS = 608;
