@@ -174,12 +174,29 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   const int autotune =
       device.is_cuda() ? autotune_steps(step->uniform_steps(), step->warmup_steps()) : 0;
   const auto warm_start = Clock::now();
+  // Steps the warm-up may add after its rules are met while the step is not settled (an fp16
+  // loss scale backing off halves per skipped update: 16 steps take 65536 to 1).
+  constexpr std::size_t kMaxSettlingSteps = 64;
+  std::size_t settling_steps = 0;
+  std::string settling;
   while (true) {
     const auto decision = warmup_done(warm_ms, seconds_since(warm_start), t, autotune);
     if (decision.done) {
-      reason = decision.reason;
-      detail = decision.detail;
-      break;
+      const std::string why = step->unsettled();
+      if (!why.empty() && settling_steps < kMaxSettlingSteps) {
+        if (settling_steps == 0) worker_log(record.model, "warm-up goes on: " + why);
+        settling = why;
+        ++settling_steps;
+      } else {
+        reason = decision.reason;
+        detail = decision.detail;
+        if (settling_steps > 0) {
+          detail += fmt::format("{}then {} more step{} while {}{}", detail.empty() ? "" : "; ",
+                                settling_steps, settling_steps == 1 ? "" : "s", settling,
+                                why.empty() ? "" : " (still so)");
+        }
+        break;
+      }
     }
     clock.clear();
     clock.mark();
@@ -235,6 +252,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
     return;
   }
   reset_peak_memory(device);
+  step->begin_window();
   worker_log(record.model, fmt::format("timing: at least {} steps and {} s", t.min_steps,
                                        format_number(t.min_seconds)));
 
@@ -276,6 +294,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   record.memory["window_peak_reserved_bytes"] = stats.reserved_peak;
   const LossReading at_end = read_losses(*step);
   record.losses = at_end.values;
+  record.runtime = step->runtime_info();  // again: with loss scaling, the updates it skipped
   worker_log(record.model,
              fmt::format("timed: {} steps in {:.2f} s, {} {}", steps, window_seconds,
                          format_significant(record.throughput, 4), record.throughput_unit));

@@ -151,6 +151,74 @@ TEST(RunnerTest, AWorkloadsOwnDegeneracyCheckMakesTheJobDiverged) {
   EXPECT_EQ(r.throughput, 0);
 }
 
+/// A step that is unsettled (an fp16 loss scale backing off, say) for its first `runs` runs.
+class SettlingStep : public TrainStep {
+ public:
+  explicit SettlingStep(int unsettled_runs, int* window_runs)
+      : unsettled_runs_(unsettled_runs), window_runs_(window_runs) {}
+  double run() override {
+    ++runs_;
+    if (in_window_) ++*window_runs_;
+    return 3;
+  }
+  std::map<std::string, torch::Tensor> losses() const override {
+    return {{"loss", torch::tensor(1.0)}};
+  }
+  std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
+    return {{"model", {weight_}}};
+  }
+  void begin_window() override {
+    in_window_ = true;
+    runs_at_window_ = runs_;
+  }
+  std::string unsettled() const override {
+    return runs_ < unsettled_runs_ ? "the scale is still backing off" : "";
+  }
+  std::string degeneracy() const override {
+    // The window starts only once the step settled.
+    return runs_at_window_ < unsettled_runs_ ? "timed before it settled" : "";
+  }
+
+ private:
+  int unsettled_runs_;
+  int* window_runs_;
+  int runs_ = 0, runs_at_window_ = 0;
+  bool in_window_ = false;
+  torch::Tensor weight_ = torch::zeros({4}).requires_grad_(true);
+};
+
+Architecture settling_architecture(int unsettled_runs, int* window_runs) {
+  Architecture a;
+  a.name = "settling";
+  a.prepare = [=](const StepContext&) -> std::unique_ptr<TrainStep> {
+    return std::make_unique<SettlingStep>(unsettled_runs, window_runs);
+  };
+  return a;
+}
+
+TEST(RunnerTest, TheWarmUpGoesOnUntilTheStepSettledAndSaysSo) {
+  int window_runs = 0;
+  const JobRecord r = time_on_cpu(settling_architecture(/*unsettled_runs=*/7, &window_runs));
+  EXPECT_EQ(r.status, "ok") << r.message;
+  EXPECT_EQ(r.warmup["steps"], 7);  // one warm-up step by the rules, six more to settle
+  EXPECT_NE(r.warmup["detail"].get<std::string>().find(
+                "then 6 more steps while the scale is still backing off"),
+            std::string::npos)
+      << r.warmup["detail"];
+  EXPECT_EQ(window_runs, 4);
+}
+
+TEST(RunnerTest, AStepThatNeverSettlesIsTimedAfterABoundedWarmUpAndSaysSo) {
+  int window_runs = 0;
+  const JobRecord r = time_on_cpu(settling_architecture(/*unsettled_runs=*/1000, &window_runs));
+  EXPECT_EQ(r.warmup["steps"], 1 + 64);
+  EXPECT_NE(r.warmup["detail"].get<std::string>().find("(still so)"), std::string::npos)
+      << r.warmup["detail"];
+  // Its own verdict on the window then decides the job.
+  EXPECT_EQ(r.status, "diverged");
+  EXPECT_NE(r.message.find("timed before it settled"), std::string::npos) << r.message;
+}
+
 TEST(RunnerTest, ADivergedJobIsNotNormalized) {
   JobRecord r = time_on_cpu(diverging_architecture(2, std::nan("")));
   ASSERT_EQ(r.status, "diverged");

@@ -319,6 +319,64 @@ TEST(RuntimeTest, RunsAnEagerIterationAndRecordsItsLoss) {
   EXPECT_EQ(info["updaters"][0]["optimizer"]["kernels"], "foreach");
 }
 
+TEST(RuntimeTest, AnFp16UpdaterThatSkipsEveryUpdateOfTheWindowMakesTheStepDegenerate) {
+  // A finite loss whose gradients overflow once scaled by 65536: every update is skipped and
+  // the scale halves each time, as GradScaler does; the weights never change.
+  TinyModel m;
+  Runtime runtime(cpu_context());
+  auto& updater =
+      runtime.add("model", Updater(std::make_unique<Sgd>(m.groups(), SgdOptions{0.1}),
+                                   Precision::kAmpFp16, torch::kCPU));
+  const auto w = m.net->weight.detach().clone();
+  auto overflowing = [&] {
+    return runtime.run([&] {
+      updater.zero_grad();
+      const auto loss = 1e35 * torch::mse_loss(m.net(m.x), m.y);
+      runtime.record_loss("loss", loss);
+      runtime.backward(updater, loss);
+      runtime.update(updater);
+      return 8.0;
+    });
+  };
+  EXPECT_EQ(runtime.unsettled(), "");  // nothing checked yet
+  overflowing();  // warm-up
+  EXPECT_EQ(runtime.unsettled(), "fp16 loss scaling skipped the last update of 'model' (1 of 1 so far)");
+  runtime.begin_window();
+  for (int i = 0; i < 3; ++i) overflowing();
+  EXPECT_TRUE(std::isfinite(runtime.losses().at("loss").item<double>()));
+  EXPECT_TRUE(torch::equal(m.net->weight.detach(), w));
+  const std::string problem = runtime.degeneracy();
+  EXPECT_NE(problem.find("skipped all 3 updates of 'model' in the timed window"),
+            std::string::npos)
+      << problem;
+  EXPECT_NE(problem.find("the scale is now 4096"), std::string::npos) << problem;  // 65536 / 2^4
+  const Json info = runtime.info();
+  EXPECT_EQ(info["updaters"][0]["updates_checked"], 4);
+  EXPECT_EQ(info["updaters"][0]["updates_skipped"], 4);
+
+  // One update that steps in the window is training: no complaint. Skips in the warm-up only
+  // do not count either.
+  runtime.begin_window();
+  iterate(runtime, updater, m);
+  EXPECT_EQ(runtime.degeneracy(), "");
+  EXPECT_EQ(runtime.unsettled(), "");  // its last update stepped
+  EXPECT_FALSE(torch::equal(m.net->weight.detach(), w));
+  runtime.begin_window();
+  EXPECT_EQ(runtime.degeneracy(), "");  // no update in the window: nothing to judge
+}
+
+TEST(RuntimeTest, WithoutLossScalingNoUpdateIsEverCalledSkipped) {
+  TinyModel m;
+  Runtime runtime(cpu_context());
+  auto& updater = runtime.add(
+      "model", Updater(std::make_unique<Sgd>(m.groups(), SgdOptions{0.1}), Precision::kFp32,
+                       torch::kCPU));
+  runtime.begin_window();
+  iterate(runtime, updater, m);
+  EXPECT_EQ(runtime.degeneracy(), "");
+  EXPECT_FALSE(runtime.info()["updaters"][0].contains("updates_skipped"));
+}
+
 /// Records what it is given and zeroes the gradients, as a stand-in for an all-reduce.
 class RecordingSync : public GradientSync {
  public:

@@ -99,6 +99,13 @@ class TrainStep {
   /// discriminator still depends on its input. Returns why the model is degenerate, or "" when
   /// it is healthy. May synchronize: the runner calls it outside the timed region.
   virtual std::string degeneracy() const { return {}; }
+  /// Called once before the timed window (outside it), so that degeneracy() can judge the
+  /// window's steps alone. Default: nothing
+  virtual void begin_window() {}
+  /// Why the warm-up must go on after its step times settled, or "": with amp-fp16, a loss
+  /// scale still backing off from its initial 65536 (the last update was skipped), so a window
+  /// started now would time steps that update nothing. Host state only. Default: ""
+  virtual std::string unsettled() const { return {}; }
 };
 
 /// Code that builds a workload's training step. Named configs (configs/models/*.yaml) select an

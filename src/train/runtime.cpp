@@ -238,10 +238,15 @@ double Runtime::run(int64_t variant, const std::function<double()>& body) {
 Json Runtime::info() const {
   Json updaters = Json::array();
   for (const auto& [name, updater] : updaters_) {
-    updaters.push_back({{"name", name},
-                        {"optimizer", updater->optimizer().describe()},
-                        {"clip_norm", updater->clip_norm()},
-                        {"schedule", updater->scheduled()}});
+    Json entry = {{"name", name},
+                  {"optimizer", updater->optimizer().describe()},
+                  {"clip_norm", updater->clip_norm()},
+                  {"schedule", updater->scheduled()}};
+    if (updater->scaler().enabled()) {
+      entry["updates_checked"] = updater->scaler().updates_checked();
+      entry["updates_skipped"] = updater->scaler().updates_skipped();
+    }
+    updaters.push_back(entry);
   }
   Json out = {{"launch", graphs_active_ ? "cuda-graphs" : "eager"},
               {"cuda_graphs", settings_.cuda_graphs},
@@ -258,6 +263,45 @@ Json Runtime::info() const {
   }
   if (!graphs_note_.empty()) out["cuda_graphs_note"] = graphs_note_;
   return out;
+}
+
+void Runtime::begin_window() {
+  window_start_.clear();
+  for (const auto& [name, updater] : updaters_) {
+    window_start_[updater.get()] = {updater->scaler().updates_checked(),
+                                    updater->scaler().updates_skipped()};
+  }
+}
+
+std::string Runtime::degeneracy() const {
+  for (const auto& [name, updater] : updaters_) {
+    const GradScaler& scaler = updater->scaler();
+    if (!scaler.enabled()) continue;
+    const auto start = window_start_.find(updater.get());
+    const auto [checked0, skipped0] =
+        start == window_start_.end() ? std::pair<int64_t, int64_t>{0, 0} : start->second;
+    const int64_t checked = scaler.updates_checked() - checked0;
+    const int64_t skipped = scaler.updates_skipped() - skipped0;
+    if (checked > 0 && skipped == checked) {
+      return fmt::format(
+          "fp16 loss scaling skipped all {} updates of '{}' in the timed window (its scaled "
+          "gradients overflowed every time; the scale is now {}), so the model did not change "
+          "while it was timed",
+          checked, name, scaler.current_scale());
+    }
+  }
+  return {};
+}
+
+std::string Runtime::unsettled() const {
+  for (const auto& [name, updater] : updaters_) {
+    const GradScaler& scaler = updater->scaler();
+    if (scaler.enabled() && scaler.last_skipped()) {
+      return fmt::format("fp16 loss scaling skipped the last update of '{}' ({} of {} so far)",
+                         name, scaler.updates_skipped(), scaler.updates_checked());
+    }
+  }
+  return {};
 }
 
 }  // namespace train

@@ -58,7 +58,14 @@ void GradScaler::unscale(const std::vector<torch::Tensor>& parameters) {
   }
 }
 
-bool GradScaler::should_step() const { return !enabled_ || found_inf_.item<float>() == 0.0f; }
+bool GradScaler::should_step() {
+  if (!enabled_) return true;
+  const bool step = found_inf_.item<float>() == 0.0f;
+  ++checked_;
+  if (!step) ++skipped_;
+  last_skipped_ = !step;
+  return step;
+}
 
 void GradScaler::update() {
   if (!enabled_) return;

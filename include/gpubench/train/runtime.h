@@ -125,8 +125,20 @@ class Runtime {
   Precision precision() const { return precision_; }
   const torch::Device& device() const { return device_; }
 
-  /// For the record: launch, precision, loss scaling, gradient sync, each updater's optimizer.
+  /// For the record: launch, precision, loss scaling, gradient sync, each updater's optimizer
+  /// (and, with loss scaling, the updates it checked and skipped so far).
   Json info() const;
+
+  /// Marks the start of the timed window (outside it): degeneracy() looks at the updates after.
+  void begin_window();
+  /// Why the iterations since begin_window() did not train, or "": with amp-fp16 loss
+  /// scaling, an updater whose every update in the window was skipped (its scaled gradients
+  /// overflowed each time), so its model never changed while it was timed. Reads the loss
+  /// scale (synchronizes) only when it has something to say.
+  std::string degeneracy() const;
+  /// "" unless an updater with loss scaling skipped its last update (the scale is still backing
+  /// off): then what the warm-up waits for. Host counters only.
+  std::string unsettled() const;
 
  private:
   struct Graphs;  // the CUDA side: stream, pool, one graph per variant
@@ -140,6 +152,7 @@ class Runtime {
   std::string graphs_note_;  // why graphs are off although asked for
   std::unique_ptr<Graphs> graphs_;
   std::map<std::string, torch::Tensor> losses_;
+  std::map<const Updater*, std::pair<int64_t, int64_t>> window_start_;  // checked, skipped
 };
 
 /// A TrainStep whose iterations run through `runtime_`: its losses and the record's runtime
@@ -152,6 +165,9 @@ class RuntimeStep : public TrainStep {
   /// warm-up, never in the timed window. Steps that cycle batches override this with
   /// runtime_.warmup_steps(..., their order).
   int64_t warmup_steps() const override { return runtime_.warmup_steps(1, {0, 0}); }
+  void begin_window() override { runtime_.begin_window(); }
+  std::string degeneracy() const override { return runtime_.degeneracy(); }
+  std::string unsettled() const override { return runtime_.unsettled(); }
 
  protected:
   explicit RuntimeStep(const StepContext& ctx) : runtime_(ctx) {}

@@ -29,8 +29,15 @@ class GradScaler {
   torch::Tensor scale(const torch::Tensor& loss) const;
   /// Divides the gradients by the scale and records whether any is inf or NaN.
   void unscale(const std::vector<torch::Tensor>& parameters);
-  /// Whether the optimizer may step (false after an overflow). Reads one flag on the host.
-  bool should_step() const;
+  /// Whether the optimizer may step (false after an overflow). Reads one flag on the host, and
+  /// counts the update as checked (and skipped, after an overflow).
+  bool should_step();
+  /// Updates checked by should_step() so far, and how many of them were skipped. Host counters:
+  /// reading them does not synchronize.
+  int64_t updates_checked() const { return checked_; }
+  int64_t updates_skipped() const { return skipped_; }
+  /// Whether the last update checked was skipped.
+  bool last_skipped() const { return last_skipped_; }
   /// Adjusts the scale: back off after an overflow, grow after growth_interval clean steps.
   void update();
   /// The current scale (reading it synchronizes).
@@ -41,6 +48,8 @@ class GradScaler {
   double growth_factor_, backoff_factor_;
   int64_t growth_interval_;
   torch::Tensor scale_, found_inf_, growth_tracker_;
+  int64_t checked_ = 0, skipped_ = 0;
+  bool last_skipped_ = false;
 };
 
 /// One optimizer with its loss scaling, clipping and schedule:
