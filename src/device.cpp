@@ -2,6 +2,7 @@
 
 #include "gpubench/compat.h"
 #include "gpubench/nvml.h"
+#include "gpubench/strings.h"
 #include "gpubench/version.h"
 
 #include <torch/cuda.h>
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #if GPUBENCH_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -269,20 +271,21 @@ Json cudnn_algorithm_choice_json() {
 }
 
 std::string allocator_options_with(const std::string& options, bool expandable_segments) {
-  std::string out;
+  std::vector<std::string> kept;
   std::size_t start = 0;
   while (start <= options.size()) {
     std::size_t end = options.find(',', start);
     if (end == std::string::npos) end = options.size();
-    std::string pair = options.substr(start, end - start);
+    const std::string pair = options.substr(start, end - start);
     const auto first = pair.find_first_not_of(" \t");
-    const auto last = pair.find_last_not_of(" \t");
-    pair = first == std::string::npos ? "" : pair.substr(first, last - first + 1);
-    const std::string key = pair.substr(0, pair.find(':'));
-    if (!pair.empty() && key != "expandable_segments") out += pair + ",";
+    if (first != std::string::npos) {
+      const std::string trimmed = pair.substr(first, pair.find_last_not_of(" \t") - first + 1);
+      if (trimmed.substr(0, trimmed.find(':')) != "expandable_segments") kept.push_back(trimmed);
+    }
     start = end + 1;
   }
-  return out + (expandable_segments ? "expandable_segments:True" : "expandable_segments:False");
+  kept.push_back(expandable_segments ? "expandable_segments:True" : "expandable_segments:False");
+  return join(kept, ",");
 }
 
 void configure_allocator(bool expandable_segments) {
