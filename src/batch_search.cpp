@@ -34,6 +34,22 @@ constexpr double kExtrapolationMargin = 0.04;
 /// stopped growing), so the step is sized to the batch, not to the line's precision: on the
 /// H200 a step of 0.3% walked nasnet-large from 208 to 224 in 8 probes without a failure.
 constexpr double kEdgeStep = 0.04;
+/// With an allocator whose segments grow on demand (expandable segments), what a batch needs is
+/// its allocated peak and little more: on the H200 the largest batch that fitted peaked 0.2-0.6%
+/// of the capacity below it (allocated), where its reserved peaks in mid-range ran 5-12 GiB above
+/// the allocated ones (blocks cached, then given back when memory ran short), so a line through
+/// the reserved peaks put the limit 8-10% too low and the edge probes galloped past it. The line
+/// through the allocated peaks aims this far below the capacity.
+constexpr double kLiveHeadroom = 0.004;
+/// ... and once an edge probe has fitted past that line, the edge steps start at this share of the
+/// largest fit (the line is off by a few tenths of a percent there, not by the 5-20% that cached
+/// workspaces make of a reserved line).
+constexpr double kLiveEdgeStep = 0.005;
+/// After a first prediction that failed, one more this far under it before bisecting. On the H200
+/// transformer-big's scouts (4096 and 97024 tokens, amp-bf16) put the limit 3.9% too high; its
+/// prediction failed 1.7% above the limit and a bisection of the whole extrapolation took nine
+/// more probes.
+constexpr double kRetryMargin = 0.02;
 /// A scout whose peak lies this close to the capacity is pinned there: the workspace took what
 /// was free (benchmark-mode cuDNN), so its peak says how much was free, not how much the batch
 /// needs, and there is no memory model to predict from.
@@ -231,8 +247,13 @@ void check_settings(const SearchSettings& s, int64_t capacity) {
 /// probes so far, so a search that a fresh worker continues decides exactly as the first would.
 class Search {
  public:
-  Search(const SearchSettings& s, int64_t capacity, HintPlan hint)
-      : s_(s), cand_(s), capacity_(static_cast<double>(capacity)), hint_(std::move(hint)) {}
+  Search(const SearchSettings& s, int64_t capacity, HintPlan hint, bool live)
+      : s_(s),
+        cand_(s),
+        capacity_(static_cast<double>(capacity)),
+        target_(live ? capacity_ * (1 - kLiveHeadroom) : capacity_),
+        live_(live),
+        hint_(std::move(hint)) {}
 
   void add(const ProbeRecord& p) { probes_.push_back(p); }
   const std::vector<ProbeRecord>& probes() const { return probes_; }
@@ -273,7 +294,10 @@ class Search {
               [](const FitPoint& a, const FitPoint& b) { return a.batch < b.batch; });
     return out;
   }
-  Line line() const { return fit_line(fits(), hint_slope()); }
+  /// The memory model: the line through the reserved peaks, or through the allocated ones when
+  /// the allocator is expandable and every fit reported them.
+  Line line() const { return model_line(fits()); }
+  bool live() const { return live_; }
 
   /// Why the search is over, or empty.
   std::string stop_reason() const {
@@ -308,9 +332,18 @@ class Search {
       }
       return {cand_.align_down(static_cast<double>(h) / 4.0), "scout"};
     }
-    // After any failed prediction (or edge probe): bisection, never a walk.
+    // A prediction that just failed, the first: once more, kRetryMargin under it, when that lies
+    // above the bisection's midpoint. A line off by a few percent (curvature the scouts did not
+    // see) fails narrowly, and a fit there leaves a bracket that narrow where a bisection starts
+    // from the whole extrapolation.
+    if (h != 0 && probes_.back().phase == "predict" && !probes_.back().fits &&
+        !probes_.back().sticky && count_failed("predict") == 1 && !failed("edge")) {
+      const int64_t b = cand_.align_down(static_cast<double>(h) * (1 - kRetryMargin));
+      if (b > l + (h - l) / 2) return {b, "predict"};  // else the bisection's midpoint is higher
+    }
+    // After any other failed prediction (or edge probe): bisection, never a walk.
     if (h != 0 && (failed("predict") || failed("edge"))) return bisect(l, h);
-    const Line line = capacity_ > 0 ? fit_line(fit_points, hint_slope()) : Line{};
+    const Line line = capacity_ > 0 ? model_line(fit_points) : Line{};
     if (!line.valid() || lowest_scout_pinned()) {
       // No memory model: no capacity known, or a scout far below the limit already peaked at
       // the capacity (a workspace that takes what is free). Double, then bisect.
@@ -318,7 +351,7 @@ class Search {
       if ((h != 0 && b >= h) || b <= l) return bisect_or_above(l, h);
       return {b, "double"};
     }
-    const double limit = line.batch_at(capacity_);
+    const double limit = line.batch_at(target_);
     const int edges = count_fitting_edges();
     if (fit_points.size() == 1 && hint_slope() == 0 &&
         limit > kScoutFactor * static_cast<double>(l)) {
@@ -334,7 +367,8 @@ class Search {
     // and a line refitted through that point predicts a few batches more each time (a walk).
     // Nor when the largest fit's reserved peak is pinned at the capacity: the reserved line stops
     // rising there and predicts a few batches more each time too.
-    const bool pinned = largest_fit_pinned(fit_points);
+    // (An allocated line is not pinned: its peaks grow with the batch up to the limit.)
+    const bool pinned = !live_line(fit_points) && largest_fit_pinned(fit_points);
     if (edges == 0 && !pinned && p > l && static_cast<double>(l) < limit * (1 - 2 * margin) &&
         (h == 0 || p < h)) {
       return {p, "predict"};
@@ -347,8 +381,9 @@ class Search {
     } else {
       // Batches fit past the line: gallop from the largest fit in steps that double, so a zone
       // of z batches costs about 2 log2(z / step) probes, never a walk.
-      const double base = std::max(static_cast<double>(cand_.granularity()),
-                                   kEdgeStep * static_cast<double>(l));
+      const double step = live_line(fit_points) ? kLiveEdgeStep : kEdgeStep;
+      const double base =
+          std::max(static_cast<double>(cand_.granularity()), step * static_cast<double>(l));
       u = cand_.align_down(static_cast<double>(l) +
                            base * std::pow(2.0, static_cast<double>(edges - 1)));
     }
@@ -359,7 +394,7 @@ class Search {
     // (nasnet-large on the H200: 0.59 GiB an image from 105 to 224 while the reserved peak sat
     // at 137-139 GiB).
     const Line live = allocated_line(fit_points);
-    if ((pinned || edges > 0) && live.valid()) {
+    if ((pinned || edges > 0) && live.valid() && !live_line(fit_points)) {
       u = std::max(u, cand_.align_down(live.batch_at(capacity_) * (1 - kPredictionBias)));
     }
     if (u <= l) u = cand_.next_above(l);
@@ -401,6 +436,11 @@ class Search {
     }
     return n;
   }
+  int count_failed(const char* phase) const {
+    return static_cast<int>(std::count_if(probes_.begin(), probes_.end(), [&](const ProbeRecord& p) {
+      return !p.sticky && !p.fits && p.phase == phase;
+    }));
+  }
   bool failed(const char* phase) const {
     return std::any_of(probes_.begin(), probes_.end(), [&](const ProbeRecord& p) {
       return !p.sticky && !p.fits && p.phase == phase;
@@ -420,13 +460,22 @@ class Search {
   }
   /// The line through the fits' allocated peaks (the live tensors), or an invalid line when the
   /// probes did not report them.
-  static Line allocated_line(const std::vector<FitPoint>& fits) {
+  static Line allocated_line(const std::vector<FitPoint>& fits, double slope = 0) {
     std::vector<FitPoint> live;
     for (const auto& f : fits) {
       if (!(f.allocated > 0)) return Line{};
       live.push_back({f.batch, f.allocated, f.resident, f.allocated});
     }
-    return fit_line(live);
+    return fit_line(live, slope);
+  }
+  /// Whether the model is the allocated line: an expandable allocator, and every fit reported
+  /// its allocated peak.
+  bool live_line(const std::vector<FitPoint>& fits) const {
+    return live_ && std::all_of(fits.begin(), fits.end(),
+                                [](const FitPoint& f) { return f.allocated > 0; });
+  }
+  Line model_line(const std::vector<FitPoint>& fits) const {
+    return live_line(fits) ? allocated_line(fits, hint_slope()) : fit_line(fits, hint_slope());
   }
   bool largest_fit_pinned(const std::vector<FitPoint>& fits) const {
     return capacity_ > 0 && !fits.empty() && pinned_at_capacity(fits.back().peak);
@@ -442,6 +491,8 @@ class Search {
   SearchSettings s_;
   Candidates cand_;
   double capacity_;
+  double target_;  ///< where the model line's limit lies: the capacity, less kLiveHeadroom if live
+  bool live_;      ///< the allocator is expandable: the allocated peaks are the model
   HintPlan hint_;
   std::vector<ProbeRecord> probes_;
 };
@@ -517,7 +568,7 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
   record.hinted = hint.limit > 0;
   if (!hint.note.empty() && options.prior.empty()) note(hint.note);
 
-  Search search(settings, capacity_bytes, hint);
+  Search search(settings, capacity_bytes, hint, options.expandable_allocator);
   double prior_seconds = 0;
   int workers = options.worker + 1;
   for (const auto& p : options.prior) {
@@ -579,6 +630,13 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
   record.activation_peak_bytes =
       std::max<int64_t>(0, record.peak_allocated_bytes_at_max - record.resident_bytes_at_max);
   const Line line = search.line();
+  record.memory_line = search.live() && std::all_of(probes.begin(), probes.end(),
+                                                    [](const ProbeRecord& p) {
+                                                      return p.sticky || !p.fits ||
+                                                             p.peak_allocated_bytes > 0;
+                                                    })
+                           ? "allocated"
+                           : "reserved";
   if (line.valid()) {
     record.bytes_per_sample = line.per_sample;
     record.fixed_bytes = line.fixed;
@@ -610,6 +668,7 @@ Json SearchRecord::to_json() const {
           {"activation_peak_bytes", activation_peak_bytes},
           {"bytes_per_sample", bytes_per_sample},
           {"fixed_bytes", fixed_bytes},
+          {"memory_line", memory_line},
           {"capacity_bytes", capacity_bytes},
           {"smallest_failure", smallest_failure},
           {"probe_count", probes.size()},
@@ -634,6 +693,7 @@ SearchRecord SearchRecord::from_json(const Json& json) {
   r.activation_peak_bytes = json.value("activation_peak_bytes", int64_t{0});
   r.bytes_per_sample = json.value("bytes_per_sample", 0.0);
   r.fixed_bytes = json.value("fixed_bytes", 0.0);
+  r.memory_line = json.value("memory_line", std::string("reserved"));
   r.capacity_bytes = json.value("capacity_bytes", int64_t{0});
   r.smallest_failure = json.value("smallest_failure", int64_t{0});
   r.stop_reason = json.value("stop_reason", std::string());

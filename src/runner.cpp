@@ -1,5 +1,6 @@
 #include "gpubench/runner.h"
 
+#include "gpubench/compat.h"
 #include "gpubench/device.h"
 #include "gpubench/errors.h"
 #include "gpubench/nvml.h"
@@ -30,6 +31,15 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+/// Whether this libtorch's CUDA allocator has expandable segments (run.expandable_segments).
+constexpr bool expandable_segments_supported() {
+#if GPUBENCH_WITH_CUDA
+  return compat::kHasExpandableSegments;
+#else
+  return false;
+#endif
 }
 
 /// The first line of an error message, without libtorch's C++ stack trace.
@@ -416,6 +426,10 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
       options.hint = spec.search_hint;
       options.prior = spec.search_probes;
       options.worker = spec.search_worker;
+      // configure_allocator() above set the option before the first allocation, where this
+      // libtorch knows it.
+      options.expandable_allocator = device.is_cuda() && run.expandable_segments &&
+                                     expandable_segments_supported();
       options.on_probe = [&](const ProbeRecord& p, int index) {
         const std::string timing =
             fmt::format("{:.1f} s: build {:.1f} s, steps {:.1f} s", p.seconds, p.prepare_seconds,

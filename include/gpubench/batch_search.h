@@ -80,6 +80,8 @@ struct SearchRecord {
   int64_t activation_peak_bytes = 0;
   double bytes_per_sample = 0;  ///< slope of the fitted line [bytes per batch unit]
   double fixed_bytes = 0;       ///< intercept of the fitted line [bytes]
+  /// Which peaks the line runs through: "allocated" (an expandable allocator) or "reserved".
+  std::string memory_line = "reserved";
   int64_t capacity_bytes = 0;   ///< memory the search aimed to fill
   /// The smallest batch seen not to fit above max_batch (0: none). With a converged search it is
   /// max_batch + granularity.
@@ -130,6 +132,10 @@ struct SearchOptions {
   /// Probes an earlier worker made for this search (it was interrupted); decided on, not redone.
   std::vector<ProbeRecord> prior;
   int worker = 0;  ///< index of this worker among the search's workers (recorded per probe)
+  /// The allocator grows its segments on demand (expandable segments): a batch needs about its
+  /// allocated peak, so the memory model is the line through the allocated peaks, aimed a little
+  /// under the capacity. Otherwise the reserved peaks (cached blocks that fragment count too).
+  bool expandable_allocator = false;
   ProbeCallback on_probe;
   /// Notes worth a line on stderr: what became of the hint, a budget spent, an interruption.
   std::function<void(const std::string&)> on_note;
