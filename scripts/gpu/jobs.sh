@@ -3,8 +3,10 @@
 # `gpubench run` each, so that a call stopped at its deadline keeps every job that finished.
 # Builds nothing.
 #
-#   scripts/gpu/jobs.sh GPUBENCH OUTDIR MODEL:PRECISION [MODEL:PRECISION...] [-- RUN FLAGS...]
+#   scripts/gpu/jobs.sh GPUBENCH OUTDIR MODEL:PRECISION[:CONFIG] [...] [-- RUN FLAGS...]
 #
+# A job's CONFIG (a YAML overlay, as `gpubench run --config`) names its files after it:
+# MODEL-PRECISION-NAME for CONFIG=path/NAME.yaml.
 # Writes OUTDIR/MODEL-PRECISION.{jsonl,json,log} (journal, results, progress) and appends the
 # wall time of each to OUTDIR/walltimes.txt; prints one line per finished job last: status,
 # searched and timed batch, probes, search seconds, warm-up seconds, throughput, peaks
@@ -18,12 +20,14 @@ while [ $# -gt 0 ] && [ "$1" != -- ]; do jobs+=("$1"); shift; done
 [ "${1:-}" = -- ] && shift
 mkdir -p "$out"
 for job in "${jobs[@]}"; do
-  m=${job%%:*} p=${job#*:}
-  [ -s "$out/$m-$p.json" ] && continue  # finished in an earlier call
+  IFS=: read -r m p cfg <<< "$job"
+  name=$m-$p extra=()
+  if [ -n "$cfg" ]; then name=$name-$(basename "$cfg" .yaml); extra=(--config "$cfg"); fi
+  [ -s "$out/$name.json" ] && continue  # finished in an earlier call
   s=$(date +%s)
-  "$bin" run --gpu 0 --model "$m" --precision "$p" "$@" --journal "$out/$m-$p.jsonl" \
-    --json "$out/$m-$p.json" > /dev/null 2> "$out/$m-$p.log"
-  echo "$m $p: exit $?, wall $(( $(date +%s) - s )) s" >> "$out/walltimes.txt"
+  "$bin" run --gpu 0 --model "$m" --precision "$p" "${extra[@]}" "$@" \
+    --journal "$out/$name.jsonl" --json "$out/$name.json" > /dev/null 2> "$out/$name.log"
+  echo "$name: exit $?, wall $(( $(date +%s) - s )) s" >> "$out/walltimes.txt"
 done
 cat "$out/walltimes.txt"
 python3 - "$out" <<'PY'
@@ -34,7 +38,7 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
         s = j.get("search") or {}
         w = j.get("warmup") or {}
         alloc = (j.get("memory") or {}).get("allocator")
-        print(f"{j['model']} {j['precision']}: {j['status']} search {s.get('max_batch')} "
+        print(f"{os.path.basename(f)[:-5]}: {j['status']} search {s.get('max_batch')} "
               f"timed {j['batch']} probes {s.get('probe_count')} search {s.get('seconds', 0):.1f} s "
               f"warm-up {w.get('seconds', 0):.1f} s | {j.get('throughput') or 0:.4g} "
               f"{j['throughput_unit']} | peak reserved {(j.get('peak_memory_bytes') or 0) / G:.1f} "
