@@ -483,6 +483,12 @@ std::vector<ParamSpec> common_model_keys() {
        "activation and weight layout: channels-last, contiguous (NCHW), or auto (channels-last "
        "under tf32 and AMP, where cuDNN's tensor-core kernels are NHWC; NCHW in strict fp32)",
        {"auto", "channels-last", "contiguous"}},
+      {"probe_memory_format",
+       ParamKind::kString,
+       "same",
+       "layout the max-batch search's probes build with (same: memory_format); the timed run "
+       "keeps memory_format and confirms the batch",
+       {"same", "auto", "channels-last", "contiguous"}},
   };
 }
 

@@ -407,6 +407,12 @@ ParamSchema nasnet_model_schema() {
        "channels_last",
        "activation and weight layout: channels_last (NHWC) or contiguous (NCHW); same math",
        {"channels_last", "contiguous"}},
+      {"probe_memory_format",
+       ParamKind::kString,
+       "same",
+       "layout the max-batch search's probes build with (same: memory_format); the timed run "
+       "keeps memory_format and confirms the batch",
+       {"same", "channels_last", "contiguous"}},
   };
 }
 

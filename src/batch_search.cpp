@@ -678,6 +678,7 @@ Json SearchRecord::to_json() const {
           {"hint_note", hint_note},
           {"interrupted", interrupted},
           {"cudnn_benchmark", cudnn_benchmark},
+          {"probe_overrides", probe_overrides},
           {"workers", workers},
           {"seconds", seconds},
           {"probes", probes_json}};
@@ -703,6 +704,7 @@ SearchRecord SearchRecord::from_json(const Json& json) {
   r.hint_note = json.value("hint_note", std::string());
   r.interrupted = json.value("interrupted", false);
   r.cudnn_benchmark = json.value("cudnn_benchmark", false);
+  r.probe_overrides = json.value("probe_overrides", Json::object());
   r.workers = json.value("workers", 1);
   r.seconds = json.value("seconds", 0.0);
   for (const auto& p : json.value("probes", Json::array())) {

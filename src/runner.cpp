@@ -105,6 +105,18 @@ StepContext make_context(const ModelConfig& config, const RunSettings& run,
 
 }  // namespace
 
+Params probe_model_params(const Architecture& arch, const Params& model, bool search_only) {
+  const Json& values = model.json();
+  if (search_only || !values.contains("probe_memory_format")) return model;
+  const std::string layout = values["probe_memory_format"].get<std::string>();
+  if (layout == "same" || !values.contains("memory_format") || values["memory_format"] == layout) {
+    return model;
+  }
+  Json changed = values;
+  changed["memory_format"] = layout;
+  return Params(arch.model_schema, changed, Where{"probe_memory_format", "model.memory_format"});
+}
+
 ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx) {
   ProbeOutcome outcome;
   const torch::Device& device = ctx.device;
@@ -342,6 +354,7 @@ Json JobSpec::to_json() const {
           {"search_hint", search_hint ? search_hint->to_json() : Json(nullptr)},
           {"search_probes", probes_json(search_probes)},
           {"search_worker", search_worker},
+          {"search_only", search_only},
           {"progress", {{"label", progress_label}, {"started_unix", progress_started_unix}}}};
 }
 
@@ -359,6 +372,7 @@ JobSpec JobSpec::from_json(const Json& json) {
     spec.search_probes.push_back(ProbeRecord::from_json(p));
   }
   spec.search_worker = json.value("search_worker", 0);
+  spec.search_only = json.value("search_only", false);
   if (json.contains("progress")) {
     spec.progress_label = json["progress"].value("label", std::string());
     spec.progress_started_unix = json["progress"].value("started_unix", 0.0);
@@ -410,9 +424,20 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
       // shape rather than by what happens to be free (docs/search.md).
       set_cudnn_algorithm_choice(config.search.cudnn_benchmark, run.cudnn_benchmark_limit,
                                  run.cudnn_benchmark_empty_cache);
+      // A workload may probe in another layout than it trains in (probe_memory_format: cuDNN
+      // builds a kernel for each channels-last depthwise convolution at every new shape); the
+      // timed run keeps its own and confirms the batch (docs/search.md, "Cheap probes").
+      const Params probe_model = probe_model_params(arch, config.model, spec.search_only);
+      if (probe_model.json() != config.model.json()) {
+        worker_log(config.name,
+                   fmt::format("search probes build with memory_format {} (the timed run: {})",
+                               probe_model.str("memory_format"), config.model.str("memory_format")));
+      }
       auto probe = [&](int64_t batch) {
         try {
-          return probe_step(arch, make_context(config, run, device, batch));
+          StepContext ctx = make_context(config, run, device, batch);
+          ctx.model = probe_model;
+          return probe_step(arch, ctx);
         } catch (const std::exception& e) {
           // Not out of memory: the worker may be broken (a sticky CUDA error) or the model is.
           // Either way this worker stops; a fresh one probes the batch again once.
@@ -447,6 +472,9 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
       options.on_note = [&](const std::string& text) { worker_log(config.name, text); };
       SearchRecord search = find_max_batch(config.search, capacity, probe, options);
       search.cudnn_benchmark = config.search.cudnn_benchmark;
+      if (probe_model.json() != config.model.json()) {
+        search.probe_overrides = {{"memory_format", probe_model.str("memory_format")}};
+      }
       record.batch = search.max_batch;
       record.batch_source = "search";
       const bool broken = search.interrupted || search.stop_reason.rfind("the probe at", 0) == 0;
@@ -619,6 +647,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   spec.search_hint = plan.search_hint;
   spec.progress_label = plan.progress_label;
   spec.progress_started_unix = plan.progress_started_unix;
+  spec.search_only = plan.search_only;
 
   GPUBENCH_CHECK(!plan.search_only || (!plan.fixed_batch && plan.device != "cpu"), ConfigError,
                  "{}: a search-only job needs a CUDA device and no --batch", plan.model);

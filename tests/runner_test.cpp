@@ -241,8 +241,10 @@ TEST(RunnerTest, JobSpecRoundTripsThroughJson) {
   probe.error = "CUDA error";
   spec.search_probes = {probe};
   spec.search_worker = 1;
+  spec.search_only = true;
   const JobSpec back = JobSpec::from_json(spec.to_json());
   EXPECT_EQ(back.to_json(), spec.to_json());
+  EXPECT_TRUE(back.search_only);
 }
 
 /// A launcher that answers from a script: the search finds `found`; a timed run fits at or
@@ -316,6 +318,45 @@ const ConfigStore& builtin() {
 }
 
 void quiet(const std::string&) {}
+
+TEST(RunnerTest, NasnetAndDeeplabProbeInNchwUnlessNoTimedRunConfirmsTheBatch) {
+  // In bf16 channels-last cuDNN builds a kernel for every depthwise convolution at every new
+  // shape (a probe of 15-42 s on the H200, 2-8 s in NCHW, with the same max batch): their
+  // probes build in NCHW, every other key as the timed run's. A memory tier has no timed run to
+  // confirm its answer, so it probes the layout it reports.
+  for (const std::string name : {"nasnet-large", "deeplabv3"}) {
+    SCOPED_TRACE(name);
+    const ModelConfig& config = builtin().model(name);
+    const Architecture& arch = builtin_registry().get(config.architecture);
+    const Params probe = probe_model_params(arch, config.model, /*search_only=*/false);
+    EXPECT_EQ(probe.str("memory_format"), "contiguous");
+    EXPECT_NE(config.model.str("memory_format"), "contiguous");
+    Json others = probe.json(), expected = config.model.json();
+    others.erase("memory_format");
+    expected.erase("memory_format");
+    EXPECT_EQ(others, expected);
+    EXPECT_EQ(probe_model_params(arch, config.model, /*search_only=*/true).json(),
+              config.model.json());
+  }
+  for (const std::string name : {"deeplabv3-resnet101", "bert-base", "yolov3", "stylegan"}) {
+    const ModelConfig& config = builtin().model(name);
+    const Architecture& arch = builtin_registry().get(config.architecture);
+    EXPECT_EQ(probe_model_params(arch, config.model, false).json(), config.model.json()) << name;
+  }
+}
+
+TEST(RunnerTest, AMemoryTierTellsItsSearchWorkerThatNoTimedRunFollows) {
+  FakeLauncher tier(1312, 1312), job(1312, 1312);
+  JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
+  run_job(plan, builtin(), job, quiet);
+  plan.search_only = true;
+  run_job(plan, builtin(), tier, quiet);
+  ASSERT_EQ(job.search_specs.size(), 1u);
+  ASSERT_EQ(tier.search_specs.size(), 1u);
+  EXPECT_FALSE(job.search_specs[0].search_only);
+  EXPECT_TRUE(tier.search_specs[0].search_only);
+  EXPECT_EQ(tier.calls, (std::vector<std::string>{"search:0"}));
+}
 
 TEST(RunnerTest, SearchThenTimeAtTheFoundBatchAndNormalize) {
   FakeLauncher launcher(1312, 1312);

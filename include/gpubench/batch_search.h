@@ -96,6 +96,9 @@ struct SearchRecord {
   std::string hint_note;   ///< what became of the hint ("used", "rescaled: ...", "refused: ...")
   bool interrupted = false;  ///< stopped by a probe that left the worker unusable
   bool cudnn_benchmark = false;  ///< the probes ran with cuDNN autotuning (else heuristics)
+  /// Model parameters the probes built with where they differ from the timed run's
+  /// ({"memory_format": "contiguous"}); empty when none.
+  Json probe_overrides = Json::object();
   int workers = 1;               ///< worker processes the probes ran in
   double seconds = 0;            ///< wall time of the whole search (all its workers)
 

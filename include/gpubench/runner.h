@@ -32,6 +32,9 @@ struct JobSpec {
   /// goes on from them (phase "search").
   std::vector<ProbeRecord> search_probes;
   int search_worker = 0;  ///< which worker of the search this is, from 0
+  /// No timed run follows the search (a memory tier): its probes build the workload exactly as a
+  /// timed run would, without the workload's probe_memory_format (phase "search").
+  bool search_only = false;
   std::string progress_label;             ///< "job 3/12 nasnet-large": prefix of progress lines
   double progress_started_unix = 0;       ///< when the suite started (for elapsed times)
 
@@ -48,6 +51,11 @@ ConfigStore resolve_store(const std::vector<ConfigOverlay>& overlays);
 /// caught and reported as not fitting; when the device no longer works after it, the outcome
 /// says the worker is unusable. Other errors propagate.
 ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx);
+
+/// The model parameters a search probe builds with: `model`, with `memory_format` set to the
+/// workload's `probe_memory_format` where it declares one that is not "same", unless no timed
+/// run follows (`search_only`: a memory tier, whose answer no timed run confirms).
+Params probe_model_params(const Architecture& arch, const Params& model, bool search_only);
 
 /// Worker processes one search may use: a probe that leaves its worker unusable is probed again
 /// in a fresh one, with the probes so far.
