@@ -336,8 +336,9 @@ class Search {
     // above the bisection's midpoint. A line off by a few percent (curvature the scouts did not
     // see) fails narrowly, and a fit there leaves a bracket that narrow where a bisection starts
     // from the whole extrapolation.
-    if (h != 0 && probes_.back().phase == "predict" && !probes_.back().fits &&
-        !probes_.back().sticky && count_failed("predict") == 1 && !failed("edge")) {
+    const ProbeRecord* last = last_outcome();
+    if (h != 0 && last && last->phase == "predict" && !last->fits &&
+        count_failed("predict") == 1 && !failed("edge")) {
       const int64_t b = cand_.align_down(static_cast<double>(h) * (1 - kRetryMargin));
       if (b > l + (h - l) / 2) return {b, "predict"};  // else the bisection's midpoint is higher
     }
@@ -435,6 +436,14 @@ class Search {
       if (!p.sticky && (!phase || p.phase == phase)) ++n;
     }
     return n;
+  }
+  /// The latest probe with an outcome (a probe that left its worker unusable has none: a fresh
+  /// worker decides as if it had not run, and probes it again).
+  const ProbeRecord* last_outcome() const {
+    for (auto it = probes_.rbegin(); it != probes_.rend(); ++it) {
+      if (!it->sticky) return &*it;
+    }
+    return nullptr;
   }
   int count_failed(const char* phase) const {
     return static_cast<int>(std::count_if(probes_.begin(), probes_.end(), [&](const ProbeRecord& p) {

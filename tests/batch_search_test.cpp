@@ -466,6 +466,57 @@ TEST(BatchSearchTest, ReplaysTheH200SearchesOfTheAllocatedLineInNoMoreProbesThan
   std::printf("  total %zu probes (H200: %zu)\n", total, h200_total);
 }
 
+TEST(BatchSearchTest, ARetryThatBreaksItsWorkerIsRetriedInTheFreshOne) {
+  // transformer-big amp-bf16 as the H200 measured it: the first prediction fails, the retry 2%
+  // under it is the next probe. When that probe leaves its worker unusable, the fresh worker
+  // decides as the first would and probes it again; the search ends as an unbroken one does.
+  const MeasuredSearch* m = nullptr;
+  for (const auto& s : kH200AllocatedLineSearches) {
+    if (std::string(s.model) == "transformer-big-amp-bf16") m = &s;
+  }
+  ASSERT_NE(m, nullptr);
+  const SearchRecord whole = replay(*m, true);
+  ASSERT_GE(whole.probes.size(), 4u);
+  ASSERT_EQ(whole.probes[2].phase, "predict");
+  ASSERT_FALSE(whole.probes[2].fits);
+  const int64_t retry = whole.probes[3].batch;
+  EXPECT_EQ(whole.probes[3].phase, "predict") << trace(whole);
+
+  Device d;
+  d.capacity = 139.286 * kGiB;
+  d.resident = m->resident_gib * kGiB;
+  const int64_t limit = m->limit;
+  d.need = [limit](int64_t b) { return b <= limit ? 0.0 : 1e15; };
+  auto reserved = interpolate(m->reserved), allocated = interpolate(m->allocated);
+  const double top = d.capacity - 0.01 * kGiB;
+  d.shown = [=](int64_t b) { return std::min(reserved(b), top); };
+  d.allocated = [=](int64_t b) { return std::min(allocated(b), std::min(reserved(b), top)); };
+  bool broken = false;
+  auto probe = [&](int64_t batch) {
+    if (batch == retry && !broken) {
+      broken = true;
+      ProbeOutcome o;
+      o.worker_unusable = true;
+      o.error = "CUDA error: an illegal memory access was encountered";
+      return o;
+    }
+    return d(batch);
+  };
+  const SearchSettings s = settings(m->min_batch, m->max_batch, m->granularity, m->first_probe,
+                                    SearchSettings{}.max_probes);
+  SearchOptions options;
+  options.expandable_allocator = true;
+  const SearchRecord first = find_max_batch(s, static_cast<int64_t>(d.capacity), probe, options);
+  ASSERT_TRUE(first.interrupted) << trace(first);
+  options.prior = first.probes;
+  options.worker = 1;
+  const SearchRecord second = find_max_batch(s, static_cast<int64_t>(d.capacity), probe, options);
+  ASSERT_GT(second.probes.size(), first.probes.size());
+  EXPECT_EQ(second.probes[first.probes.size()].batch, retry) << trace(second);
+  EXPECT_EQ(second.max_batch, whole.max_batch) << trace(second);
+  EXPECT_EQ(second.probes.size(), whole.probes.size() + 1) << trace(second);
+}
+
 TEST(BatchSearchTest, TheAllocatedLineStaysExactOnEverySimulatedDevice) {
   // The allocated line aims 0.4% under the capacity, where the H200's allocator ran out. A device
   // that fits up to the last byte (these simulations) costs it one to three edge probes more
