@@ -133,7 +133,9 @@ for s in ${*:-build stylegan fp32 bf16 tiers refs}; do
     tiers) stage tiers "$self" --fn tiers ;;
     refs) stage refs "$self" --fn refs ;;
     speed) stage speed scripts/gpu/step_speed.sh build/gpubench "$R/speed" ;;
-    jobs) stage jobs scripts/gpu/jobs.sh build/gpubench "$R/jobs" ${GPUBENCH_JOBS_LIST:?} ;;
+    # One stage per list: a later call with another list runs it (jobs.sh skips finished jobs).
+    jobs) stage "jobs-$(printf %s "${GPUBENCH_JOBS_LIST:?}" | md5sum | cut -c1-8)" \
+            scripts/gpu/jobs.sh build/gpubench "$R/jobs" ${GPUBENCH_JOBS_LIST} ;;
     *) log "unknown stage '$s'"; exit 2 ;;
   esac
 done

@@ -24,6 +24,9 @@ for job in "${jobs[@]}"; do
   name=$m-$p extra=()
   if [ -n "$cfg" ]; then name=$name-$(basename "$cfg" .yaml); extra=(--config "$cfg"); fi
   [ -s "$out/$name.json" ] && continue  # finished in an earlier call
+  # A journal without its result: that job was cut (a call's deadline). Keep it aside and start
+  # the job afresh (gpubench refuses to append a new run to an existing journal).
+  [ -e "$out/$name.jsonl" ] && mv "$out/$name.jsonl" "$out/$name.cut-$(date +%s).jsonl"
   s=$(date +%s)
   "$bin" run --gpu 0 --model "$m" --precision "$p" "${extra[@]}" "$@" \
     --journal "$out/$name.jsonl" --json "$out/$name.json" > /dev/null 2> "$out/$name.log"
