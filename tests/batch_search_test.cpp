@@ -62,6 +62,51 @@ Device linear(int64_t limit, double fixed = 2e9, double per_sample = 1e8) {
   return d;
 }
 
+/// 2e9 + 1e8 * batch, +-0.5% per batch like allocator rounding: fits up to about `limit`, and
+/// the fitting batches need not form an interval near it.
+Device noisy(int64_t limit) {
+  Device d;
+  d.need = [](int64_t b) {
+    std::mt19937_64 rng(static_cast<uint64_t>(b));
+    return (2e9 + 1e8 * static_cast<double>(b)) *
+           (1 + 0.005 * std::uniform_real_distribution<double>(-1, 1)(rng));
+  };
+  d.capacity = 2e9 + 1e8 * static_cast<double>(limit);
+  d.resident = 2e9;
+  return d;
+}
+
+/// Fits up to `limit` exactly; from a third of it on, the peak shows a workspace of 3% of the
+/// memory while that fits, then whatever is left near the capacity.
+Device workspace_jump(int64_t limit) {
+  Device d;
+  const double fixed = 2e9, per = 1e8;
+  const double capacity = fixed + per * static_cast<double>(limit) + 10;
+  const double workspace = 0.03 * capacity;
+  d.capacity = capacity;
+  d.need = [=](int64_t b) { return fixed + per * static_cast<double>(b); };
+  d.shown = [=](int64_t b) {
+    const double base = fixed + per * static_cast<double>(b);
+    if (static_cast<double>(b) < limit / 3.0) return base;
+    return std::min(base + workspace, std::max(base, capacity - 1e6));
+  };
+  d.resident = fixed;
+  return d;
+}
+
+/// linear(limit), except that limit - 2 fails (a fragmented cache) and limit + 2 fits.
+Device fragmented(int64_t limit) {
+  Device d = linear(limit);
+  const double cap = d.capacity;
+  d.need = [=](int64_t b) {
+    if (b == limit - 2) return 2 * cap;  // fragmentation
+    if (b == limit + 2) return 0.0;      // fits after one just below it failed
+    return 2e9 + 1e8 * static_cast<double>(b);
+  };
+  d.shown = [](int64_t b) { return 2e9 + 1e8 * static_cast<double>(b); };
+  return d;
+}
+
 SearchSettings settings(int64_t min, int64_t max, int64_t granularity, int64_t first,
                         int max_probes = 30) {
   SearchSettings s;
@@ -256,6 +301,39 @@ struct MeasuredSearch {
   std::vector<std::pair<double, double>> reserved, allocated;
 };
 
+/// The device `m` measured: its peaks interpolated between the batches it probed, out of memory
+/// above its answer.
+Device replay_device(const MeasuredSearch& m) {
+  Device d;
+  d.capacity = 139.286 * kGiB;
+  d.resident = m.resident_gib * kGiB;
+  const int64_t limit = m.limit;
+  d.need = [limit](int64_t b) { return b <= limit ? 0.0 : 1e15; };
+  const double top = d.capacity - 0.01 * kGiB;  // a fit never reserves past the capacity
+  auto reserved = interpolate(m.reserved), allocated = interpolate(m.allocated);
+  d.shown = [=](int64_t b) { return std::min(reserved(b), top); };
+  d.allocated = [=](int64_t b) { return std::min(allocated(b), std::min(reserved(b), top)); };
+  return d;
+}
+
+SearchSettings replay_settings(const MeasuredSearch& m) {
+  return settings(m.min_batch, m.max_batch, m.granularity, m.first_probe,
+                  SearchSettings{}.max_probes);
+}
+
+/// Replays `m` against its measured peaks, exact to its answer; `expandable` picks the memory
+/// model.
+SearchRecord replay(const MeasuredSearch& m, bool expandable) {
+  Device d = replay_device(m);
+  const SearchSettings s = replay_settings(m);
+  SearchOptions options;
+  options.expandable_allocator = expandable;
+  SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d), options);
+  EXPECT_EQ(r.max_batch, m.limit) << m.model << ": " << trace(r);
+  expect_exact(r, s, fmt::format("{}: {}", m.model, trace(r)));
+  return r;
+}
+
 // Generated from docs/results/2026-12-01-h200-fp32-suite/journal.jsonl: per search, the
 // settings, the limit, the probe count the H200 took, and the reserved and allocated peaks
 // (GiB) of the probes that fitted.
@@ -306,20 +384,7 @@ TEST(BatchSearchTest, ReplaysTheH200Fp32SuiteExactlyInNoMoreProbesThanItTook) {
   // open: docs/search.md, "What the H200 measured".
   std::size_t total = 0, h200_total = 0;
   for (const auto& m : kH200Fp32Searches) {
-    Device d;
-    d.capacity = 139.286 * kGiB;
-    d.resident = m.resident_gib * kGiB;
-    const int64_t limit = m.limit;
-    d.need = [limit](int64_t b) { return b <= limit ? 0.0 : 1e15; };
-    const double top = d.capacity - 0.01 * kGiB;  // a fit never reserves past the capacity
-    auto reserved = interpolate(m.reserved), allocated = interpolate(m.allocated);
-    d.shown = [=](int64_t b) { return std::min(reserved(b), top); };
-    d.allocated = [=](int64_t b) { return std::min(allocated(b), std::min(reserved(b), top)); };
-    const SearchSettings s = settings(m.min_batch, m.max_batch, m.granularity, m.first_probe,
-                                      SearchSettings{}.max_probes);
-    const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
-    EXPECT_EQ(r.max_batch, m.limit) << m.model << ": " << trace(r);
-    expect_exact(r, s, fmt::format("{}: {}", m.model, trace(r)));
+    const SearchRecord r = replay(m, false);
     EXPECT_LE(r.probes.size(), m.h200_probes) << m.model << ": " << trace(r);
     std::printf("  %-16s %2zu probes (H200: %2zu): %s\n", m.model, r.probes.size(), m.h200_probes,
                 trace(r).c_str());
@@ -368,27 +433,6 @@ const std::vector<MeasuredSearch> kH200ExpandableSearches = {
      {{8, 3.59}, {179, 72.59}, {336, 135.97}, {342, 138.39}, {349, 138.86}},
      {{8, 3.52}, {179, 71.32}, {336, 133.58}, {342, 135.96}, {349, 138.73}}},
 };
-
-/// Replays `m` against its measured peaks; `expandable` picks the memory model.
-SearchRecord replay(const MeasuredSearch& m, bool expandable) {
-  Device d;
-  d.capacity = 139.286 * kGiB;
-  d.resident = m.resident_gib * kGiB;
-  const int64_t limit = m.limit;
-  d.need = [limit](int64_t b) { return b <= limit ? 0.0 : 1e15; };
-  const double top = d.capacity - 0.01 * kGiB;
-  auto reserved = interpolate(m.reserved), allocated = interpolate(m.allocated);
-  d.shown = [=](int64_t b) { return std::min(reserved(b), top); };
-  d.allocated = [=](int64_t b) { return std::min(allocated(b), std::min(reserved(b), top)); };
-  const SearchSettings s = settings(m.min_batch, m.max_batch, m.granularity, m.first_probe,
-                                    SearchSettings{}.max_probes);
-  SearchOptions options;
-  options.expandable_allocator = expandable;
-  SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d), options);
-  EXPECT_EQ(r.max_batch, m.limit) << m.model << ": " << trace(r);
-  expect_exact(r, s, fmt::format("{}: {}", m.model, trace(r)));
-  return r;
-}
 
 TEST(BatchSearchTest, WithExpandableSegmentsTheAllocatedLineFindsEachH200LimitInEightProbes) {
   // The same searches under the reserved line (the rules the H200 ran) take what they took there
@@ -466,57 +510,6 @@ TEST(BatchSearchTest, ReplaysTheH200SearchesOfTheAllocatedLineInNoMoreProbesThan
   std::printf("  total %zu probes (H200: %zu)\n", total, h200_total);
 }
 
-TEST(BatchSearchTest, ARetryThatBreaksItsWorkerIsRetriedInTheFreshOne) {
-  // transformer-big amp-bf16 as the H200 measured it: the first prediction fails, the retry 2%
-  // under it is the next probe. When that probe leaves its worker unusable, the fresh worker
-  // decides as the first would and probes it again; the search ends as an unbroken one does.
-  const MeasuredSearch* m = nullptr;
-  for (const auto& s : kH200AllocatedLineSearches) {
-    if (std::string(s.model) == "transformer-big-amp-bf16") m = &s;
-  }
-  ASSERT_NE(m, nullptr);
-  const SearchRecord whole = replay(*m, true);
-  ASSERT_GE(whole.probes.size(), 4u);
-  ASSERT_EQ(whole.probes[2].phase, "predict");
-  ASSERT_FALSE(whole.probes[2].fits);
-  const int64_t retry = whole.probes[3].batch;
-  EXPECT_EQ(whole.probes[3].phase, "predict") << trace(whole);
-
-  Device d;
-  d.capacity = 139.286 * kGiB;
-  d.resident = m->resident_gib * kGiB;
-  const int64_t limit = m->limit;
-  d.need = [limit](int64_t b) { return b <= limit ? 0.0 : 1e15; };
-  auto reserved = interpolate(m->reserved), allocated = interpolate(m->allocated);
-  const double top = d.capacity - 0.01 * kGiB;
-  d.shown = [=](int64_t b) { return std::min(reserved(b), top); };
-  d.allocated = [=](int64_t b) { return std::min(allocated(b), std::min(reserved(b), top)); };
-  bool broken = false;
-  auto probe = [&](int64_t batch) {
-    if (batch == retry && !broken) {
-      broken = true;
-      ProbeOutcome o;
-      o.worker_unusable = true;
-      o.error = "CUDA error: an illegal memory access was encountered";
-      return o;
-    }
-    return d(batch);
-  };
-  const SearchSettings s = settings(m->min_batch, m->max_batch, m->granularity, m->first_probe,
-                                    SearchSettings{}.max_probes);
-  SearchOptions options;
-  options.expandable_allocator = true;
-  const SearchRecord first = find_max_batch(s, static_cast<int64_t>(d.capacity), probe, options);
-  ASSERT_TRUE(first.interrupted) << trace(first);
-  options.prior = first.probes;
-  options.worker = 1;
-  const SearchRecord second = find_max_batch(s, static_cast<int64_t>(d.capacity), probe, options);
-  ASSERT_GT(second.probes.size(), first.probes.size());
-  EXPECT_EQ(second.probes[first.probes.size()].batch, retry) << trace(second);
-  EXPECT_EQ(second.max_batch, whole.max_batch) << trace(second);
-  EXPECT_EQ(second.probes.size(), whole.probes.size() + 1) << trace(second);
-}
-
 TEST(BatchSearchTest, TheAllocatedLineStaysExactOnEverySimulatedDevice) {
   // The allocated line aims 0.4% under the capacity, where the H200's allocator ran out. A device
   // that fits up to the last byte (these simulations) costs it one to three edge probes more
@@ -536,14 +529,7 @@ TEST(BatchSearchTest, TheAllocatedLineStaysExactOnEverySimulatedDevice) {
     worst = std::max(worst, r.probes.size());
   }
   for (int64_t limit : {50, 300, 1312, 2688}) {
-    Device d;
-    d.need = [](int64_t b) {
-      std::mt19937_64 rng(static_cast<uint64_t>(b));
-      return (2e9 + 1e8 * static_cast<double>(b)) *
-             (1 + 0.005 * std::uniform_real_distribution<double>(-1, 1)(rng));
-    };
-    d.capacity = 2e9 + 1e8 * static_cast<double>(limit);
-    d.resident = 2e9;
+    Device d = noisy(limit);
     const SearchSettings s = settings(1, 65536, 1, 16);
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d), live);
     expect_exact(r, s, fmt::format("live noisy {}: {}", limit, trace(r)));
@@ -553,18 +539,8 @@ TEST(BatchSearchTest, TheAllocatedLineStaysExactOnEverySimulatedDevice) {
     worst = std::max(worst, r.probes.size());
   }
   for (int64_t limit : {100, 555, 1312}) {
-    Device d;
-    const double fixed = 2e9, per = 1e8;
-    d.capacity = fixed + per * static_cast<double>(limit) + 10;
-    const double workspace = 0.03 * d.capacity;
-    d.need = [=](int64_t b) { return fixed + per * static_cast<double>(b); };
-    d.shown = [=](int64_t b) {
-      const double base = fixed + per * static_cast<double>(b);
-      if (static_cast<double>(b) < limit / 3.0) return base;
-      return std::min(base + workspace, std::max(base, d.capacity - 1e6));
-    };
+    Device d = workspace_jump(limit);
     d.allocated = d.shown;
-    d.resident = fixed;
     const SearchSettings s = settings(1, 65536, 1, 16);
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d), live);
     EXPECT_EQ(r.max_batch, limit) << trace(r);
@@ -573,16 +549,9 @@ TEST(BatchSearchTest, TheAllocatedLineStaysExactOnEverySimulatedDevice) {
     worst = std::max(worst, r.probes.size());
   }
   for (int64_t limit : {55, 300, 1312, 2688}) {
-    Device d = linear(limit);
-    const double cap = d.capacity;
-    d.need = [=](int64_t b) {
-      if (b == limit - 2) return 2 * cap;  // fragmentation
-      if (b == limit + 2) return 0.0;      // fits after one just below it failed
-      return 2e9 + 1e8 * static_cast<double>(b);
-    };
-    d.shown = [](int64_t b) { return 2e9 + 1e8 * static_cast<double>(b); };
+    Device d = fragmented(limit);
     const SearchSettings s = settings(1, 65536, 1, 16);
-    const SearchRecord r = find_max_batch(s, static_cast<int64_t>(cap), std::ref(d), live);
+    const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d), live);
     expect_exact(r, s, fmt::format("live fragmented {}: {}", limit, trace(r)));
     EXPECT_GE(r.max_batch, limit - 3);
     EXPECT_LE(r.max_batch, limit + 2);
@@ -596,14 +565,7 @@ TEST(BatchSearchTest, StaysExactWhenMemoryIsNoisy) {
   // +-0.5% per batch, like allocator rounding: the fitting batches need not form an interval
   // near the limit; the answer still fits and its successor does not, both seen.
   for (int64_t limit : {50, 300, 1312, 2688}) {
-    Device d;
-    d.need = [](int64_t b) {
-      std::mt19937_64 rng(static_cast<uint64_t>(b));
-      return (2e9 + 1e8 * static_cast<double>(b)) *
-             (1 + 0.005 * std::uniform_real_distribution<double>(-1, 1)(rng));
-    };
-    d.capacity = 2e9 + 1e8 * static_cast<double>(limit);
-    d.resident = 2e9;
+    Device d = noisy(limit);
     const SearchSettings s = settings(1, 65536, 1, 16);
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
     expect_exact(r, s, fmt::format("noisy {}", limit));
@@ -623,17 +585,7 @@ TEST(BatchSearchTest, StaysExactAcrossAWorkspaceThatJumpsAndShrinksNearTheLimit)
   // step: about 2 log2(zone / step) probes more than a linear memory, past the default budget
   // for the larger limits (the record would say it did not converge).
   for (int64_t limit : {100, 555, 1312}) {
-    Device d;
-    const double fixed = 2e9, per = 1e8;
-    d.capacity = fixed + per * static_cast<double>(limit) + 10;
-    const double workspace = 0.03 * d.capacity;
-    d.need = [=](int64_t b) { return fixed + per * static_cast<double>(b); };
-    d.shown = [=](int64_t b) {
-      const double base = fixed + per * static_cast<double>(b);
-      if (static_cast<double>(b) < limit / 3.0) return base;
-      return std::min(base + workspace, std::max(base, d.capacity - 1e6));
-    };
-    d.resident = fixed;
+    Device d = workspace_jump(limit);
     const SearchSettings s = settings(1, 65536, 1, 16);
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
     EXPECT_EQ(r.max_batch, limit) << trace(r);
@@ -680,14 +632,7 @@ TEST(BatchSearchTest, FragmentationNearTheEdgeStillEndsOnAFitNextToAFailure) {
   // A batch just below the limit fails (a fragmented cache) and one just above it fits: the
   // fitting batches are not an interval. The answer fits and its successor fails, both seen.
   for (int64_t limit : {55, 300, 1312, 2688}) {
-    Device d = linear(limit);
-    const double cap = d.capacity;
-    d.need = [=](int64_t b) {
-      if (b == limit - 2) return 2 * cap;  // fragmentation
-      if (b == limit + 2) return 0.0;      // fits after one just below it failed
-      return 2e9 + 1e8 * static_cast<double>(b);
-    };
-    d.shown = [](int64_t b) { return 2e9 + 1e8 * static_cast<double>(b); };
+    Device d = fragmented(limit);
     const SearchSettings s = settings(1, 65536, 1, 16);
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
     expect_exact(r, s, fmt::format("fragmented {}", limit));
@@ -703,8 +648,8 @@ TEST(BatchSearchTest, FragmentationNearTheEdgeStillEndsOnAFitNextToAFailure) {
 /// next worker with the probes so far.
 SearchRecord search_across_workers(const SearchSettings& s, int64_t capacity,
                                    const std::function<ProbeOutcome(int64_t, int)>& probe,
-                                   int max_workers = kMaxSearchWorkers) {
-  SearchOptions options;
+                                   int max_workers = kMaxSearchWorkers,
+                                   SearchOptions options = {}) {
   SearchRecord r;
   for (int worker = 0; worker < max_workers; ++worker) {
     options.worker = worker;
@@ -747,6 +692,46 @@ TEST(BatchSearchTest, AProbeThatBreaksItsWorkerIsProbedAgainInAFreshOne) {
     const SearchRecord cold = find_max_batch(s, static_cast<int64_t>(clean.capacity), std::ref(clean));
     EXPECT_EQ(r.probes.size(), cold.probes.size() + 1) << trace(r) << " vs " << trace(cold);
   }
+}
+
+TEST(BatchSearchTest, ARetryThatBreaksItsWorkerIsRetriedInTheFreshOne) {
+  // transformer-big amp-bf16 as the H200 measured it: the first prediction fails, the retry 2%
+  // under it is the next probe. When that probe leaves its worker unusable, the fresh worker
+  // decides as the first would and probes it again; the search ends as an unbroken one does.
+  const MeasuredSearch* m = nullptr;
+  for (const auto& s : kH200AllocatedLineSearches) {
+    if (std::string(s.model) == "transformer-big-amp-bf16") m = &s;
+  }
+  ASSERT_NE(m, nullptr);
+  const SearchRecord whole = replay(*m, true);
+  ASSERT_GE(whole.probes.size(), 4u);
+  ASSERT_EQ(whole.probes[2].phase, "predict");
+  ASSERT_FALSE(whole.probes[2].fits);
+  const int64_t retry = whole.probes[3].batch;
+  EXPECT_EQ(whole.probes[3].phase, "predict") << trace(whole);
+
+  Device d = replay_device(*m);
+  auto probe = [&](int64_t batch, int worker) {
+    if (batch == retry && worker == 0) {
+      ProbeOutcome o;
+      o.worker_unusable = true;
+      o.error = "CUDA error: an illegal memory access was encountered";
+      return o;
+    }
+    return d(batch);
+  };
+  SearchOptions live;
+  live.expandable_allocator = true;
+  const SearchRecord r = search_across_workers(replay_settings(*m),
+                                               static_cast<int64_t>(d.capacity), probe,
+                                               kMaxSearchWorkers, live);
+  EXPECT_FALSE(r.interrupted) << trace(r);
+  ASSERT_EQ(r.probes.size(), whole.probes.size() + 1) << trace(r);
+  EXPECT_TRUE(r.probes[3].sticky) << trace(r);
+  EXPECT_EQ(r.probes[3].batch, retry) << trace(r);
+  EXPECT_EQ(r.probes[4].batch, retry) << trace(r);
+  EXPECT_EQ(r.probes[4].worker, 1) << trace(r);
+  EXPECT_EQ(r.max_batch, whole.max_batch) << trace(r);
 }
 
 TEST(BatchSearchTest, ABatchThatBreaksTwoWorkersFailsTheSearch) {
