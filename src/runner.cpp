@@ -33,15 +33,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-/// Whether this libtorch's CUDA allocator has expandable segments (run.expandable_segments).
-constexpr bool expandable_segments_supported() {
-#if GPUBENCH_WITH_CUDA
-  return compat::kHasExpandableSegments;
-#else
-  return false;
-#endif
-}
-
 /// The first line of an error message, without libtorch's C++ stack trace.
 std::string short_message(const std::string& what) {
   std::string line = what.substr(0, what.find('\n'));
@@ -428,7 +419,8 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
       // builds a kernel for each channels-last depthwise convolution at every new shape); the
       // timed run keeps its own and confirms the batch (docs/search.md, "Cheap probes").
       const Params probe_model = probe_model_params(arch, config.model, spec.search_only);
-      if (probe_model.json() != config.model.json()) {
+      const bool probe_layout_differs = probe_model.json() != config.model.json();
+      if (probe_layout_differs) {
         worker_log(config.name,
                    fmt::format("search probes build with memory_format {} (the timed run: {})",
                                probe_model.str("memory_format"), config.model.str("memory_format")));
@@ -453,8 +445,8 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
       options.worker = spec.search_worker;
       // configure_allocator() above set the option before the first allocation, where this
       // libtorch knows it.
-      options.expandable_allocator = device.is_cuda() && run.expandable_segments &&
-                                     expandable_segments_supported();
+      options.expandable_allocator =
+          device.is_cuda() && run.expandable_segments && compat::kHasExpandableSegments;
       options.on_probe = [&](const ProbeRecord& p, int index) {
         const std::string timing =
             fmt::format("{:.1f} s: build {:.1f} s, steps {:.1f} s", p.seconds, p.prepare_seconds,
@@ -472,7 +464,7 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
       options.on_note = [&](const std::string& text) { worker_log(config.name, text); };
       SearchRecord search = find_max_batch(config.search, capacity, probe, options);
       search.cudnn_benchmark = config.search.cudnn_benchmark;
-      if (probe_model.json() != config.model.json()) {
+      if (probe_layout_differs) {
         search.probe_overrides = {{"memory_format", probe_model.str("memory_format")}};
       }
       record.batch = search.max_batch;

@@ -179,6 +179,10 @@ inline void fused_sgd_(std::vector<torch::Tensor>& params, const std::vector<tor
 #endif
 }
 
+/// The CUDA allocator option `expandable_segments` exists from libtorch 2.1; 1.13 refuses the
+/// whole PYTORCH_CUDA_ALLOC_CONF when it meets an option it does not know.
+constexpr bool kHasExpandableSegments = kTorchVersion >= 201;
+
 #if GPUBENCH_WITH_CUDA
 /// Caching-allocator statistics of one device (aggregate over pools), in bytes.
 struct AllocatorStats {
@@ -198,10 +202,6 @@ inline AllocatorStats allocator_stats(int device) {
   out.reserved_peak = stats.reserved_bytes[0].peak;
   return out;
 }
-
-/// The allocator option `expandable_segments` exists from libtorch 2.1; 1.13 refuses the
-/// whole PYTORCH_CUDA_ALLOC_CONF when it meets an option it does not know.
-constexpr bool kHasExpandableSegments = kTorchVersion >= 201;
 
 /// Whether the caching allocator of `device` holds expandable segments: -1 when it holds no
 /// segment (or this libtorch cannot say), else 0 or 1. What the allocator does, as opposed to
