@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 namespace gpubench::train {
 namespace {
@@ -37,6 +38,7 @@ struct OptimizerCase {
   std::function<std::unique_ptr<Optimizer>(std::vector<ParamGroup>)> make;
   Reference reference;
   double lr_factor_group1 = 1.0;  ///< ScaledLrSgd: the second group's rate factor
+  int state_slots = 2;            ///< state tensors per parameter (Adam: moments m and v)
 };
 
 std::vector<OptimizerCase> optimizer_cases() {
@@ -96,9 +98,9 @@ std::vector<OptimizerCase> optimizer_cases() {
          s.b = torch::max(0.999 * s.b, g.abs() + 1e-6);
          p = p - lr * (s.a / (s.b + 1e-6) + wd * p);
        }},
-      {"SgdMomentum", make_sgd(0.9, false), sgd(0.9, false)},
-      {"SgdNesterov", make_sgd(0.99, true), sgd(0.99, true)},
-      {"SgdPlain", make_sgd(0.0, false), sgd(0.0, false)},
+      {"SgdMomentum", make_sgd(0.9, false), sgd(0.9, false), 1.0, 1},
+      {"SgdNesterov", make_sgd(0.99, true), sgd(0.99, true), 1.0, 1},
+      {"SgdPlain", make_sgd(0.0, false), sgd(0.0, false), 1.0, 0},
       {"TfRmsProp",
        [](std::vector<ParamGroup> groups) -> std::unique_ptr<Optimizer> {
          TfRmsPropOptions o;
@@ -117,7 +119,7 @@ std::vector<OptimizerCase> optimizer_cases() {
          return std::make_unique<ScaledLrSgd>(std::move(groups), std::vector<double>{1.0, 2.0},
                                               SgdOptions{0.1, 0.9, false});
        },
-       sgd(0.9, false), 2.0},
+       sgd(0.9, false), 2.0, 1},
   };
   return cases;
 }
@@ -226,6 +228,35 @@ TEST_P(OptimizerPathTest, DeviceScalarKernelsMatchThePerTensorReference) {
 
 TEST_P(OptimizerPathTest, SlotsKeepEachUpdatesScalarsApart) { two_slots(torch::kCPU); }
 
+// What a skipped fp16 update does: the state an update would make, for the parameters with a
+// gradient, and nothing else; the updates that follow match the reference that never saw it.
+TEST_P(OptimizerPathTest, AllocatedStateChangesNoUpdate) {
+  for (const auto kernels : {UpdateKernels::kForeach, UpdateKernels::kDevice}) {
+    Setup s = setup(torch::kCPU, kernels);
+    EXPECT_TRUE(s.optimizer->state().empty());
+    set_grads(s, 1);  // parameter 1 has no gradient here
+    s.optimizer->allocate_state();
+    int64_t numel = 0;
+    for (const auto& t : s.optimizer->state()) numel += t.numel();
+    EXPECT_EQ(numel, GetParam().state_slots * (s.params[0].numel() + s.params[2].numel()))
+        << GetParam().name;
+    expect_same(s, 0);
+    EXPECT_EQ(s.optimizer->steps(), 0);
+    for (int64_t update = 1; update <= 4; ++update) {
+      set_grads(s, update);
+      s.optimizer->set_lr(rate(update));
+      s.optimizer->step();
+      reference_update(s, update, rate(update));
+      expect_same(s, update);
+    }
+    numel = 0;
+    for (const auto& t : s.optimizer->state()) numel += t.numel();
+    int64_t all = 0;
+    for (const auto& p : s.params) all += p.numel();
+    EXPECT_EQ(numel, GetParam().state_slots * all) << GetParam().name;
+  }
+}
+
 TEST_P(OptimizerPathTest, FusedKernelsMatchThePerTensorReference_CUDA) {
   one_at_a_time(torch::Device(torch::kCUDA, 0), UpdateKernels::kDevice);
 }
@@ -250,6 +281,23 @@ TEST(OptimizerKernelsTest, DescribeNamesTheKernelsInUse) {
   Adam no_correction({{{p}, 0.0}}, AdamOptions{1e-3, 0.9, 1.0, 1e-8, false});
   no_correction.set_kernels(UpdateKernels::kDevice);
   EXPECT_EQ(no_correction.kernels(), UpdateKernels::kForeach);
+}
+
+TEST(UpdaterTest, AnUpdateThatFp16LossScalingSkipsStillHoldsTheOptimizerState) {
+  // A search probe whose fp16 updates all overflow must count the memory training holds.
+  auto p = torch::randn({6, 5}).requires_grad_();
+  Updater updater(std::make_unique<Adam>(std::vector<ParamGroup>{{{p}, 0.0}}, AdamOptions{}),
+                  Precision::kAmpFp16, torch::kCPU);
+  const auto before = p.detach().clone();
+  updater.zero_grad();
+  p.mutable_grad() = torch::full_like(p, std::numeric_limits<float>::infinity());
+  updater.step();
+  EXPECT_EQ(updater.scaler().updates_skipped(), 1);
+  EXPECT_TRUE(torch::equal(p.detach(), before));
+  EXPECT_EQ(updater.optimizer().steps(), 0);
+  const auto state = updater.optimizer().state();
+  ASSERT_EQ(state.size(), 2u);  // Adam's two moments, at their initial zeros
+  for (const auto& t : state) EXPECT_TRUE(torch::equal(t, torch::zeros_like(p)));
 }
 
 // ---- The runtime ----

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 
 namespace gpubench::train {
@@ -78,6 +79,19 @@ std::vector<torch::Tensor> state_for(std::vector<torch::Tensor>& state, const Pa
     if (!group.params[i].grad().defined()) continue;
     if (!state[i].defined()) state[i] = torch::full_like(group.params[i], initial);
     out.push_back(state[i]);
+  }
+  return out;
+}
+/// The defined tensors of per-group state lists, in order.
+std::vector<torch::Tensor> defined_state(
+    std::initializer_list<const std::vector<std::vector<torch::Tensor>>*> lists) {
+  std::vector<torch::Tensor> out;
+  for (const auto* list : lists) {
+    for (const auto& group : *list) {
+      for (const auto& t : group) {
+        if (t.defined()) out.push_back(t);
+      }
+    }
   }
   return out;
 }
@@ -158,6 +172,15 @@ void Adam::update(int slot) {
   }
 }
 
+void Adam::allocate_state() {
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    state_for(exp_avg_[g], groups_[g]);
+    state_for(exp_avg_sq_[g], groups_[g]);
+  }
+}
+
+std::vector<torch::Tensor> Adam::state() const { return defined_state({&exp_avg_, &exp_avg_sq_}); }
+
 // ---- Adamax (BERT style) ----
 
 Adamax::Adamax(std::vector<ParamGroup> groups, AdamaxOptions options)
@@ -219,12 +242,30 @@ void Adamax::update(int slot) {
   }
 }
 
+void Adamax::allocate_state() {
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    state_for(exp_avg_[g], groups_[g]);
+    state_for(exp_inf_[g], groups_[g]);
+  }
+}
+
+std::vector<torch::Tensor> Adamax::state() const { return defined_state({&exp_avg_, &exp_inf_}); }
+
 // ---- SGD ----
 
 Sgd::Sgd(std::vector<ParamGroup> groups, SgdOptions options)
     : Optimizer(std::move(groups), options.lr), options_(options) {
   momentum_.resize(groups_.size());
 }
+
+void Sgd::allocate_state() {
+  if (options_.momentum == 0) return;
+  // Zero buffers: an update then makes each buffer momentum x 0 + gradient, which is exactly
+  // the gradient, as a first update does.
+  for (std::size_t g = 0; g < groups_.size(); ++g) state_for(momentum_[g], groups_[g]);
+}
+
+std::vector<torch::Tensor> Sgd::state() const { return defined_state({&momentum_}); }
 
 void Sgd::set_kernels(UpdateKernels kernels) {
   Optimizer::set_kernels(compat::kHasFusedOptimizers ? kernels : UpdateKernels::kForeach);
@@ -391,6 +432,17 @@ void TfRmsProp::update(int slot) {
   }
 }
 
+void TfRmsProp::allocate_state() {
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    state_for(mean_square_[g], groups_[g], options_.initial_mean_square);
+    state_for(momentum_[g], groups_[g]);
+  }
+}
+
+std::vector<torch::Tensor> TfRmsProp::state() const {
+  return defined_state({&mean_square_, &momentum_});
+}
+
 LrSchedule exponential_decay(double lr, double rate, int64_t decay_steps, bool staircase) {
   return [=](int64_t step) {
     double exponent = static_cast<double>(step - 1) / static_cast<double>(decay_steps);
@@ -443,6 +495,19 @@ void ScaledLrSgd::prepare(int slot) {
 
 void ScaledLrSgd::update(int slot) {
   for (auto& sgd : per_group_) sgd->update(slot);
+}
+
+void ScaledLrSgd::allocate_state() {
+  for (auto& sgd : per_group_) sgd->allocate_state();
+}
+
+std::vector<torch::Tensor> ScaledLrSgd::state() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& sgd : per_group_) {
+    auto part = sgd->state();
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
 }
 
 void ScaledLrSgd::set_kernels(UpdateKernels kernels) {

@@ -108,6 +108,8 @@ void Updater::step() {
   if (scaler_.should_step()) {
     prepare_update(0);
     optimizer_->update(0);
+  } else {
+    optimizer_->allocate_state();  // the memory of an update that applied
   }
   scaler_.update();
   finish_update();

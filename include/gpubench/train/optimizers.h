@@ -61,6 +61,14 @@ class Optimizer {
   /// The device half: the kernels of one update, reading slot `slot` (kDevice) or the host
   /// values of the last prepare() (kForeach).
   virtual void update(int slot) = 0;
+  /// Creates the state that the next update() would create for the parameters that have a
+  /// gradient, and updates nothing. An update that fp16 loss scaling skips calls it, so that
+  /// the optimizer holds from the first step on the memory it holds in training (a search probe
+  /// whose updates are all skipped counts it too). The state gets its initial values, so the
+  /// first update that applies does exactly what it would have done without this.
+  virtual void allocate_state() {}
+  /// The state tensors the optimizer holds now (moments, buffers), for memory accounting.
+  virtual std::vector<torch::Tensor> state() const { return {}; }
 
   /// Picks the kernels; call before the first update. kDevice falls back to kForeach where the
   /// optimizer cannot honour it (see kernels()).
@@ -123,6 +131,8 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<ParamGroup> groups, AdamOptions options);
   void update(int slot) override;
+  void allocate_state() override;
+  std::vector<torch::Tensor> state() const override;
   void set_kernels(UpdateKernels kernels) override;
   Json describe() const override;
 
@@ -147,6 +157,8 @@ class Adamax : public Optimizer {
  public:
   Adamax(std::vector<ParamGroup> groups, AdamaxOptions options);
   void update(int slot) override;
+  void allocate_state() override;
+  std::vector<torch::Tensor> state() const override;
   void set_kernels(UpdateKernels kernels) override;
   Json describe() const override;
 
@@ -171,6 +183,8 @@ class Sgd : public Optimizer {
  public:
   Sgd(std::vector<ParamGroup> groups, SgdOptions options);
   void update(int slot) override;
+  void allocate_state() override;
+  std::vector<torch::Tensor> state() const override;
   void set_kernels(UpdateKernels kernels) override;
   Json describe() const override;
 
@@ -220,6 +234,8 @@ class TfRmsProp : public Optimizer {
  public:
   TfRmsProp(std::vector<ParamGroup> groups, TfRmsPropOptions options);
   void update(int slot) override;
+  void allocate_state() override;
+  std::vector<torch::Tensor> state() const override;
   void set_kernels(UpdateKernels kernels) override;
   Json describe() const override;
 
@@ -257,6 +273,8 @@ class ScaledLrSgd : public Optimizer {
   ScaledLrSgd(std::vector<ParamGroup> groups, std::vector<double> lr_factors, SgdOptions options);
   void prepare(int slot) override;
   void update(int slot) override;
+  void allocate_state() override;
+  std::vector<torch::Tensor> state() const override;
   void set_kernels(UpdateKernels kernels) override;
   Json describe() const override;
 

@@ -67,7 +67,8 @@ class Updater {
   void backward_and_step(const torch::Tensor& loss);
   /// Scaled backward only (several losses into one update); then call step().
   void backward(const torch::Tensor& loss, bool retain_graph = false);
-  /// Unscale, clip, step and schedule, after backward(): one eager update.
+  /// Unscale, clip, step and schedule, after backward(): one eager update. An update that fp16
+  /// loss scaling skips still gives the optimizer its state (Optimizer::allocate_state()).
   void step();
 
   // The halves of an update, for a runtime that captures update_kernels() in a CUDA graph and
