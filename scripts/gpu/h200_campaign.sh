@@ -11,7 +11,8 @@
 # run through scripts/run_all.sh, wall time recorded), tiers (bert-base, nasnet-large and
 # transformer-big under 6, 8, 11, 24, 48 GiB caps), refs (the Python eager references beside
 # gpubench at one common batch and precision), speed (scripts/gpu/step_speed.sh into
-# results/h200/speed: issue 11's side-by-side steps), jobs (scripts/gpu/jobs.sh into
+# results/h200/speed: issue 11's side-by-side steps at the issue's batches, the cases
+# GPUBENCH_SPEED_CASES names or all), jobs (scripts/gpu/jobs.sh into
 # results/h200/jobs: the whole jobs GPUBENCH_JOBS_LIST names, "MODEL:PRECISION ..."). Everything under results/h200/ is packed into
 # $OUT; carry results/h200 into the next call (device tool: carry ["results/h200"]) to go on.
 set -uo pipefail
@@ -132,7 +133,9 @@ for s in ${*:-build stylegan fp32 bf16 tiers refs}; do
     bf16) stage bf16 scripts/run_all.sh --gpu 0 --precision amp-bf16 --out "$R/bf16" ;;
     tiers) stage tiers "$self" --fn tiers ;;
     refs) stage refs "$self" --fn refs ;;
-    speed) stage speed scripts/gpu/step_speed.sh build/gpubench "$R/speed" ;;
+    # GPUBENCH_SPEED_CASES="MODEL:PRECISION ..." (default: all of step_speed.sh's cases).
+    speed) stage "speed-$(printf %s "${GPUBENCH_SPEED_CASES:-all}" | md5sum | cut -c1-8)" \
+             scripts/gpu/step_speed.sh build/gpubench "$R/speed" ${GPUBENCH_SPEED_CASES:-} ;;
     # One stage per list: a later call with another list runs it (jobs.sh skips finished jobs).
     jobs) stage "jobs-$(printf %s "${GPUBENCH_JOBS_LIST:?}" | md5sum | cut -c1-8)" \
             scripts/gpu/jobs.sh build/gpubench "$R/jobs" ${GPUBENCH_JOBS_LIST} ;;

@@ -1,28 +1,46 @@
 #!/usr/bin/env bash
-# On the GPU machine: the host-bound and slower-than-PyTorch steps of issue 11, gpubench against
-# the Python eager references in scripts/python at the same batch and precision, one process
-# each, side by side:
-# - bert-base-mlm at 128 against bert_reference.py --model mlm (transformers BertForMaskedLM);
-# - transformer-big at 16000 tokens against transformer_big_reference.py; gpubench a second time
-#   with 48 warm-up steps, as many as the Python harness runs there (its step times never
-#   settle, so it warms up 50 steps where gpubench stops after one cycle of 8 batches): the
-#   difference between the two gpubench rows is warm-up, not step speed;
-# - mt-dnn at 8, fp32 against amp-bf16 (no Python reference): amp-bf16 should be at least as
-#   fast.
-# With GRAPHS=1, gpubench also runs each with runtime.cuda_graphs on.
+# On the GPU machine: issue 11's side-by-side steps. gpubench against the Python eager
+# reference in scripts/python at the batch the issue names and the same precision, one fresh
+# process each, one after the other in one call:
 #
-#   scripts/gpu/step_speed.sh GPUBENCH OUT        (about 5 min; 7 with GRAPHS=1)
+#   bert-base-mlm 128 sequences     bert_reference.py --model mlm (transformers BertForMaskedLM)
+#   bert-finetune 48 sequences      bert_reference.py --model squad (BertForQuestionAnswering)
+#   transformer-big 16000 tokens    transformer_big_reference.py (the torch.nn twin); gpubench
+#                                   also with 48 warm-up steps, as many as the Python harness
+#                                   runs there (its step times never settle, so it warms up 50
+#                                   steps where gpubench stops after one cycle of 8 batches)
+#   nasnet-large 64 images          nasnet_reference.py (timm nasnetalarge), channels-last as
+#                                   gpubench trains it
+#   deeplabv3-resnet101 16 images   deeplab_reference.py (torchvision), gpubench's layout rule
+#   mask-rcnn 16 images             maskrcnn_reference.py (torchvision maskrcnn_resnet50_fpn)
+#   mt-dnn 8 sequences              no Python reference: fp32 against amp-bf16, which should be
+#                                   at least as fast (give it as mt-dnn:amp-bf16)
 #
-# Prints one line per comparison: both throughputs and gpubench / Python (above 1: gpubench is
-# faster), and the table again at the end. Records, outputs and logs in OUT.
+#   scripts/gpu/step_speed.sh GPUBENCH OUT [MODEL:PRECISION ...]
+#       default: the six references at fp32 and amp-bf16, then mt-dnn
+#   GRAPHS=1: gpubench also runs each case with runtime.cuda_graphs on
+#
+# A case that finished is not run again (OUT/NAME.done), so a call cut by its deadline goes
+# on in the next one. One line per comparison in OUT/summary.txt: both throughputs and
+# gpubench / Python (above 1: gpubench is faster). Records, outputs and logs in OUT.
 set -uo pipefail
-[ $# -eq 2 ] || { echo "usage: $0 GPUBENCH OUT" >&2; exit 2; }
+[ $# -ge 2 ] || { echo "usage: $0 GPUBENCH OUT [MODEL:PRECISION ...]" >&2; exit 2; }
 GPUBENCH=$(realpath "$1")
 OUT=$(realpath -m "$2")
+shift 2
 mkdir -p "$OUT"
 cd "$(dirname "$0")/../.."
 summary="$OUT/summary.txt"
-: > "$summary"
+touch "$summary"
+cases=("$@")
+if [ ${#cases[@]} -eq 0 ]; then
+  for p in fp32 amp-bf16; do
+    for m in bert-base-mlm bert-finetune transformer-big nasnet-large deeplabv3-resnet101 mask-rcnn; do
+      cases+=("$m:$p")
+    done
+  done
+  cases+=(mt-dnn:amp-bf16)
+fi
 
 value() {  # value FILE EXPR: EXPR on the JSON in FILE (bound to d); "nan" when unreadable
   python3 -c "import json,sys
@@ -40,13 +58,24 @@ except ValueError:
     print('n/a')" "$1" "$2"
 }
 
-# ours NAME MODEL BATCH PRECISION [extra run flags...]: one gpubench run, its throughput.
+# ours NAME MODEL BATCH PRECISION [extra run flags...]: one gpubench run, its throughput (nan
+# unless the job is ok: a failed or diverged job has no throughput).
 ours() {
   local name=$1 m=$2 b=$3 p=$4
   shift 4
+  rm -f "$OUT/$name.jsonl"  # a case cut by a deadline runs again whole
   "$GPUBENCH" run --gpu 0 --model "$m" --batch "$b" --precision "$p" "$@" \
-    --json "$OUT/$name.json" > "$OUT/$name.txt" 2> "$OUT/$name.log"
+    --journal "$OUT/$name.jsonl" --json "$OUT/$name.json" > "$OUT/$name.txt" 2> "$OUT/$name.log"
   value "$OUT/$name.json" "d['jobs'][0]['throughput'] if d['jobs'][0]['status']=='ok' else float('nan')"
+}
+
+# reference NAME SCRIPT ARGS...: one Python reference run, its throughput (nan when it failed or
+# its losses were not finite).
+reference() {
+  local name=$1 script=$2
+  shift 2
+  python3 "scripts/python/$script" "$@" --json "$OUT/$name.json" > "$OUT/$name.txt" 2>&1
+  value "$OUT/$name.json" "d['throughput'] if d.get('status', 'ok') == 'ok' else float('nan')"
 }
 
 graphs_config() {  # graphs_config MODEL: a config turning CUDA graphs on for MODEL
@@ -56,48 +85,47 @@ graphs_config() {  # graphs_config MODEL: a config turning CUDA graphs on for MO
 
 line() { echo "$*" | tee -a "$summary"; }
 
-for p in fp32 amp-bf16; do
-  g=$(ours "bert-base-mlm-$p" bert-base-mlm 128 "$p")
-  python3 scripts/python/bert_reference.py --model mlm --batch 128 --precision "$p" \
-    --json "$OUT/py-bert-mlm-$p.json" > "$OUT/py-bert-mlm-$p.txt" 2>&1
-  py=$(value "$OUT/py-bert-mlm-$p.json" "d['throughput']")
-  line "bert-base-mlm $p batch 128: gpubench $g, python $py examples/s, gpubench/python $(ratio "$g" "$py")"
-  if [ "${GRAPHS:-0}" = 1 ]; then
-    gg=$(ours "bert-base-mlm-$p-graphs" bert-base-mlm 128 "$p" --config "$(graphs_config bert-base-mlm)")
-    line "bert-base-mlm $p batch 128: gpubench with CUDA graphs $gg, gpubench/python $(ratio "$gg" "$py")"
+for c in "${cases[@]}"; do
+  IFS=: read -r m p <<< "$c"
+  [ -f "$OUT/$m-$p.done" ] && continue
+  warm=()
+  case $m in
+    bert-base-mlm) b=128 unit=examples/s py=(bert_reference.py --model mlm --batch 128) ;;
+    bert-finetune) b=48 unit=examples/s py=(bert_reference.py --model squad --batch 48) ;;
+    transformer-big)
+      b=16000 unit=words/s warm=(--warmup-steps 48)
+      py=(transformer_big_reference.py --tokens 16000 --check "$OUT/$m-$p.json") ;;
+    nasnet-large) b=64 unit=images/s py=(nasnet_reference.py --batch 64 --memory-format channels_last) ;;
+    deeplabv3-resnet101) b=16 unit=images/s py=(deeplab_reference.py --batch 16 --memory-format auto) ;;
+    mask-rcnn) b=16 unit=images/s py=(maskrcnn_reference.py --batch 16) ;;
+    mt-dnn) b=8 unit=examples/s py=() ;;
+    *) echo "step_speed: no side-by-side case for '$m'" >&2; exit 2 ;;
+  esac
+  start=$(date +%s)
+  g=$(ours "$m-$p" "$m" "$b" "$p")
+  if [ "$m" = mt-dnn ]; then
+    f=$(ours "$m-fp32" "$m" "$b" fp32)
+    line "mt-dnn batch 8: fp32 $f, $p $g examples/s, $p/fp32 $(ratio "$g" "$f")"
+  else
+    py_t=$(reference "py-$m-$p" "${py[0]}" "${py[@]:1}" --precision "$p")
+    line "$m $p batch $b: gpubench $g, python $py_t $unit, gpubench/python $(ratio "$g" "$py_t")"
+    if [ ${#warm[@]} -gt 0 ]; then
+      gw=$(ours "$m-$p-warm48" "$m" "$b" "$p" "${warm[@]}")
+      line "$m $p batch $b: gpubench after 48 warm-up steps $gw, gpubench/python $(ratio "$gw" "$py_t")"
+    fi
   fi
+  if [ "${GRAPHS:-0}" = 1 ]; then
+    gg=$(ours "$m-$p-graphs" "$m" "$b" "$p" ${warm[@]+"${warm[@]}"} --config "$(graphs_config "$m")")
+    line "$m $p batch $b: gpubench with CUDA graphs $gg $unit, graphs/eager $(ratio "$gg" "$g")"
+  fi
+  echo "$m:$p $(( $(date +%s) - start )) s" >> "$OUT/walltimes.txt"
+  touch "$OUT/$m-$p.done"
 done
 
-for p in fp32 amp-bf16; do
-  g=$(ours "transformer-big-$p" transformer-big 16000 "$p")
-  g48=$(ours "transformer-big-$p-warm48" transformer-big 16000 "$p" --warmup-steps 48)
-  python3 scripts/python/transformer_big_reference.py --tokens 16000 --precision "$p" \
-    --check "$OUT/transformer-big-$p.json" --json "$OUT/py-transformer-big-$p.json" \
-    > "$OUT/py-transformer-big-$p.txt" 2>&1
-  py=$(value "$OUT/py-transformer-big-$p.json" "d['throughput']")
-  line "transformer-big $p 16000 tokens: gpubench $g, python $py words/s, gpubench/python $(ratio "$g" "$py")"
-  line "transformer-big $p 16000 tokens: gpubench after 48 warm-up steps $g48, gpubench/python $(ratio "$g48" "$py")"
-  if [ "${GRAPHS:-0}" = 1 ]; then
-    gg=$(ours "transformer-big-$p-graphs" transformer-big 16000 "$p" --warmup-steps 48 \
-      --config "$(graphs_config transformer-big)")
-    line "transformer-big $p 16000 tokens: gpubench with CUDA graphs $gg, gpubench/python $(ratio "$gg" "$py")"
-  fi
-done
-
-f=$(ours mt-dnn-fp32 mt-dnn 8 fp32)
-b=$(ours mt-dnn-amp-bf16 mt-dnn 8 amp-bf16)
-line "mt-dnn batch 8: fp32 $f, amp-bf16 $b examples/s, amp-bf16/fp32 $(ratio "$b" "$f")"
-if [ "${GRAPHS:-0}" = 1 ]; then
-  cfg=$(graphs_config mt-dnn)
-  fg=$(ours mt-dnn-fp32-graphs mt-dnn 8 fp32 --config "$cfg")
-  bg=$(ours mt-dnn-amp-bf16-graphs mt-dnn 8 amp-bf16 --config "$cfg")
-  line "mt-dnn batch 8 with CUDA graphs: fp32 $fg, amp-bf16 $bg examples/s, amp-bf16/fp32 $(ratio "$bg" "$fg")"
-fi
 for f in "$OUT"/mt-dnn-*.json; do
-  echo "$(basename "$f" .json): step ms median/min/max $(value "$f" "[round(d['jobs'][0]['timing'][k],1) for k in ('step_time_ms_median','step_time_ms_min','step_time_ms_max')]")" \
-    | tee -a "$summary"
+  [ -f "$f" ] || continue
+  echo "$(basename "$f" .json): step ms median/min/max $(value "$f" "[round(d['jobs'][0]['timing'][k],1) for k in ('step_time_ms_median','step_time_ms_min','step_time_ms_max')]")"
 done
-
 echo
 echo "step_speed: records and logs in $OUT"
 cat "$summary"
