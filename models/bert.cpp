@@ -2,6 +2,7 @@
 
 #include "gpubench/compat.h"
 #include "gpubench/config.h"
+#include "gpubench/train/model_reuse.h"
 #include "gpubench/train/runtime.h"
 
 #include <torch/torch.h>
@@ -352,11 +353,11 @@ class BertPretrainingStep final : public train::RuntimeStep {
  private:
   /// The model on the device (before the optimizer sees its parameters), in training mode.
   static BertForPretraining build(const StepContext& ctx) {
-    torch::manual_seed(ctx.seed);
-    BertForPretraining model(bert_options(ctx.model), ctx.model.flag("next_sentence"));
-    model->to(ctx.device);
-    model->train();
-    return model;
+    return train::build_model<BertForPretraining>(
+        train::reuse_key("bert-pretraining", ctx.model.json().dump(), ctx.seed), ctx.device,
+        ctx.seed, [&] {
+          return BertForPretraining(bert_options(ctx.model), ctx.model.flag("next_sentence"));
+        });
   }
 
   bool all_logits_;

@@ -1,6 +1,7 @@
 #include "models/bert_squad.h"
 
 #include "gpubench/config.h"
+#include "gpubench/train/model_reuse.h"
 #include "gpubench/train/runtime.h"
 
 #include <torch/torch.h>
@@ -156,11 +157,9 @@ class BertSquadStep final : public train::RuntimeStep {
 
  private:
   static BertForQuestionAnswering build(const StepContext& ctx) {
-    torch::manual_seed(ctx.seed);
-    BertForQuestionAnswering model(bert_options(ctx.model));
-    model->to(ctx.device);
-    model->train();
-    return model;
+    return train::build_model<BertForQuestionAnswering>(
+        train::reuse_key("bert-squad", ctx.model.json().dump(), ctx.seed), ctx.device, ctx.seed,
+        [&] { return BertForQuestionAnswering(bert_options(ctx.model)); });
   }
 
   BertForQuestionAnswering model_;

@@ -1,6 +1,7 @@
 #include "models/fconv.h"
 
 #include "gpubench/errors.h"
+#include "gpubench/train/model_reuse.h"
 #include "gpubench/train/optimizers.h"
 #include "gpubench/train/update.h"
 #include "models/token_batching.h"
@@ -357,10 +358,9 @@ Architecture fairseq_fconv_architecture() {
           std::max(shape.src_max(), shape.tgt_max()) + kFairseqPad < ctx.model.i64("max_positions"),
           "a sentence is longer than the position table");
     }
-    torch::manual_seed(ctx.seed);
-    FConvModel model(fconv_options(ctx.model));
-    model->to(ctx.device);
-    model->train();
+    auto model = train::build_model<FConvModel>(
+        train::reuse_key("fairseq-fconv", ctx.model.json().dump(), ctx.seed), ctx.device,
+        ctx.seed, [&] { return FConvModel(fconv_options(ctx.model)); });
     TokenBatches batches(shapes, ctx.model.i64("src_vocab"), ctx.model.i64("tgt_vocab"), ctx.device,
                          ctx.seed + 1);
     train::SgdOptions nag;

@@ -1,6 +1,7 @@
 #include "models/mtdnn.h"
 
 #include "gpubench/config.h"
+#include "gpubench/train/model_reuse.h"
 #include "gpubench/train/runtime.h"
 
 #include <torch/torch.h>
@@ -379,12 +380,12 @@ class MtDnnStep final : public train::RuntimeStep {
 
  private:
   static MtDnn build(const StepContext& ctx, const std::vector<GlueTask>& tasks) {
-    torch::manual_seed(ctx.seed);
-    MtDnn model(bert_options(ctx.model), tasks, ctx.model.i64("san_turns"),
-                ctx.model.f64("san_memory_dropout"));
-    model->to(ctx.device);
-    model->train();
-    return model;
+    // The tasks follow from ctx.model, which the key holds.
+    return train::build_model<MtDnn>(
+        train::reuse_key("mt-dnn", ctx.model.json().dump(), ctx.seed), ctx.device, ctx.seed, [&] {
+          return MtDnn(bert_options(ctx.model), tasks, ctx.model.i64("san_turns"),
+                       ctx.model.f64("san_memory_dropout"));
+        });
   }
 
   static train::Updater make_updater(const torch::nn::Module& model, const StepContext& ctx) {

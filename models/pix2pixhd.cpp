@@ -1,6 +1,7 @@
 #include "models/pix2pixhd.h"
 
 #include "gpubench/config.h"
+#include "gpubench/train/model_reuse.h"
 #include "gpubench/train/runtime.h"
 
 #include <torch/torch.h>
@@ -532,27 +533,32 @@ class Pix2PixHDStep final : public train::RuntimeStep {
     return o;
   }
 
+  // G is built after seeding, D and the VGG from where the previous build left the generator.
+  static std::string key(const char* what, const StepContext& ctx) {
+    return train::reuse_key(what, ctx.model.json().dump(), ctx.seed);
+  }
+
   static LocalEnhancer build_generator(const StepContext& ctx) {
-    torch::manual_seed(ctx.seed);
-    LocalEnhancer g(generator_options(ctx.model));
-    init_pix2pixhd_weights(*g);
-    g->to(ctx.device);
-    g->train();
-    return g;
+    return train::build_model<LocalEnhancer>(key("pix2pixhd-g", ctx), ctx.device, ctx.seed, [&] {
+      LocalEnhancer g(generator_options(ctx.model));
+      init_pix2pixhd_weights(*g);
+      return g;
+    });
   }
 
   static MultiscaleDiscriminator build_discriminator(const StepContext& ctx) {
-    MultiscaleDiscriminator d(discriminator_options(ctx.model));
-    init_pix2pixhd_weights(*d);
-    d->to(ctx.device);
-    d->train();
-    return d;
+    return train::build_model<MultiscaleDiscriminator>(
+        key("pix2pixhd-d", ctx), ctx.device, std::nullopt, [&] {
+          MultiscaleDiscriminator d(discriminator_options(ctx.model));
+          init_pix2pixhd_weights(*d);
+          return d;
+        });
   }
 
   static Vgg19Features build_vgg(const StepContext& ctx) {
     if (!ctx.model.flag("vgg_loss")) return Vgg19Features(nullptr);
-    Vgg19Features vgg;
-    vgg->to(ctx.device);
+    auto vgg = train::build_model<Vgg19Features>(key("pix2pixhd-vgg", ctx), ctx.device,
+                                                 std::nullopt, [] { return Vgg19Features(); });
     vgg->eval();
     return vgg;
   }

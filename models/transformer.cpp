@@ -1,6 +1,7 @@
 #include "models/transformer.h"
 
 #include "gpubench/compat.h"
+#include "gpubench/train/model_reuse.h"
 #include "gpubench/train/optimizers.h"
 #include "gpubench/train/update.h"
 #include "models/token_batching.h"
@@ -277,10 +278,9 @@ Architecture fairseq_transformer_architecture() {
       TORCH_CHECK(std::max(shape.src_max(), shape.tgt_max()) <= ctx.model.i64("max_positions"),
                   "a sentence is longer than max_positions");
     }
-    torch::manual_seed(ctx.seed);
-    FairseqTransformer model(transformer_options(ctx.model));
-    model->to(ctx.device);
-    model->train();
+    auto model = train::build_model<FairseqTransformer>(
+        train::reuse_key("fairseq-transformer", ctx.model.json().dump(), ctx.seed), ctx.device,
+        ctx.seed, [&] { return FairseqTransformer(transformer_options(ctx.model)); });
     TokenBatches batches(shapes, vocab, vocab, ctx.device, ctx.seed + 1);
     auto updater = transformer_updater(*model, ctx.optimizer, ctx.precision, ctx.device);
     return std::make_unique<TranslationStep<FairseqTransformer>>(

@@ -2,6 +2,7 @@
 
 #include "gpubench/compat.h"
 #include "gpubench/config.h"
+#include "gpubench/train/model_reuse.h"
 #include "models/xlm_batching.h"
 
 #include <torch/torch.h>
@@ -458,13 +459,14 @@ XlmTransformerOptions xlm_options(const Params& m, bool is_decoder) {
 UnsupMtStep::UnsupMtStep(const StepContext& ctx)
     : RuntimeStep(ctx), lambda_ae_(ctx.model.f64("lambda_ae")), tokens_per_batch_(ctx.batch) {
   const Params& m = ctx.model;
-  torch::manual_seed(ctx.seed);
-  encoder_ = XlmTransformer(xlm_options(m, false));
-  decoder_ = XlmTransformer(xlm_options(m, true));
-  encoder_->to(ctx.device);
-  decoder_->to(ctx.device);
-  encoder_->train();
-  decoder_->train();
+  // The decoder is built from where the encoder's build left the generator, as before.
+  const std::string model_json = m.json().dump();
+  encoder_ = train::build_model<XlmTransformer>(
+      train::reuse_key("xlm-encoder", model_json, ctx.seed), ctx.device, ctx.seed,
+      [&] { return XlmTransformer(xlm_options(m, false)); });
+  decoder_ = train::build_model<XlmTransformer>(
+      train::reuse_key("xlm-decoder", model_json, ctx.seed), ctx.device, std::nullopt,
+      [&] { return XlmTransformer(xlm_options(m, true)); });
 
   // Two monolingual corpora, sorted and cut into token batches as XLM's iterator does; each
   // sub-step takes the batch at its quantile.

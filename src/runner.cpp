@@ -8,6 +8,7 @@
 #include "gpubench/profile.h"
 #include "gpubench/registry.h"
 #include "gpubench/strings.h"
+#include "gpubench/train/model_reuse.h"
 
 #include <torch/torch.h>
 
@@ -143,6 +144,7 @@ ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx) {
       return outcome;
     }
   }
+  train::ModelReuse::park();  // a reused model keeps its weights on the device, nothing more
   release_cached_memory(device);
   return outcome;
 }
@@ -462,7 +464,12 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
                                           index, p.phase, p.batch, timing));
       };
       options.on_note = [&](const std::string& text) { worker_log(config.name, text); };
-      SearchRecord search = find_max_batch(config.search, capacity, probe, options);
+      // Probes after the first reuse its model, restored to its initial weights (a fresh
+      // build's seconds of host-side initialization; train/model_reuse.h).
+      SearchRecord search = [&] {
+        const train::ModelReuse reuse;
+        return find_max_batch(config.search, capacity, probe, options);
+      }();
       search.cudnn_benchmark = config.search.cudnn_benchmark;
       if (probe_layout_differs) {
         search.probe_overrides = {{"memory_format", probe_model.str("memory_format")}};

@@ -4,6 +4,8 @@
 // graph replays against eager iterations.
 #include "gpubench/train/runtime.h"
 
+#include "gpubench/train/model_reuse.h"
+
 #include "gpubench/compat.h"
 #include "gpubench/config.h"
 #include "gpubench/errors.h"
@@ -298,6 +300,78 @@ TEST(UpdaterTest, AnUpdateThatFp16LossScalingSkipsStillHoldsTheOptimizerState) {
   const auto state = updater.optimizer().state();
   ASSERT_EQ(state.size(), 2u);  // Adam's two moments, at their initial zeros
   for (const auto& t : state) EXPECT_TRUE(torch::equal(t, torch::zeros_like(p)));
+}
+
+// ---- Reusing a built model across probes ----
+
+torch::nn::Linear build_linear(const std::string& key, uint64_t seed) {
+  return build_model<torch::nn::Linear>(key, torch::kCPU, seed,
+                                        [] { return torch::nn::Linear(64, 32); });
+}
+
+TEST(ModelReuseTest, OutsideAScopeEveryBuildIsFresh) {
+  EXPECT_FALSE(ModelReuse::active());
+  auto a = build_linear("linear", 5);
+  auto b = build_linear("linear", 5);
+  EXPECT_NE(a.ptr(), b.ptr());
+  EXPECT_TRUE(torch::equal(a->weight, b->weight));  // the same seed, built twice
+  EXPECT_EQ(ModelReuse::reused(), 0);
+}
+
+TEST(ModelReuseTest, ABuildWithTheSameKeyGetsTheKeptModelAsItWasFirstBuilt) {
+  const auto fresh = build_linear("linear", 5);
+  const auto fresh_draw = torch::rand({4});  // where a fresh build leaves the host generator
+  const ModelReuse reuse;
+  const void* kept = nullptr;
+  {
+    auto first = build_linear("linear", 5);
+    kept = first.ptr().get();
+    EXPECT_TRUE(torch::equal(first->weight, fresh->weight));
+    EXPECT_TRUE(torch::equal(torch::rand({4}), fresh_draw));
+    // A probe trains it: the weights move, gradients stay behind.
+    first->weight.sum().backward();
+    torch::NoGradGuard no_grad;
+    first->weight.add_(1.0);
+    first->bias.mul_(3.0);
+  }
+  ModelReuse::park();
+  torch::manual_seed(99);  // whatever ran in between
+  auto second = build_linear("linear", 5);
+  EXPECT_EQ(second.ptr().get(), kept);
+  EXPECT_EQ(ModelReuse::reused(), 1);
+  EXPECT_TRUE(torch::equal(second->weight, fresh->weight));
+  EXPECT_TRUE(torch::equal(second->bias, fresh->bias));
+  EXPECT_FALSE(second->weight.grad().defined());
+  EXPECT_TRUE(second->is_training());
+  EXPECT_TRUE(torch::equal(torch::rand({4}), fresh_draw));
+  // Another key, or another seed, is another model.
+  EXPECT_NE(build_linear("other", 5).ptr().get(), kept);
+  auto reseeded = build_linear("linear-seed-6", 6);
+  EXPECT_FALSE(torch::equal(reseeded->weight, fresh->weight));
+}
+
+TEST(ModelReuseTest, ParkDropsTheGradientsOfKeptModels) {
+  const ModelReuse reuse;
+  auto model = build_linear("linear", 1);
+  model->weight.sum().backward();
+  ASSERT_TRUE(model->weight.grad().defined());
+  ModelReuse::park();
+  EXPECT_FALSE(model->weight.grad().defined());
+}
+
+TEST(ModelReuseTest, ScopesDoNotNestAndClosingOneForgetsItsModels) {
+  {
+    const ModelReuse reuse;
+    EXPECT_TRUE(ModelReuse::active());
+    EXPECT_THROW(ModelReuse{}, c10::Error);
+    build_linear("linear", 5);
+    build_linear("linear", 5);
+    EXPECT_EQ(ModelReuse::reused(), 1);
+  }
+  EXPECT_FALSE(ModelReuse::active());
+  const ModelReuse again;
+  build_linear("linear", 5);
+  EXPECT_EQ(ModelReuse::reused(), 0);  // built afresh: the closed scope kept nothing
 }
 
 // ---- The runtime ----

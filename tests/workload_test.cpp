@@ -5,6 +5,7 @@
 #include "gpubench/config.h"
 #include "gpubench/device.h"
 #include "gpubench/registry.h"
+#include "gpubench/train/model_reuse.h"
 
 #include <torch/torch.h>
 
@@ -126,6 +127,47 @@ TEST_P(WorkloadTest, SmokeStepTrainsUnderBf16AutocastOnTheCpu) {
                  << "inputs; the _CUDA twin and libtorch >= 2.1 run this";
   }
   smoke(Precision::kAmpBf16, torch::kCPU, kBf16SmokeSteps);
+}
+
+/// Architectures whose steps build their models through train::build_model (the search's probes
+/// reuse them).
+const std::set<std::string> kReusingArchitectures = {
+    "bert-pretraining", "bert-squad",   "mt-dnn",   "fairseq-transformer",
+    "fairseq-fconv",    "xlm-unsupmt",  "pix2pixhd"};
+
+// A probe after the first trains the kept model: the same losses and the same parameters after
+// two steps as a step built afresh.
+TEST_P(WorkloadTest, AStepOnAReusedModelTrainsExactlyAsOnAFreshOne) {
+  const auto ctx = smoke_context(config(), Precision::kFp32, torch::kCPU);
+  auto two_steps = [&](std::map<std::string, double>& losses,
+                       std::vector<torch::Tensor>& params) {
+    auto step = arch().prepare(ctx);
+    step->run();
+    step->run();
+    for (const auto& [name, loss] : step->losses()) {
+      losses[name] = loss.to(torch::kDouble).item<double>();
+    }
+    for (const auto& [network, ps] : step->parameters()) {
+      for (const auto& p : ps) params.push_back(p.detach().clone());
+    }
+  };
+  std::map<std::string, double> fresh_losses, first_losses, reused_losses;
+  std::vector<torch::Tensor> fresh, first, reused;
+  two_steps(fresh_losses, fresh);
+  {
+    const train::ModelReuse reuse;
+    two_steps(first_losses, first);
+    train::ModelReuse::park();
+    two_steps(reused_losses, reused);
+    EXPECT_EQ(train::ModelReuse::reused() > 0, kReusingArchitectures.count(config().architecture) > 0)
+        << config().architecture;
+  }
+  EXPECT_EQ(first_losses, fresh_losses);
+  EXPECT_EQ(reused_losses, fresh_losses);
+  ASSERT_EQ(reused.size(), fresh.size());
+  for (std::size_t i = 0; i < fresh.size(); ++i) {
+    EXPECT_TRUE(torch::equal(reused[i], fresh[i])) << "parameter " << i;
+  }
 }
 
 TEST_P(WorkloadTest, FullSizeHasTheExactTrainableParameterCount) {
