@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -98,6 +99,11 @@ Json parse_json(const std::string& text, const std::string& file) {
 }
 
 Json load_config_file(const std::string& path) {
+  std::error_code ec;
+  GPUBENCH_CHECK(!std::filesystem::is_directory(path, ec), ConfigError,
+                 "config file '{}' is a folder; give a YAML or JSON file in it (such as "
+                 "configs/models/bert-base.yaml) or a file of your own",
+                 path);
   std::ifstream in(path, std::ios::binary);
   GPUBENCH_CHECK(in.good(), ConfigError,
                  "config file '{}' cannot be read (check the path; shipped configs need no "
@@ -105,7 +111,14 @@ Json load_config_file(const std::string& path) {
                  path);
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return ends_with(path, ".json") ? parse_json(buffer.str(), path) : parse_yaml(buffer.str(), path);
+  Json document =
+      ends_with(path, ".json") ? parse_json(buffer.str(), path) : parse_yaml(buffer.str(), path);
+  // An empty file (or only comments, or {}) would run as if no --config had been given.
+  GPUBENCH_CHECK(!document.is_null() && !(document.is_object() && document.empty()), ConfigError,
+                 "config file '{}' has no settings in it (write the keys to change, such as "
+                 "'run: {{timing: {{min_seconds: 10}}}}', or leave out --config)",
+                 path);
+  return document;
 }
 
 // ---- Model documents ----

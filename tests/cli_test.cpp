@@ -108,9 +108,38 @@ TEST(CliTest, BadInputIsExitCodeTwoWithAClearMessage) {
                "contradict");
   EXPECT_ERROR(cli({"run", "--suite", "imagee"}), 2,
                "unknown suite 'imagee' (did you mean 'image'?)");
-  EXPECT_ERROR(cli({"frobnicate"}), 2, "error:");
+  EXPECT_ERROR(cli({"frobnicate"}), 2,
+               "unknown command 'frobnicate'; the commands are list, info, run, report");
+  EXPECT_ERROR(cli({"runn", "--model", "bert-base"}), 2,
+               "unknown command 'runn' (did you mean 'run'?)");
   EXPECT_ERROR(cli({"report", "x.json", "--format", "xml"}), 2, "unknown format 'xml'");
   EXPECT_ERROR(cli({"report", "/nonexistent/r.json"}), 2, "cannot be read");
+}
+
+TEST(CliTest, AnEmptyOrAbsurdValueIsRefusedNotIgnored) {
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--precision", ""}), 2,
+               "--precision: expected a value, got an empty string");
+  EXPECT_ERROR(cli({"run", "--model", "", "--device", "cpu"}), 2,
+               "--model: expected a value, got an empty string");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--config", ""}), 2, "--config: expected a value");
+  // Checked as typed: the conversion would clamp it to the int64 limit.
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--batch", "99999999999999999999999"}), 2,
+               "--batch: got '99999999999999999999999', more than 1,000,000,000");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--batch", "1000000001"}), 2, "more than");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--batch", "000"}), 2,
+               "--batch: expected a positive integer, got '000'");
+  TempDir dir;
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--config", dir.path()}), 2, "is a folder");
+  testing::write_file(dir.file("empty.yaml"), "");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--config", dir.file("empty.yaml")}), 2,
+               "empty.yaml' has no settings in it");
+  testing::write_file(dir.file("comments.yaml"), "# run:\n#   seed: 3\n");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--config", dir.file("comments.yaml")}), 2,
+               "has no settings");
+  testing::write_file(dir.file("empty.json"), "{}");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--config", dir.file("empty.json")}), 2,
+               "has no settings");
+  EXPECT_ERROR(cli({"list", "--config", dir.file("empty.yaml")}), 2, "has no settings");
 }
 
 TEST(CliTest, MalformedConfigIsExitCodeTwoNamingTheLine) {

@@ -135,16 +135,59 @@ int run_info(const InfoOptions& o, std::ostream& out, std::ostream& /*err*/) {
 
 // ---- run ----
 
+namespace {
+
+/// A value that is given must say something: `--precision ""` is refused, not read as "not
+/// given".
+const CLI::Validator kNonEmpty(
+    [](std::string& value) {
+      return value.empty() ? std::string("expected a value, got an empty string") : std::string();
+    },
+    "", "non-empty");
+
+/// The largest --batch accepted: far above any batch a GPU trains (the H200's largest is
+/// 191,488 tokens), far below where a tensor's element count overflows.
+constexpr int64_t kMaxFixedBatch = 1'000'000'000;
+
+/// --batch as typed: a whole number from 1 to kMaxFixedBatch, checked on the text, before the
+/// conversion that would clamp 99999999999999999999999 to the int64 limit.
+const CLI::Validator kBatchValue(
+    [](std::string& value) {
+      const bool digits = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      });
+      const std::string expected =
+          fmt::format("expected a positive integer, got '{}'", value);
+      if (!digits) return expected;
+      const std::size_t first = value.find_first_not_of('0');
+      if (first == std::string::npos) return expected;  // zero
+      if (value.size() - first > 10 || std::stoll(value.substr(first)) > kMaxFixedBatch) {
+        return fmt::format("got '{}', more than {} (the largest batch gpubench accepts; a "
+                           "workload's batch is in its unit: images, sequences or tokens)",
+                           value, with_thousands(kMaxFixedBatch));
+      }
+      return std::string();
+    },
+    "", "batch");
+
+}  // namespace
+
 void setup_run(CLI::App& app, RunOptions& o) {
   auto* cmd = app.add_subcommand(
       "run", "Find the largest batch that trains, time it, and compare with the 2020 GPUs");
-  cmd->add_option("--model,-m", o.models, "Workloads to run (see 'gpubench list')");
-  cmd->add_option("--suite", o.suites, "Named lists of workloads: all, image, language, twins");
+  cmd->add_option("--model,-m", o.models, "Workloads to run (see 'gpubench list')")
+      ->check(kNonEmpty);
+  cmd->add_option("--suite", o.suites, "Named lists of workloads: all, image, language, twins")
+      ->check(kNonEmpty);
   cmd->add_option("--gpu", o.gpu, "CUDA device index (default: 0 when a GPU is present)");
-  cmd->add_option("--device", o.device, "cpu or cuda (default: cuda when present, else cpu)");
-  cmd->add_option("--config", o.config_file, "YAML or JSON config over the built-in defaults");
-  cmd->add_option("--batch", o.batch, "Fixed batch in the workload's unit (no search)");
-  cmd->add_option("--precision", o.precision, "fp32 (default, strict), tf32, amp-bf16, amp-fp16");
+  cmd->add_option("--device", o.device, "cpu or cuda (default: cuda when present, else cpu)")
+      ->check(kNonEmpty);
+  cmd->add_option("--config", o.config_file, "YAML or JSON config over the built-in defaults")
+      ->check(kNonEmpty);
+  cmd->add_option("--batch", o.batch, "Fixed batch in the workload's unit (no search)")
+      ->check(kBatchValue);
+  cmd->add_option("--precision", o.precision, "fp32 (default, strict), tf32, amp-bf16, amp-fp16")
+      ->check(kNonEmpty);
   cmd->add_option("--memory-cap", o.memory_cap_gib,
                   "Cap the caching allocator at this many GiB to emulate a smaller card");
   cmd->add_option("--warmup-steps", o.warmup_steps, "Minimum warm-up steps");
@@ -155,8 +198,10 @@ void setup_run(CLI::App& app, RunOptions& o) {
                   "Search the max batch under each of these caps in GiB (6,8,11,24,48) to "
                   "emulate smaller cards; search only, no timed run")
       ->delimiter(',');
-  cmd->add_option("--json", o.json_path, "Write the results as JSON (rewritten after each job)");
-  cmd->add_option("--csv", o.csv_path, "Write the results as CSV (rewritten after each job)");
+  cmd->add_option("--json", o.json_path, "Write the results as JSON (rewritten after each job)")
+      ->check(kNonEmpty);
+  cmd->add_option("--csv", o.csv_path, "Write the results as CSV (rewritten after each job)")
+      ->check(kNonEmpty);
   cmd->add_option("--journal", o.journal_path,
                   "Append each finished job to this journal (default: gpubench-DATE-TIME.jsonl "
                   "here)");
@@ -573,6 +618,15 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   setup_run(app, run);
   setup_report(app, report);
   setup_worker(app, worker);
+
+  // A first word that is no command: say which word, and what the commands are.
+  const std::vector<std::string> commands = {"list", "info", "run", "report"};
+  if (argc > 1 && argv[1][0] != '-' && std::string(argv[1]) != "worker" &&
+      std::find(commands.begin(), commands.end(), argv[1]) == commands.end()) {
+    err << "error: unknown command '" << argv[1] << "'" << did_you_mean(argv[1], commands)
+        << "; the commands are " << join(commands, ", ") << " (run 'gpubench --help')\n";
+    return kExitBadInput;
+  }
 
   try {
     app.parse(argc, argv);
