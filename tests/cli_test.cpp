@@ -286,6 +286,14 @@ TEST(CliTest, AFailingJobIsExitCodeOneAndStillRecorded) {
       "run --model bert-base --device cpu --config '" + dir.file("broken.json") + "' --json '" +
       dir.file("r.json") + "' --journal '" + dir.file("j.jsonl") + "'");
   EXPECT_EQ(run.exit_code, 1) << run.err;
+  // The same config fails the same way: no advice to run it again unchanged.
+  EXPECT_NE(run.err.find("1 of 1 jobs failed:\n  bert-base: failed: "), std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("runs the same way again: change what this names"), std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("would run them as they were; fix the cause first"), std::string::npos)
+      << run.err;
+  EXPECT_EQ(run.err.find("run them again with"), std::string::npos) << run.err;
   const Json doc = Json::parse(testing::read_file(dir.file("r.json")));
   EXPECT_EQ(doc["jobs"][0]["status"], "failed");
   EXPECT_NE(doc["jobs"][0]["message"].get<std::string>().find("multiple of heads"),

@@ -420,6 +420,39 @@ std::vector<JobRecord> latest_per_job(const SuitePlan& plan, const std::vector<J
   return latest;
 }
 
+/// What the end of a run says about its failed jobs: each with its status and message, and
+/// whether running it again can help.
+std::string failure_summary(const std::vector<JobRecord>& records, std::ptrdiff_t failed,
+                            std::size_t planned, const std::string& journal) {
+  // A timeout, a crash or a job that never ended can pass when run again; a job that failed in
+  // its own code, diverged or ran out of memory at a fixed batch fails the same way again.
+  std::string lines;
+  std::ptrdiff_t same_again = 0;
+  for (const auto& r : records) {
+    if (job_is_done(r)) continue;
+    const bool transient = r.status == "timeout" || r.status == "crashed";
+    if (!transient) ++same_again;
+    std::string message = r.message.substr(0, 160);
+    std::replace(message.begin(), message.end(), '\n', ' ');
+    lines += fmt::format("\n  {}{}: {}{}{}", r.model,
+                         r.memory_cap_gib ? fmt::format(" at {} GiB", format_number(*r.memory_cap_gib))
+                                          : std::string(),
+                         r.status, message.empty() ? "" : ": " + message,
+                         transient ? " (may pass when run again)"
+                                   : " (runs the same way again: change what this names, or "
+                                     "leave the job out)");
+  }
+  const std::ptrdiff_t retryable = failed - same_again;
+  std::string out = fmt::format("{} of {} jobs failed:{}", failed, planned, lines);
+  if (retryable > 0) {
+    out += fmt::format("\nrun {} again with: gpubench run --resume {}",
+                       retryable == failed ? "them" : "the others", journal);
+  } else {
+    out += fmt::format("\n--resume {} would run them as they were; fix the cause first", journal);
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostream& out,
@@ -556,10 +589,7 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
   const auto done = std::count_if(document.jobs.begin(), document.jobs.end(),
                                   [](const JobRecord& r) { return job_is_done(r); });
   const auto failed = static_cast<std::ptrdiff_t>(plan.jobs.size()) - done;
-  if (failed) {
-    log(fmt::format("{} of {} jobs failed; retry them with: gpubench run --resume {}", failed,
-                    plan.jobs.size(), journal->path()));
-  }
+  if (failed) log(failure_summary(document.jobs, failed, plan.jobs.size(), journal->path()));
   return failed ? kExitJobFailed : kExitOk;
 }
 
