@@ -128,6 +128,11 @@ TEST(CliTest, AnEmptyOrAbsurdValueIsRefusedNotIgnored) {
   EXPECT_ERROR(cli({"run", "--model", "bert-base", "--batch", "1000000001"}), 2, "more than");
   EXPECT_ERROR(cli({"run", "--model", "bert-base", "--batch", "000"}), 2,
                "--batch: expected a positive integer, got '000'");
+  // One number for workloads that count sequences and tokens would mean different things.
+  EXPECT_ERROR(cli({"run", "--suite", "language", "--batch", "1", "--device", "cpu"}), 2,
+               "--batch 1: these workloads count their batch in different units: sequences "
+               "(bert-base, bert-finetune, mt-dnn); tokens (transformer-big, conv-seq2seq, "
+               "unsupmt)");
   TempDir dir;
   EXPECT_ERROR(cli({"run", "--model", "bert-base", "--config", dir.path()}), 2, "is a folder");
   testing::write_file(dir.file("empty.yaml"), "");

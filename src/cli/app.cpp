@@ -17,6 +17,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 namespace gpubench::cli {
@@ -522,6 +523,22 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
     GPUBENCH_CHECK(!o.batch || *o.batch > 0, ConfigError,
                    "--batch: expected a positive integer, got '{}'", o.batch.value_or(0));
     const std::vector<std::string> models = expand_models(o, store);
+    if (o.batch) {
+      // One number cannot be the batch of workloads that count it in different units.
+      std::map<std::string, std::vector<std::string>> by_unit;
+      for (const auto& m : models) by_unit[store.model(m).batch_unit].push_back(m);
+      if (by_unit.size() > 1) {
+        std::vector<std::string> parts;
+        for (const auto& [unit, names] : by_unit) {
+          parts.push_back(fmt::format("{} ({})", unit, join(names, ", ")));
+        }
+        throw ConfigError(fmt::format(
+            "--batch {}: these workloads count their batch in different units: {}; run each "
+            "unit with its own --batch, or set search or batch settings per workload in a "
+            "--config",
+            *o.batch, join(parts, "; ")));
+      }
+    }
     plan.device = select_device(o, err);
     plan.fixed_batch = o.batch;
     plan.jobs = plan_jobs(models, checked_tiers(o, plan.device));
