@@ -53,6 +53,7 @@ ProgressPrefix& progress_prefix() {
 }
 
 void worker_log(const std::string& model, const std::string& text) {
+  if (const char* quiet = std::getenv("GPUBENCH_QUIET"); quiet && *quiet == '1') return;
   const ProgressPrefix& p = progress_prefix();
   std::string prefix = p.label.empty() ? model : p.label;
   if (p.started_unix > 0) {

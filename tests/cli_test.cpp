@@ -282,6 +282,34 @@ TEST(CliTest, RunOnTheCpuWritesJsonAndCsvAndTheReportReadsThemBack) {
   EXPECT_EQ(listing.out, csv);
 }
 
+TEST(CliTest, RunPrintsTheFormatAskedForAndQuietKeepsStderrForWhatMatters) {
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const auto run = testing::run_gpubench("run --model bert-base --device cpu --config '" +
+                                         dir.file("smoke.json") + "' --format csv --quiet " +
+                                         "--journal '" + dir.file("j.jsonl") + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out.rfind("model,family,device,", 0), 0u) << run.out;
+  EXPECT_EQ(std::count(run.out.begin(), run.out.end(), '\n'), 2) << run.out;
+  // Neither the parent's progress nor the worker's.
+  EXPECT_EQ(run.err.find("job 1 of 1"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("warm-up"), std::string::npos) << run.err;
+  EXPECT_EQ(read_journal(dir.file("j.jsonl")).jobs.size(), 1u);
+
+  const auto none = testing::run_gpubench("run --model bert-base --device cpu --config '" +
+                                          dir.file("smoke.json") + "' --format none " +
+                                          "--journal '" + dir.file("j2.jsonl") + "'");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_TRUE(none.out.empty()) << none.out;
+  EXPECT_NE(none.err.find("job 1 of 1"), std::string::npos) << none.err;
+
+  // A format that does not exist is refused before anything runs.
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--device", "cpu", "--format", "xml",
+                    "--journal", dir.file("j3.jsonl")}),
+               2, "--format: unknown format 'xml'");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("j3.jsonl")));
+}
+
 TEST(CliTest, AFailingJobIsExitCodeOneAndStillRecorded) {
   TempDir dir;
   Json config = Json::parse(testing::smoke_config_json("bert-base"));

@@ -208,6 +208,12 @@ void setup_run(CLI::App& app, RunOptions& o) {
                   "here)");
   cmd->add_option("--resume", o.resume_path,
                   "Continue the suite of this journal, running only what it does not have");
+  cmd->add_option("--format,-f", o.format,
+                  "The report printed on stdout at the end: table (default), md, csv, json, html, "
+                  "or none")
+      ->check(kNonEmpty);
+  cmd->add_flag("--quiet,-q", o.quiet,
+                "No progress lines on stderr; warnings, errors and what failed are still said");
   cmd->add_flag("--in-process", o.in_process, "Run jobs in this process (debugging)")
       ->group("");  // hidden
   cmd->add_option("--worker-exe", o.worker_exe, "Worker executable (testing)")->group("");
@@ -459,6 +465,9 @@ std::string failure_summary(const std::vector<JobRecord>& records, std::ptrdiff_
 int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostream& out,
             std::ostream& err) {
   // Everything that can be wrong with the input is found before anything is measured.
+  const std::unique_ptr<Reporter> reporter =
+      o.format == "none" ? nullptr : make_reporter(o.format, out);
+  if (o.quiet) setenv("GPUBENCH_QUIET", "1", 1);  // the workers' progress lines too
   SuitePlan plan;
   std::vector<JobRecord> earlier;
   std::optional<JournalWriter> journal;
@@ -570,7 +579,9 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
     journal.emplace(o.journal_path.empty() ? create_default_journal(header)
                                            : JournalWriter::create(o.journal_path, header));
   }
-  auto log = [&err](const std::string& line) { err << "gpubench: " << line << '\n' << std::flush; };
+  auto log = [&err, quiet = o.quiet](const std::string& line) {
+    if (!quiet) err << "gpubench: " << line << '\n' << std::flush;
+  };
   log(fmt::format("journal: {} (if this run is interrupted: gpubench run --resume {})",
                   journal->path(), journal->path()));
 
@@ -601,12 +612,15 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
   run_suite(plan, earlier, launcher, *journal, callbacks);
   refresh();
 
-  make_reporter("table", out)->report(document.jobs, store.reference());
+  if (reporter) reporter->report(document.jobs, store.reference());
   // A planned job without a done record failed, whatever records the others left.
   const auto done = std::count_if(document.jobs.begin(), document.jobs.end(),
                                   [](const JobRecord& r) { return job_is_done(r); });
   const auto failed = static_cast<std::ptrdiff_t>(plan.jobs.size()) - done;
-  if (failed) log(failure_summary(document.jobs, failed, plan.jobs.size(), journal->path()));
+  if (failed) {
+    err << "gpubench: " << failure_summary(document.jobs, failed, plan.jobs.size(), journal->path())
+        << '\n' << std::flush;
+  }
   return failed ? kExitJobFailed : kExitOk;
 }
 

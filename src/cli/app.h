@@ -45,6 +45,8 @@ struct RunOptions {
   std::string journal_path;              ///< --journal PATH (default: a new file here)
   std::string resume_path;               ///< --resume JOURNAL: continue that suite
   std::vector<double> memory_tiers_gib;  ///< --memory-tiers 6,8,11: search under each cap
+  std::string format = "table";          ///< --format: the report printed on stdout at the end
+  bool quiet = false;                    ///< --quiet: no progress lines on stderr
   bool in_process = false;               ///< --in-process: no worker processes (debugging)
   std::string worker_exe;                ///< --worker-exe PATH: another worker binary (tests)
 };
