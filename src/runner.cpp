@@ -110,6 +110,21 @@ Params probe_model_params(const Architecture& arch, const Params& model, bool se
   return Params(arch.model_schema, changed, Where{"probe_memory_format", "model.memory_format"});
 }
 
+std::string explain_failure(const std::string& message, Precision precision,
+                            const torch::Device& device) {
+  // libtorch 1.13's CPU autocast runs layer_norm in fp32 and hands bf16 to the next op.
+  const bool cpu_bf16 = device.is_cpu() && precision == Precision::kAmpBf16;
+  if (cpu_bf16 && !compat::kCpuAutocastLayerNorm &&
+      message.find("expected scalar type BFloat16 but found Float") != std::string::npos) {
+    return fmt::format(
+        "amp-bf16 does not run this model on the CPU with libtorch {}: its CPU autocast mixes "
+        "bf16 and fp32 around layer_norm (libtorch 2.1 and later do not); use --precision fp32 "
+        "on the CPU, or amp-bf16 on a GPU (libtorch: {})",
+        TORCH_VERSION, message);
+  }
+  return message;
+}
+
 ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx) {
   ProbeOutcome outcome;
   const torch::Device& device = ctx.device;
@@ -498,7 +513,7 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
     }
   } catch (const std::exception& e) {
     record.status = is_out_of_memory(e) ? "oom" : "failed";
-    record.message = short_message(e.what());
+    record.message = explain_failure(short_message(e.what()), run.precision, device);
     release_cached_memory(device);
   }
   return record;

@@ -1,5 +1,6 @@
 // The command line: subcommands in-process (exit codes and messages), and end to end through
 // the real executable with worker processes.
+#include "gpubench/compat.h"
 #include "gpubench/device.h"
 #include "gpubench/journal.h"
 #include "gpubench/json.h"
@@ -308,6 +309,27 @@ TEST(CliTest, RunPrintsTheFormatAskedForAndQuietKeepsStderrForWhatMatters) {
                     "--journal", dir.file("j3.jsonl")}),
                2, "--format: unknown format 'xml'");
   EXPECT_FALSE(std::filesystem::exists(dir.file("j3.jsonl")));
+}
+
+TEST(CliTest, AmpBf16OnACpuWhoseAutocastCannotRunTheModelSaysWhatToDo) {
+  if (compat::kCpuAutocastLayerNorm) {
+    GTEST_SKIP() << "libtorch " << TORCH_VERSION << " runs bf16 layer_norm under CPU autocast";
+  }
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const auto run = testing::run_gpubench(
+      "run --model bert-base --device cpu --precision amp-bf16 --config '" +
+      dir.file("smoke.json") + "' --format none --json '" + dir.file("r.json") + "' --journal '" +
+      dir.file("j.jsonl") + "'");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  const Json doc = Json::parse(testing::read_file(dir.file("r.json")));
+  const std::string message = doc["jobs"][0]["message"].get<std::string>();
+  EXPECT_EQ(message.rfind("amp-bf16 does not run this model on the CPU with libtorch", 0), 0u)
+      << message;
+  EXPECT_NE(message.find("use --precision fp32 on the CPU, or amp-bf16 on a GPU"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("(libtorch: expected scalar type BFloat16"), std::string::npos) << message;
 }
 
 TEST(CliTest, AFailingJobIsExitCodeOneAndStillRecorded) {
