@@ -8,7 +8,8 @@
 #   else a CUDA build of PyTorch for python3, if there is one (torch.utils.cmake_prefix_path)
 #   else Debian/Ubuntu's libtorch-dev (CPU), installed if missing
 # Other settings: GPUBENCH_BUILD_DIR (default build), GPUBENCH_JOBS (default: all cores),
-# GPUBENCH_TARGET (default: everything; `gpubench` builds the executable alone),
+# GPUBENCH_TARGET (default: gpubench, the executable alone; `all` also builds the test binary,
+# as scripts/test.sh asks),
 # GPUBENCH_WITH_BROWSER=1 (set by scripts/test.sh: also install Chromium, for the HTML report
 # check; not needed to build or run gpubench).
 set -euo pipefail
@@ -65,5 +66,5 @@ fi
 if [ ! -f "$build_dir/build.ninja" ] || [ -n "$torch_prefix" ]; then
   cmake "${cmake_args[@]}" >&2
 fi
-cmake --build "$build_dir" -j "$jobs" ${GPUBENCH_TARGET:+--target "$GPUBENCH_TARGET"} >&2
+cmake --build "$build_dir" -j "$jobs" --target "${GPUBENCH_TARGET:-gpubench}" >&2
 say "built $build_dir/gpubench"

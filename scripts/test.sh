@@ -5,6 +5,7 @@
 # GPUBENCH_SKIP_BROWSER_TESTS=1 skips that check (and the install).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export GPUBENCH_TARGET=all  # the executable and the test binary
 if [ "${GPUBENCH_SKIP_BROWSER_TESTS:-0}" = 1 ]; then
   scripts/setup.sh
 else

@@ -14,7 +14,7 @@ mkdir -p "$OUT"
   nproc; cmake --version | head -1
 } > "$OUT/env.txt" 2>&1
 start=$(date +%s)
-GPUBENCH_JOBS=16 scripts/setup.sh > "$OUT/build.log" 2>&1
+GPUBENCH_JOBS=16 GPUBENCH_TARGET=all scripts/setup.sh > "$OUT/build.log" 2>&1
 status=$?
 echo "build: exit $status in $(( $(date +%s) - start )) s" | tee -a "$OUT/env.txt"
 [ $status -eq 0 ] || { tail -60 "$OUT/build.log"; exit $status; }

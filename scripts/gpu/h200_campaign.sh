@@ -52,7 +52,7 @@ build() {
   GPUBENCH_JOBS=16 GPUBENCH_TARGET=gpubench scripts/setup.sh > "$R/build.log" 2>&1 || return 2
   build/gpubench info > "$R/info.txt" 2>&1
   if [ "${GPUBENCH_CUDA_TESTS:-0}" = 1 ]; then
-    GPUBENCH_JOBS=16 scripts/setup.sh >> "$R/build.log" 2>&1 || return 2
+    GPUBENCH_JOBS=16 GPUBENCH_TARGET=all scripts/setup.sh >> "$R/build.log" 2>&1 || return 2
     ctest --test-dir build -R _CUDA --output-on-failure > "$R/ctest-cuda.log" 2>&1
     grep -E "tests passed|Failed" "$R/ctest-cuda.log" | tail -3
   fi
