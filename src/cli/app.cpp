@@ -529,8 +529,6 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
       store.apply_document(flags, "command line");
       plan.overlays.emplace_back("command line", flags);
     }
-    GPUBENCH_CHECK(!o.batch || *o.batch > 0, ConfigError,
-                   "--batch: expected a positive integer, got '{}'", o.batch.value_or(0));
     const std::vector<std::string> models = expand_models(o, store);
     if (o.batch) {
       // One number cannot be the batch of workloads that count it in different units.
@@ -680,10 +678,15 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   setup_report(app, report);
   setup_worker(app, worker);
 
-  // A first word that is no command: say which word, and what the commands are.
-  const std::vector<std::string> commands = {"list", "info", "run", "report"};
-  if (argc > 1 && argv[1][0] != '-' && std::string(argv[1]) != "worker" &&
-      std::find(commands.begin(), commands.end(), argv[1]) == commands.end()) {
+  // A first word that is no command: say which word, and what the commands are (those --help
+  // shows; the internal worker is in no group).
+  std::vector<std::string> commands, every;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    every.push_back(sub->get_name());
+    if (!sub->get_group().empty()) commands.push_back(sub->get_name());
+  }
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::find(every.begin(), every.end(), argv[1]) == every.end()) {
     err << "error: unknown command '" << argv[1] << "'" << did_you_mean(argv[1], commands)
         << "; the commands are " << join(commands, ", ") << " (run 'gpubench --help')\n";
     return kExitBadInput;
