@@ -232,6 +232,10 @@ std::vector<SentencePair> sample_sorted_corpus(const LengthSampler& sampler, int
   return pairs;
 }
 
+int64_t activation_weight(const BatchShape& shape) {
+  return shape.sentences() * (shape.src_max() + 2 * shape.tgt_max());
+}
+
 std::vector<BatchShape> plan_token_batches(const LengthProfile& profile,
                                            const TokenBatchOptions& options, uint64_t seed) {
   GPUBENCH_ASSERT(options.batches >= 1 && options.corpus_batches_per_batch >= 1);
@@ -273,10 +277,10 @@ std::vector<BatchShape> plan_token_batches(const LengthProfile& profile,
   std::vector<BatchShape> ordered;
   for (uint64_t j : order) ordered.push_back(std::move(chosen[j]));
 
-  auto weight = [](const BatchShape& b) { return b.sentences() * (b.src_max() + 2 * b.tgt_max()); };
   const auto heaviest = std::max_element(
-      ordered.begin(), ordered.end(),
-      [&](const BatchShape& a, const BatchShape& b) { return weight(a) < weight(b); });
+      ordered.begin(), ordered.end(), [](const BatchShape& a, const BatchShape& b) {
+        return activation_weight(a) < activation_weight(b);
+      });
   if (ordered.size() >= 2) std::iter_swap(heaviest, ordered.begin() + 1);
   return ordered;
 }
@@ -389,6 +393,19 @@ const TokenBatch& TokenBatches::next() {
   const TokenBatch& b = batches_[cursor_];
   cursor_ = (cursor_ + 1) % batches_.size();
   return b;
+}
+
+int64_t TokenBatches::heaviest() const {
+  const auto it = std::max_element(
+      shapes_.begin(), shapes_.end(), [](const BatchShape& a, const BatchShape& b) {
+        return activation_weight(a) < activation_weight(b);
+      });
+  return static_cast<int64_t>(it - shapes_.begin());
+}
+
+void TokenBatches::seek(int64_t index) {
+  GPUBENCH_ASSERT(index >= 0 && index < size());
+  cursor_ = static_cast<std::size_t>(index);
 }
 
 Json TokenBatches::info(int64_t max_tokens) const {

@@ -110,6 +110,10 @@ std::vector<BatchShape> batch_by_size(const std::vector<SentencePair>& pairs, in
 std::vector<SentencePair> sample_sorted_corpus(const LengthSampler& sampler, int64_t count,
                                                uint64_t seed);
 
+/// A batch's activation memory, estimated as its padded source tokens plus twice its padded
+/// target tokens (the decoder side carries the self- and cross-attention and the logits).
+int64_t activation_weight(const BatchShape& shape);
+
 /// How a workload's batches are planned.
 struct TokenBatchOptions {
   int64_t max_tokens = 16000;  ///< fairseq --max-tokens. Default: 16000 (Lambda's RTX 8000)
@@ -124,9 +128,9 @@ struct TokenBatchOptions {
 /// batch list (at a seeded position inside the stratum), so the set spans short to long
 /// sentences as an epoch does. The strata are used in bit-reversed order (0, 4, 2, 6, 1, 5, 3,
 /// 7 for 8), so consecutive steps mix short and long sentences, except that the heaviest batch
-/// by activation memory (estimated as source + 2 x target padded tokens) is swapped into second
-/// place: the batch search's probe runs two steps and measures the second, the first having
-/// allocated the optimizer state.
+/// by activation memory (activation_weight()) is swapped into second place: a two-step search
+/// probe (with CUDA graphs) measures the second, the first having allocated the optimizer state;
+/// a one-step probe seeks to it (TokenBatches::heaviest()).
 std::vector<BatchShape> plan_token_batches(const LengthProfile& profile,
                                            const TokenBatchOptions& options, uint64_t seed);
 
@@ -165,6 +169,10 @@ class TokenBatches {
   Json info(int64_t max_tokens) const;
   /// Batches cycled through.
   int64_t size() const { return static_cast<int64_t>(batches_.size()); }
+  /// The index of the batch with the largest activation_weight() (the first of equals).
+  int64_t heaviest() const;
+  /// Makes batch `index` the one the next call of next() returns.
+  void seek(int64_t index);
 
  private:
   std::vector<BatchShape> shapes_;

@@ -65,6 +65,14 @@ class TranslationStep final : public train::RuntimeStep {
     });
   }
 
+  // A one-step probe runs the heaviest batch, with the optimizer state in place.
+  bool prepare_probe() override {
+    if (!RuntimeStep::prepare_probe()) return false;
+    next_ = batches_.heaviest();
+    batches_.seek(next_);
+    return true;
+  }
+
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
     return {{"model", model_->parameters()}};
   }

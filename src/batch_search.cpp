@@ -519,6 +519,7 @@ Json ProbeRecord::to_json() const {
             {"steps_seconds", steps_seconds},
             {"phase", phase},
             {"error", error}};
+  if (steps) j["steps"] = steps;
   if (sticky) j["sticky"] = true;
   if (worker) j["worker"] = worker;
   return j;
@@ -534,6 +535,7 @@ ProbeRecord ProbeRecord::from_json(const Json& p) {
   probe.seconds = p.value("seconds", 0.0);
   probe.prepare_seconds = p.value("prepare_seconds", 0.0);
   probe.steps_seconds = p.value("steps_seconds", 0.0);
+  probe.steps = p.value("steps", 0);
   probe.phase = p.value("phase", std::string());
   probe.error = p.value("error", std::string());
   probe.sticky = p.value("sticky", false);
@@ -604,6 +606,7 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
     p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     p.prepare_seconds = outcome.prepare_seconds;
     p.steps_seconds = outcome.steps_seconds;
+    p.steps = outcome.steps;
     p.phase = step.phase;
     p.error = outcome.error;
     p.sticky = outcome.worker_unusable;

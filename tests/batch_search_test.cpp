@@ -1060,6 +1060,45 @@ TEST(BatchSearchTest, ProbeCatchesOutOfMemoryAndReleasesTheStep) {
   EXPECT_GT(failures, 0);
 }
 
+/// Counts its runs; readies for a one-step probe when told it can.
+class CountingStep final : public TrainStep {
+ public:
+  CountingStep(bool ready, int* runs, int* readied) : ready_(ready), runs_(runs), readied_(readied) {}
+  double run() override {
+    ++*runs_;
+    return 1;
+  }
+  bool prepare_probe() override {
+    ++*readied_;
+    return ready_;
+  }
+  std::map<std::string, torch::Tensor> losses() const override { return {}; }
+  std::map<std::string, std::vector<torch::Tensor>> parameters() const override { return {}; }
+
+ private:
+  bool ready_;
+  int *runs_, *readied_;
+};
+
+TEST(BatchSearchTest, AProbeRunsOneStepWhenTheStepIsReadiedAndTwoWhenNot) {
+  for (const bool ready : {true, false}) {
+    int runs = 0, readied = 0;
+    Architecture arch;
+    arch.name = "counting";
+    arch.prepare = [&](const StepContext&) -> std::unique_ptr<TrainStep> {
+      return std::make_unique<CountingStep>(ready, &runs, &readied);
+    };
+    StepContext ctx;
+    ctx.device = torch::kCPU;
+    ctx.batch = 4;
+    const ProbeOutcome outcome = probe_step(arch, ctx);
+    EXPECT_TRUE(outcome.fits);
+    EXPECT_EQ(readied, 1);
+    EXPECT_EQ(runs, ready ? 1 : 2);
+    EXPECT_EQ(outcome.steps, runs);
+  }
+}
+
 TEST(BatchSearchTest, ProbeLetsOtherErrorsThrough) {
   Architecture arch;
   arch.name = "broken";

@@ -237,7 +237,7 @@ TEST_P(OptimizerPathTest, AllocatedStateChangesNoUpdate) {
     Setup s = setup(torch::kCPU, kernels);
     EXPECT_TRUE(s.optimizer->state().empty());
     set_grads(s, 1);  // parameter 1 has no gradient here
-    s.optimizer->allocate_state();
+    s.optimizer->allocate_state(StateFor::kParametersWithGradient);
     int64_t numel = 0;
     for (const auto& t : s.optimizer->state()) numel += t.numel();
     EXPECT_EQ(numel, GetParam().state_slots * (s.params[0].numel() + s.params[2].numel()))
@@ -256,6 +256,30 @@ TEST_P(OptimizerPathTest, AllocatedStateChangesNoUpdate) {
     int64_t all = 0;
     for (const auto& p : s.params) all += p.numel();
     EXPECT_EQ(numel, GetParam().state_slots * all) << GetParam().name;
+  }
+}
+
+// What a one-step search probe does before its step: state for every parameter, though none has
+// a gradient yet; the updates that follow still match the reference that never saw it.
+TEST_P(OptimizerPathTest, StateForEveryParameterBeforeAnyGradientChangesNoUpdate) {
+  for (const auto kernels : {UpdateKernels::kForeach, UpdateKernels::kDevice}) {
+    Setup s = setup(torch::kCPU, kernels);
+    s.optimizer->allocate_state(StateFor::kParametersWithGradient);
+    EXPECT_TRUE(s.optimizer->state().empty()) << "no parameter has a gradient yet";
+    s.optimizer->allocate_state(StateFor::kEveryParameter);
+    int64_t numel = 0;
+    for (const auto& t : s.optimizer->state()) numel += t.numel();
+    int64_t all = 0;
+    for (const auto& p : s.params) all += p.numel();
+    EXPECT_EQ(numel, GetParam().state_slots * all) << GetParam().name;
+    expect_same(s, 0);
+    for (int64_t update = 1; update <= 4; ++update) {
+      set_grads(s, update);
+      s.optimizer->set_lr(rate(update));
+      s.optimizer->step();
+      reference_update(s, update, rate(update));
+      expect_same(s, update);
+    }
   }
 }
 

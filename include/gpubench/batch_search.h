@@ -1,7 +1,7 @@
 // The max-batch search, as pure logic over a probe function so it is testable without a GPU.
 //
-// The largest batch for which a full training step (two steps, so optimizer state exists) runs
-// without running out of memory, exact to the workload's granularity: batch b fits and
+// The largest batch for which a full training step (with its optimizer state in place: allocated
+// before a one-step probe, or by the first of two steps) runs without running out of memory, exact to the workload's granularity: batch b fits and
 // b + granularity does not, both seen (or b is search.max_batch). The search keeps a memory model
 // of what a probe measured: what stays after a step (weights, gradients, optimizer state: the
 // resident bytes) apart from what grows with the batch (activations), as a line peak = fixed +
@@ -36,7 +36,7 @@ namespace gpubench {
 
 /// What one probe observed.
 struct ProbeOutcome {
-  bool fits = false;                 ///< two full steps ran without running out of memory
+  bool fits = false;                 ///< its steps ran without running out of memory
   int64_t peak_bytes = 0;            ///< peak memory the allocator reserved during the steps
   int64_t peak_allocated_bytes = 0;  ///< peak memory allocated during the steps
   int64_t resident_bytes = 0;  ///< memory still allocated after the steps (weights, grads, state)
@@ -45,7 +45,10 @@ struct ProbeOutcome {
   bool worker_unusable = false;
   std::string error;           ///< why it did not fit ("out of memory: ...")
   double prepare_seconds = 0;  ///< building the step (model, optimizer, batch) [s]
-  double steps_seconds = 0;    ///< the two steps, synchronized [s]
+  double steps_seconds = 0;    ///< the steps, synchronized [s]
+  /// Training steps run: 1 when the step was readied for a one-step probe (its optimizer state
+  /// allocated first, TrainStep::prepare_probe()), else 2 (the first allocates the state).
+  int steps = 0;
 };
 
 /// One probe as recorded.
@@ -55,9 +58,10 @@ struct ProbeRecord {
   int64_t peak_bytes = 0;
   int64_t peak_allocated_bytes = 0;
   int64_t resident_bytes = 0;
-  double seconds = 0;          ///< wall time of the probe (build, two steps, release) [s]
+  double seconds = 0;          ///< wall time of the probe (build, steps, release) [s]
   double prepare_seconds = 0;  ///< of which building the step [s]
-  double steps_seconds = 0;    ///< of which the two steps [s]
+  double steps_seconds = 0;    ///< of which the steps [s]
+  int steps = 0;               ///< training steps run (ProbeOutcome::steps); 0: not known
   std::string phase;  ///< "scout", "hint", "predict", "edge", "double", "bisect"
   std::string error;
   bool sticky = false;  ///< left its worker unusable (not an outcome: probed again elsewhere)

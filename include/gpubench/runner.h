@@ -45,9 +45,10 @@ struct JobSpec {
 /// Rebuilds the config store a job runs with: the shipped configs plus the overlays.
 ConfigStore resolve_store(const std::vector<ConfigOverlay>& overlays);
 
-/// One search probe: builds the step at ctx.batch, runs two full steps (the first allocates the
-/// optimizer state, the second peaks with it in place), reads the peak and resident memory, and
-/// releases everything. Out-of-memory (and the cuDNN/cuBLAS failures that mean the same) is
+/// One search probe: builds the step at ctx.batch, runs one full step after
+/// TrainStep::prepare_probe() (optimizer state allocated, heaviest batch next), or two when the
+/// step cannot be readied (the first allocates the optimizer state, the second peaks with it in
+/// place), reads the peak and resident memory, and releases everything. Out-of-memory (and the cuDNN/cuBLAS failures that mean the same) is
 /// caught and reported as not fitting; when the device no longer works after it, the outcome
 /// says the worker is unusable. Other errors propagate.
 ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx);

@@ -102,6 +102,13 @@ class TrainStep {
   /// Called once before the timed window (outside it), so that degeneracy() can judge the
   /// window's steps alone. Default: nothing
   virtual void begin_window() {}
+  /// Readies the step for a search probe of one run(): the optimizer state of every parameter
+  /// allocated (as after a first update; it changes no update) and the next run() on the batch
+  /// with the most memory of those it cycles through. That one run() then peaks as a steady
+  /// training step does, which the probe measures; a step that was not readied needs two, the
+  /// first to allocate the state. Returns whether it is ready: false when one run cannot stand
+  /// for the steady state (with CUDA graphs the second run captures). Default: false
+  virtual bool prepare_probe() { return false; }
   /// Why the warm-up must go on after its step times settled, or "": with amp-fp16, a loss
   /// scale still backing off from its initial 65536 (the last update was skipped), so a window
   /// started now would time steps that update nothing. Host state only. Default: ""

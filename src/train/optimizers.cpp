@@ -68,15 +68,20 @@ void Optimizer::with_grads(const ParamGroup& group, std::vector<torch::Tensor>& 
 }
 
 namespace {
-/// State tensors for the parameters of a group, created filled with `initial` (zeros unless
-/// said otherwise: TF1's RMSProp starts its mean square at 1) on first use. A parameter without
-/// a gradient keeps its slot (undefined until it gets one).
+/// State tensors for the parameters of a group that have a gradient, created filled with
+/// `initial` (zeros unless said otherwise: TF1's RMSProp starts its mean square at 1) on first
+/// use. A parameter without a gradient keeps its slot (undefined until it gets one), unless
+/// `which` is kEveryParameter: then every parameter that requires a gradient gets its state, and
+/// all of them are returned.
 std::vector<torch::Tensor> state_for(std::vector<torch::Tensor>& state, const ParamGroup& group,
-                                     double initial = 0.0) {
+                                     double initial = 0.0,
+                                     StateFor which = StateFor::kParametersWithGradient) {
   if (state.size() != group.params.size()) state.resize(group.params.size());
   std::vector<torch::Tensor> out;
   for (std::size_t i = 0; i < group.params.size(); ++i) {
-    if (!group.params[i].grad().defined()) continue;
+    const bool wanted = which == StateFor::kEveryParameter ? group.params[i].requires_grad()
+                                                            : group.params[i].grad().defined();
+    if (!wanted) continue;
     if (!state[i].defined()) state[i] = torch::full_like(group.params[i], initial);
     out.push_back(state[i]);
   }
@@ -172,10 +177,10 @@ void Adam::update(int slot) {
   }
 }
 
-void Adam::allocate_state() {
+void Adam::allocate_state(StateFor which) {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    state_for(exp_avg_[g], groups_[g]);
-    state_for(exp_avg_sq_[g], groups_[g]);
+    state_for(exp_avg_[g], groups_[g], 0.0, which);
+    state_for(exp_avg_sq_[g], groups_[g], 0.0, which);
   }
 }
 
@@ -242,10 +247,10 @@ void Adamax::update(int slot) {
   }
 }
 
-void Adamax::allocate_state() {
+void Adamax::allocate_state(StateFor which) {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    state_for(exp_avg_[g], groups_[g]);
-    state_for(exp_inf_[g], groups_[g]);
+    state_for(exp_avg_[g], groups_[g], 0.0, which);
+    state_for(exp_inf_[g], groups_[g], 0.0, which);
   }
 }
 
@@ -258,11 +263,11 @@ Sgd::Sgd(std::vector<ParamGroup> groups, SgdOptions options)
   momentum_.resize(groups_.size());
 }
 
-void Sgd::allocate_state() {
+void Sgd::allocate_state(StateFor which) {
   if (options_.momentum == 0) return;
   // Zero buffers: an update then makes each buffer momentum x 0 + gradient, which is exactly
   // the gradient, as a first update does.
-  for (std::size_t g = 0; g < groups_.size(); ++g) state_for(momentum_[g], groups_[g]);
+  for (std::size_t g = 0; g < groups_.size(); ++g) state_for(momentum_[g], groups_[g], 0.0, which);
 }
 
 std::vector<torch::Tensor> Sgd::state() const { return defined_state({&momentum_}); }
@@ -432,10 +437,10 @@ void TfRmsProp::update(int slot) {
   }
 }
 
-void TfRmsProp::allocate_state() {
+void TfRmsProp::allocate_state(StateFor which) {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    state_for(mean_square_[g], groups_[g], options_.initial_mean_square);
-    state_for(momentum_[g], groups_[g]);
+    state_for(mean_square_[g], groups_[g], options_.initial_mean_square, which);
+    state_for(momentum_[g], groups_[g], 0.0, which);
   }
 }
 
@@ -497,8 +502,8 @@ void ScaledLrSgd::update(int slot) {
   for (auto& sgd : per_group_) sgd->update(slot);
 }
 
-void ScaledLrSgd::allocate_state() {
-  for (auto& sgd : per_group_) sgd->allocate_state();
+void ScaledLrSgd::allocate_state(StateFor which) {
+  for (auto& sgd : per_group_) sgd->allocate_state(which);
 }
 
 std::vector<torch::Tensor> ScaledLrSgd::state() const {

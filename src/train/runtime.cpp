@@ -235,11 +235,22 @@ double Runtime::run(int64_t variant, const std::function<double()>& body) {
 #endif
 }
 
+void Runtime::allocate_optimizer_state() {
+  for (auto& [name, updater] : updaters_) {
+    updater->optimizer().allocate_state(StateFor::kEveryParameter);
+  }
+}
+
 Json Runtime::info() const {
   Json updaters = Json::array();
   for (const auto& [name, updater] : updaters_) {
+    int64_t state_bytes = 0;  // what the optimizer holds, which does not grow with the batch
+    for (const auto& t : updater->optimizer().state()) {
+      state_bytes += t.numel() * static_cast<int64_t>(t.element_size());
+    }
     Json entry = {{"name", name},
                   {"optimizer", updater->optimizer().describe()},
+                  {"optimizer_state_bytes", state_bytes},
                   {"clip_norm", updater->clip_norm()},
                   {"schedule", updater->scheduled()}};
     if (updater->scaler().enabled()) {

@@ -109,7 +109,7 @@ void Updater::step() {
     prepare_update(0);
     optimizer_->update(0);
   } else {
-    optimizer_->allocate_state();  // the memory of an update that applied
+    optimizer_->allocate_state(StateFor::kParametersWithGradient);  // as an applied update would
   }
   scaler_.update();
   finish_update();

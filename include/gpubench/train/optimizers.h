@@ -38,6 +38,15 @@ enum class UpdateKernels {
   kDevice,
 };
 
+/// Which parameters Optimizer::allocate_state() gives state to.
+enum class StateFor {
+  /// Those that have a gradient now: what the next update would create (a skipped fp16 update).
+  kParametersWithGradient,
+  /// Every parameter that requires a gradient, gradient or not: the state of a model whose every
+  /// parameter has been updated once (a one-step search probe, before its step).
+  kEveryParameter,
+};
+
 /// Base: parameter groups, the learning rate, zero_grad, and an update split into its host half
 /// (prepare) and its device half (update).
 class Optimizer {
@@ -61,12 +70,13 @@ class Optimizer {
   /// The device half: the kernels of one update, reading slot `slot` (kDevice) or the host
   /// values of the last prepare() (kForeach).
   virtual void update(int slot) = 0;
-  /// Creates the state that the next update() would create for the parameters that have a
-  /// gradient, and updates nothing. An update that fp16 loss scaling skips calls it, so that
-  /// the optimizer holds from the first step on the memory it holds in training (a search probe
-  /// whose updates are all skipped counts it too). The state gets its initial values, so the
-  /// first update that applies does exactly what it would have done without this.
-  virtual void allocate_state() {}
+  /// Creates the state that updates would create for the parameters `which` names, and updates
+  /// nothing. An update that fp16 loss scaling skips calls it for the parameters with a
+  /// gradient, so that the optimizer holds from the first step on the memory it holds in
+  /// training (a search probe whose updates are all skipped counts it too); a one-step search
+  /// probe calls it for every parameter before its step. The state gets its initial values, so
+  /// the first update that applies does exactly what it would have done without this.
+  virtual void allocate_state(StateFor which) { (void)which; }
   /// The state tensors the optimizer holds now (moments, buffers), for memory accounting.
   virtual std::vector<torch::Tensor> state() const { return {}; }
 
@@ -131,7 +141,7 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<ParamGroup> groups, AdamOptions options);
   void update(int slot) override;
-  void allocate_state() override;
+  void allocate_state(StateFor which) override;
   std::vector<torch::Tensor> state() const override;
   void set_kernels(UpdateKernels kernels) override;
   Json describe() const override;
@@ -157,7 +167,7 @@ class Adamax : public Optimizer {
  public:
   Adamax(std::vector<ParamGroup> groups, AdamaxOptions options);
   void update(int slot) override;
-  void allocate_state() override;
+  void allocate_state(StateFor which) override;
   std::vector<torch::Tensor> state() const override;
   void set_kernels(UpdateKernels kernels) override;
   Json describe() const override;
@@ -183,7 +193,7 @@ class Sgd : public Optimizer {
  public:
   Sgd(std::vector<ParamGroup> groups, SgdOptions options);
   void update(int slot) override;
-  void allocate_state() override;
+  void allocate_state(StateFor which) override;
   std::vector<torch::Tensor> state() const override;
   void set_kernels(UpdateKernels kernels) override;
   Json describe() const override;
@@ -234,7 +244,7 @@ class TfRmsProp : public Optimizer {
  public:
   TfRmsProp(std::vector<ParamGroup> groups, TfRmsPropOptions options);
   void update(int slot) override;
-  void allocate_state() override;
+  void allocate_state(StateFor which) override;
   std::vector<torch::Tensor> state() const override;
   void set_kernels(UpdateKernels kernels) override;
   Json describe() const override;
@@ -273,7 +283,7 @@ class ScaledLrSgd : public Optimizer {
   ScaledLrSgd(std::vector<ParamGroup> groups, std::vector<double> lr_factors, SgdOptions options);
   void prepare(int slot) override;
   void update(int slot) override;
-  void allocate_state() override;
+  void allocate_state(StateFor which) override;
   std::vector<torch::Tensor> state() const override;
   void set_kernels(UpdateKernels kernels) override;
   Json describe() const override;

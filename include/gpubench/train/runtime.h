@@ -78,7 +78,8 @@ class Runtime {
  public:
   /// Eager runs of a batch shape before it is captured: cuDNN autotuning, cuBLAS workspaces and
   /// the optimizer state happen there, outside the capture. One, so that the search's two-step
-  /// probe captures and replays (its peak memory includes the graph's pool).
+  /// probe (what a probe runs with graphs on) captures and replays (its peak memory includes
+  /// the graph's pool).
   static constexpr int kEagerRunsBeforeCapture = 1;
 
   /// Precision, device, settings and gradient sync of `ctx`.
@@ -109,6 +110,9 @@ class Runtime {
   /// One update of `updater`: gradient sync, unscale, clip, optimizer step, scaler, schedule.
   void update(Updater& updater);
 
+  /// Gives every updater's optimizer its state for all its parameters, as after a first update
+  /// of each (Optimizer::allocate_state(StateFor::kEveryParameter)); updates nothing.
+  void allocate_optimizer_state();
   /// Keeps `loss` (detached) as the iteration's loss `name`. Under CUDA graphs it is copied into
   /// a buffer that replays refresh.
   void record_loss(const std::string& name, const torch::Tensor& loss);
@@ -166,6 +170,13 @@ class RuntimeStep : public TrainStep {
   /// runtime_.warmup_steps(..., their order).
   int64_t warmup_steps() const override { return runtime_.warmup_steps(1, {0, 0}); }
   void begin_window() override { runtime_.begin_window(); }
+  /// The optimizer state allocated; eager iterations only (with CUDA graphs the probe's second
+  /// run captures). Steps that cycle batches also point the next run() at their heaviest.
+  bool prepare_probe() override {
+    if (runtime_.graphs_active()) return false;
+    runtime_.allocate_optimizer_state();
+    return true;
+  }
   std::string degeneracy() const override { return runtime_.degeneracy(); }
   std::string unsettled() const override { return runtime_.unsettled(); }
 
