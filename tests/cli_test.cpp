@@ -359,17 +359,50 @@ TEST(CliTest, WithoutAGpuRunSaysSoAndUsesTheCpu) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
   TempDir dir;
   testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
-  // As the README's main command runs: no flags but the model, in the current folder.
+  // As the README's main command runs: no flags but the model, in the current folder, for a
+  // user whose environment names no state folder.
+  std::filesystem::create_directories(dir.file("work"));
   const auto run = testing::run_gpubench(
-      "run --model bert-base --config '" + dir.file("smoke.json") + "'", dir.path());
+      "run --model bert-base --config '" + dir.file("smoke.json") + "'", dir.file("work"),
+      "-u GPUBENCH_JOURNAL_DIR -u XDG_STATE_HOME HOME='" + dir.file("home") + "'");
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.err.find("no CUDA device found; running on the CPU"), std::string::npos);
-  // The journal goes to a new file in the current folder, and says so.
-  const auto at = run.err.find("journal: gpubench-");
-  ASSERT_NE(at, std::string::npos) << run.err;
-  const std::string name = run.err.substr(at + 9, run.err.find(' ', at + 9) - at - 9);
-  EXPECT_EQ(read_journal(dir.file(name)).jobs.size(), 1u) << name;
   EXPECT_NE(run.out.find("CPU fp32"), std::string::npos);
+  // The journal goes to a new file in the XDG state folder under the home, not into the current
+  // folder, and the run says where and how to continue it.
+  const std::string folder = dir.file("home") + "/.local/state/gpubench/journals/";
+  const auto at = run.err.find("journal: " + folder + "gpubench-");
+  ASSERT_NE(at, std::string::npos) << run.err;
+  const std::string path = run.err.substr(at + 9, run.err.find(' ', at + 9) - at - 9);
+  EXPECT_EQ(read_journal(path).jobs.size(), 1u) << path;
+  EXPECT_NE(run.err.find("gpubench run --resume " + path), std::string::npos) << run.err;
+  EXPECT_TRUE(std::filesystem::is_empty(dir.file("work")));
+}
+
+TEST(CliTest, TheJournalFolderFollowsTheEnvironmentAndAnUnusableOneIsExitCodeTwo) {
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const std::string run = "run --model bert-base --device cpu --format none --config '" +
+                          dir.file("smoke.json") + "'";
+  const auto xdg = testing::run_gpubench(
+      run, "", "-u GPUBENCH_JOURNAL_DIR XDG_STATE_HOME='" + dir.file("state") + "'");
+  EXPECT_EQ(xdg.exit_code, 0) << xdg.err;
+  EXPECT_NE(xdg.err.find("journal: " + dir.file("state") + "/gpubench/journals/gpubench-"),
+            std::string::npos)
+      << xdg.err;
+  const auto own = testing::run_gpubench(run, "", "GPUBENCH_JOURNAL_DIR='" + dir.file("mine") + "'");
+  EXPECT_EQ(own.exit_code, 0) << own.err;
+  EXPECT_NE(own.err.find("journal: " + dir.file("mine") + "/gpubench-"), std::string::npos)
+      << own.err;
+  // A folder that cannot be made (its parent is a file) stops the run before any work.
+  testing::write_file(dir.file("file"), "x");
+  const auto bad =
+      testing::run_gpubench(run, "", "GPUBENCH_JOURNAL_DIR='" + dir.file("file") + "/sub'");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("cannot create the journal folder " + dir.file("file") + "/sub"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_NE(bad.err.find("GPUBENCH_JOURNAL_DIR"), std::string::npos) << bad.err;
 }
 
 }  // namespace

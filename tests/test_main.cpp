@@ -56,11 +56,13 @@ std::string gpubench_exe() {
   return self.substr(0, self.find_last_of('/')) + "/gpubench";
 }
 
-CommandResult run_gpubench(const std::string& args, const std::string& cwd) {
+CommandResult run_gpubench(const std::string& args, const std::string& cwd,
+                           const std::string& env) {
   TempDir dir;
-  const std::string command =
-      fmt::format("{}'{}' {} > '{}' 2> '{}'", cwd.empty() ? "" : "cd '" + cwd + "' && ",
-                  gpubench_exe(), args, dir.file("out"), dir.file("err"));
+  const std::string command = fmt::format(
+      "{}{}'{}' {} > '{}' 2> '{}'", cwd.empty() ? "" : "cd '" + cwd + "' && ",
+      env.empty() ? "" : "env " + env + " ", gpubench_exe(), args, dir.file("out"),
+      dir.file("err"));
   const int status = std::system(command.c_str());
   CommandResult result;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -90,5 +92,9 @@ int main(int argc, char** argv) {
     ::testing::GTEST_FLAG(filter) = filter;
   }
   torch::set_num_threads(2);
+  // Journals of runs without --journal (in-process and in child processes) go here, not into
+  // the home folder.
+  const gpubench::testing::TempDir journals;
+  setenv("GPUBENCH_JOURNAL_DIR", journals.path().c_str(), 1);
   return RUN_ALL_TESTS();
 }

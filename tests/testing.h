@@ -39,8 +39,11 @@ struct CommandResult {
   std::string err;  ///< stderr
 };
 /// Runs gpubench with `args` (shell-quoted by the caller), capturing stdout and stderr; in the
-/// folder `cwd` when one is given.
-CommandResult run_gpubench(const std::string& args, const std::string& cwd = "");
+/// folder `cwd` when one is given, with `env` (shell-quoted `env` arguments: "-u NAME",
+/// "NAME=value") changing its environment. Tests run with GPUBENCH_JOURNAL_DIR set to a folder
+/// of their own (test_main.cpp), so a run without --journal leaves nothing in the user's home.
+CommandResult run_gpubench(const std::string& args, const std::string& cwd = "",
+                           const std::string& env = "");
 
 /// A JSON config overlay that shrinks a workload to its smoke size (its config's `smoke:`
 /// section) with a short CPU timing window, so end-to-end runs on the CPU take seconds.

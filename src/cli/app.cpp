@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -204,8 +205,9 @@ void setup_run(CLI::App& app, RunOptions& o) {
   cmd->add_option("--csv", o.csv_path, "Write the results as CSV (rewritten after each job)")
       ->check(kNonEmpty);
   cmd->add_option("--journal", o.journal_path,
-                  "Append each finished job to this journal (default: gpubench-DATE-TIME.jsonl "
-                  "here)");
+                  "Append each finished job to this journal (default: a new "
+                  "gpubench-DATE-TIME.jsonl in $GPUBENCH_JOURNAL_DIR, else "
+                  "$XDG_STATE_HOME/gpubench/journals, else ~/.local/state/gpubench/journals)");
   cmd->add_option("--resume", o.resume_path,
                   "Continue the suite of this journal, running only what it does not have");
   cmd->add_option("--format,-f", o.format,
@@ -324,17 +326,45 @@ void write_outputs(const RunOptions& o, const ResultDocument& document,
   }
 }
 
-/// A new journal in the current folder: gpubench-20261130-061502.jsonl, or -2, -3, ... when
-/// another run took that name in the same second.
+/// Where a run without --journal keeps its journal, out of the current folder:
+/// $GPUBENCH_JOURNAL_DIR, else $XDG_STATE_HOME/gpubench/journals, else
+/// $HOME/.local/state/gpubench/journals (the XDG base directory spec's state folder), else the
+/// current folder when there is no home.
+std::filesystem::path default_journal_folder() {
+  auto set = [](const char* name) -> const char* {
+    const char* value = std::getenv(name);
+    return value && *value ? value : nullptr;
+  };
+  if (const char* dir = set("GPUBENCH_JOURNAL_DIR")) return dir;
+  if (const char* state = set("XDG_STATE_HOME")) {
+    return std::filesystem::path(state) / "gpubench" / "journals";
+  }
+  if (const char* home = set("HOME")) {
+    return std::filesystem::path(home) / ".local" / "state" / "gpubench" / "journals";
+  }
+  return ".";
+}
+
+/// A new journal in default_journal_folder(): gpubench-20261130-061502.jsonl, or -2, -3, ...
+/// when another run took that name in the same second.
 JournalWriter create_default_journal(const JournalHeader& header) {
   const std::time_t now = std::time(nullptr);
   std::tm utc{};
   gmtime_r(&now, &utc);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &utc);
+  const std::filesystem::path folder = default_journal_folder();
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  GPUBENCH_CHECK(!ec, ConfigError,
+                 "cannot create the journal folder {}: {} (give --journal PATH, or set "
+                 "GPUBENCH_JOURNAL_DIR to a folder you can write)",
+                 folder.string(), ec.message());
   for (int n = 1;; ++n) {
-    const std::string path = n == 1 ? fmt::format("gpubench-{}.jsonl", stamp)
-                                    : fmt::format("gpubench-{}-{}.jsonl", stamp, n);
+    const std::string path =
+        (folder / (n == 1 ? fmt::format("gpubench-{}.jsonl", stamp)
+                          : fmt::format("gpubench-{}-{}.jsonl", stamp, n)))
+            .string();
     if (auto journal = JournalWriter::create_if_absent(path, header)) return std::move(*journal);
   }
 }
