@@ -14,15 +14,19 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 namespace gpubench {
 
@@ -52,7 +56,15 @@ ProgressPrefix& progress_prefix() {
   return prefix;
 }
 
+/// When the worker last said something (steady clock, ns): the heartbeat speaks after silence.
+std::atomic<int64_t> g_last_log_ns{0};
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
 void worker_log(const std::string& model, const std::string& text) {
+  g_last_log_ns = now_ns();
   if (const char* quiet = std::getenv("GPUBENCH_QUIET"); quiet && *quiet == '1') return;
   const ProgressPrefix& p = progress_prefix();
   std::string prefix = p.label.empty() ? model : p.label;
@@ -65,8 +77,82 @@ void worker_log(const std::string& model, const std::string& text) {
     prefix = h > 0 ? fmt::format("[{}:{:02}:{:02}] {}", h, m, sec, prefix)
                    : fmt::format("[{}:{:02}] {}", m, sec, prefix);
   }
+  static std::mutex m;  // the heartbeat's thread logs too
+  const std::lock_guard<std::mutex> lock(m);
   std::cerr << fmt::format("  {}: {}\n", prefix, text) << std::flush;
 }
+
+/// While a worker phase runs, a line whenever the worker has said nothing for a while (10 s, or
+/// GPUBENCH_HEARTBEAT_S), naming what it is doing and for how long: a first step that autotunes
+/// for a minute, or a probe that takes 18 s, never leaves the terminal quiet.
+class Heartbeat {
+ public:
+  explicit Heartbeat(std::string model) : model_(std::move(model)) {
+    if (const char* s = std::getenv("GPUBENCH_HEARTBEAT_S"); s && *s) silence_s_ = std::atof(s);
+    if (!(silence_s_ > 0)) silence_s_ = 10;
+    g_last_log_ns = now_ns();
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Heartbeat() {
+    {
+      const std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+  /// What the worker is doing from now on ("warm-up step 1 at batch 456"); "" for nothing.
+  static void phase(const std::string& what) {
+    Heartbeat* h = current();
+    if (h == nullptr) return;
+    const std::lock_guard<std::mutex> lock(h->m_);
+    h->phase_ = what;
+    h->phase_started_ = Clock::now();
+  }
+  /// The heartbeat of this worker, if one runs.
+  static Heartbeat*& current() {
+    static Heartbeat* h = nullptr;
+    return h;
+  }
+
+ private:
+  void loop() {
+    const auto tick = std::chrono::duration<double>(std::min(1.0, silence_s_ / 2));
+    std::unique_lock<std::mutex> lock(m_);
+    while (!cv_.wait_for(lock, tick, [this] { return stop_; })) {
+      const double quiet_s = static_cast<double>(now_ns() - g_last_log_ns) / 1e9;
+      if (phase_.empty() || quiet_s < silence_s_) continue;
+      worker_log(model_, fmt::format("{}: still running after {:.0f} s", phase_,
+                                     seconds_since(phase_started_)));
+    }
+  }
+
+  std::string model_;
+  double silence_s_ = 10;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::string phase_;
+  Clock::time_point phase_started_ = Clock::now();
+  std::thread thread_;  // last: it starts once the rest exists
+};
+
+/// Runs the heartbeat for the scope of one worker phase.
+class HeartbeatScope {
+ public:
+  explicit HeartbeatScope(const std::string& model) : heartbeat_(model) {
+    Heartbeat::current() = &heartbeat_;
+  }
+  ~HeartbeatScope() { Heartbeat::current() = nullptr; }
+  HeartbeatScope(const HeartbeatScope&) = delete;
+  HeartbeatScope& operator=(const HeartbeatScope&) = delete;
+
+ private:
+  Heartbeat heartbeat_;
+};
 
 JobRecord base_record(const ModelConfig& config, const RunSettings& run) {
   JobRecord r;
@@ -185,6 +271,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
                 const RunSettings& run) {
   const torch::Device& device = ctx.device;
   TimingSettings t = device.is_cuda() ? run.timing : run.cpu_timing;
+  Heartbeat::phase(fmt::format("building the step at batch {}", ctx.batch));
   auto step = arch.prepare(ctx);
   t.warmup_steps = std::max<int>(t.warmup_steps, static_cast<int>(step->warmup_steps()));
   t.max_warmup_steps = std::max(t.max_warmup_steps, t.warmup_steps);
@@ -231,12 +318,17 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
         break;
       }
     }
+    Heartbeat::phase(fmt::format("warm-up step {} at batch {}{}", warm_ms.size() + 1, ctx.batch,
+                                 static_cast<int>(warm_ms.size()) < autotune
+                                     ? " (cuDNN autotunes each new shape)"
+                                     : ""));
     clock.clear();
     clock.mark();
     step->run();
     clock.mark();
     warm_ms.push_back(clock.intervals_ms().front());
   }
+  Heartbeat::phase("after the warm-up");
   const double warm_seconds = seconds_since(warm_start);
   record.warmup = {{"steps", warm_ms.size()},  {"reason", reason},
                    {"detail", detail},         {"seconds", warm_seconds},
@@ -288,6 +380,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   step->begin_window();
   worker_log(record.model, fmt::format("timing: at least {} steps and {} s", t.min_steps,
                                        format_number(t.min_seconds)));
+  Heartbeat::phase(fmt::format("timing at batch {}", ctx.batch));
 
   // Timed window: each step between device events; the host may run ahead, so the window is
   // checked against device time once the host thinks it is long enough.
@@ -325,6 +418,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   record.memory["resident_bytes"] = stats.allocated_current;
   record.memory["window_peak_allocated_bytes"] = stats.allocated_peak;
   record.memory["window_peak_reserved_bytes"] = stats.reserved_peak;
+  Heartbeat::phase("");
   const LossReading at_end = read_losses(*step);
   record.losses = at_end.values;
   record.runtime = step->runtime_info();  // again: with loss scaling, the updates it skipped
@@ -401,6 +495,7 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
   const ModelConfig& config = store.model(spec.model);
   const RunSettings& run = store.run();
   JobRecord record = base_record(config, run);
+  const HeartbeatScope heartbeat(config.name);
   const torch::Device device(spec.device);
   record.device = device.is_cuda() ? cuda_device_info(device.index()) : cpu_device_info();
   record.environment = environment_json(record.device);
@@ -446,6 +541,7 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
                                probe_model.str("memory_format"), config.model.str("memory_format")));
       }
       auto probe = [&](int64_t batch) {
+        Heartbeat::phase(fmt::format("search probe at batch {}", batch));
         try {
           StepContext ctx = make_context(config, run, device, batch);
           ctx.model = probe_model;
@@ -488,6 +584,7 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
         const train::ModelReuse reuse;
         return find_max_batch(config.search, capacity, probe, options);
       }();
+      Heartbeat::phase("");
       search.cudnn_benchmark = config.search.cudnn_benchmark;
       if (probe_layout_differs) {
         search.probe_overrides = {{"memory_format", probe_model.str("memory_format")}};

@@ -379,6 +379,23 @@ TEST(CliTest, WithoutAGpuRunSaysSoAndUsesTheCpu) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.file("work")));
 }
 
+// Progress never goes quiet: a phase that says nothing for GPUBENCH_HEARTBEAT_S (10 s unless set)
+// gets a line naming it and how long it has run.
+TEST(CliTest, AWorkerThatIsQuietForTooLongSaysWhatItIsDoing) {
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const std::string run = "run --model bert-base --device cpu --format none --config '" +
+                          dir.file("smoke.json") + "'";
+  const auto chatty = testing::run_gpubench(run, "", "GPUBENCH_HEARTBEAT_S=0.001");
+  EXPECT_EQ(chatty.exit_code, 0) << chatty.err;
+  // Building the step, a warm-up step or the timing window, whichever was long enough.
+  EXPECT_NE(chatty.err.find(" at batch 2: still running after "), std::string::npos)
+      << chatty.err.substr(0, 4000);
+  const auto calm = testing::run_gpubench(run, "", "GPUBENCH_HEARTBEAT_S=3600");
+  EXPECT_EQ(calm.exit_code, 0) << calm.err;
+  EXPECT_EQ(calm.err.find("still running"), std::string::npos) << calm.err;
+}
+
 TEST(CliTest, TheJournalFolderFollowsTheEnvironmentAndAnUnusableOneIsExitCodeTwo) {
   TempDir dir;
   testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
