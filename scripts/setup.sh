@@ -11,13 +11,31 @@
 # GPUBENCH_TARGET (default: gpubench, the executable alone; `all` also builds the test binary,
 # as scripts/test.sh asks),
 # GPUBENCH_WITH_BROWSER=1 (set by scripts/test.sh: also install Chromium, for the HTML report
-# check; not needed to build or run gpubench).
+# check; not needed to build or run gpubench), GPUBENCH_SETUP_LOG (default BUILD_DIR/setup.log).
+#
+# Output: a few "setup:" lines on stderr (what it installs, configures and builds, and the build's
+# progress: one line rewritten in place on a terminal, a line every 30 s otherwise); the full
+# output of apt-get, cmake and the compiler goes to the log, whose last lines are shown when a
+# step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_dir=${GPUBENCH_BUILD_DIR:-build}
 jobs=${GPUBENCH_JOBS:-$(nproc)}
 say() { echo "setup: $*" >&2; }
+mkdir -p "$build_dir"
+log_file=${GPUBENCH_SETUP_LOG:-$build_dir/setup.log}
+: > "$log_file"
+# Runs a command with its output appended to the log; when it fails, shows the log's last lines.
+logged() {
+  local rc=0
+  "$@" >> "$log_file" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    say "failed (exit $rc): $*; the last lines of $log_file:"
+    tail -n 40 "$log_file" >&2
+  fi
+  return "$rc"
+}
 
 torch_prefix=${GPUBENCH_TORCH_PREFIX:-}
 if [ -z "$torch_prefix" ] && command -v python3 >/dev/null 2>&1; then
@@ -40,7 +58,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  if ! { $sudo apt-get update -q && $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"; } >&2; then
+  if ! { logged $sudo apt-get update -q && logged $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"; }; then
     say "could not install ${missing[*]}; trying to build with what is there"
   fi
 fi
@@ -53,7 +71,7 @@ if [ "${GPUBENCH_WITH_BROWSER:-0}" = 1 ] && command -v dpkg-query >/dev/null 2>&
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  if ! { $sudo apt-get update -q && $sudo apt-get install -y -q --no-install-recommends chromium; } >&2; then
+  if ! { logged $sudo apt-get update -q && logged $sudo apt-get install -y -q --no-install-recommends chromium; }; then
     say "could not install chromium; the HTML report check will fail (GPUBENCH_SKIP_BROWSER_TESTS=1 skips it)"
   fi
 fi
@@ -64,7 +82,42 @@ if [ -n "$torch_prefix" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
   cmake_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 fi
 if [ ! -f "$build_dir/build.ninja" ] || [ -n "$torch_prefix" ]; then
-  cmake "${cmake_args[@]}" >&2
+  say "configuring $build_dir (cmake; log: $log_file)"
+  logged cmake "${cmake_args[@]}"
 fi
-cmake --build "$build_dir" -j "$jobs" --target "${GPUBENCH_TARGET:-gpubench}" >&2
-say "built $build_dir/gpubench"
+
+target=${GPUBENCH_TARGET:-gpubench}
+say "building $target with $jobs jobs (log: $log_file)"
+started=$(date +%s)
+# Ninja's "[done/total] ..." lines become one progress line (rewritten on a terminal, every 30 s
+# otherwise); everything goes to the log.
+set +e
+cmake --build "$build_dir" -j "$jobs" --target "$target" 2>&1 | tee -a "$log_file" | {
+  tty=0
+  [ -t 2 ] && tty=1
+  last=$started
+  while IFS= read -r line; do
+    case $line in
+      \[*/*\]*) ;;
+      *) continue ;;
+    esac
+    step=${line%%]*}]
+    now=$(date +%s)
+    if [ "$tty" = 1 ]; then
+      printf '\rsetup: building %s %d s' "$step" $((now - started)) >&2
+    elif [ $((now - last)) -ge 30 ]; then
+      say "building $step after $((now - started)) s"
+      last=$now
+    fi
+  done
+  [ "$tty" = 1 ] && printf '\n' >&2
+  true
+}
+rc=${PIPESTATUS[0]}
+set -e
+if [ "$rc" -ne 0 ]; then
+  say "the build failed (exit $rc); the last lines of $log_file:"
+  tail -n 40 "$log_file" >&2
+  exit "$rc"
+fi
+say "built $build_dir/gpubench ($target) in $(( $(date +%s) - started )) s"
