@@ -13,7 +13,8 @@
 # gpubench at one common batch and precision), speed (scripts/gpu/step_speed.sh into
 # results/h200/speed: issue 11's side-by-side steps at the issue's batches, the cases
 # GPUBENCH_SPEED_CASES names or all), jobs (scripts/gpu/jobs.sh into
-# results/h200/jobs: the whole jobs GPUBENCH_JOBS_LIST names, "MODEL:PRECISION ..."). Everything under results/h200/ is packed into
+# results/h200/jobs: the whole jobs GPUBENCH_JOBS_LIST names, "MODEL:PRECISION ..."), profile
+# (step_speed.sh's side-by-side cases with both sides profiled: results/h200/profile). Everything under results/h200/ is packed into
 # $OUT; carry results/h200 into the next call (device tool: carry ["results/h200"]) to go on.
 set -uo pipefail
 self=$(readlink -f "$0")
@@ -136,6 +137,10 @@ for s in ${*:-build stylegan fp32 bf16 tiers refs}; do
     # GPUBENCH_SPEED_CASES="MODEL:PRECISION ..." (default: all of step_speed.sh's cases).
     speed) stage "speed-$(printf %s "${GPUBENCH_SPEED_CASES:-all}" | md5sum | cut -c1-8)" \
              scripts/gpu/step_speed.sh build/gpubench "$R/speed" ${GPUBENCH_SPEED_CASES:-} ;;
+    # step_speed.sh's cases with both sides profiled (PROFILE=1), into results/h200/profile:
+    # GPUBENCH_PROFILE_CASES (default: the two language cases slower than eager in amp-bf16).
+    profile) stage profile env PROFILE=1 scripts/gpu/step_speed.sh build/gpubench "$R/profile" \
+               ${GPUBENCH_PROFILE_CASES:-bert-base-mlm:amp-bf16 transformer-big:amp-bf16} ;;
     # One stage per list: a later call with another list runs it (jobs.sh skips finished jobs).
     jobs) stage "jobs-$(printf %s "${GPUBENCH_JOBS_LIST:?}" | md5sum | cut -c1-8)" \
             scripts/gpu/jobs.sh build/gpubench "$R/jobs" ${GPUBENCH_JOBS_LIST} ;;

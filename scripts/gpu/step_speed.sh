@@ -19,6 +19,10 @@
 #   scripts/gpu/step_speed.sh GPUBENCH OUT [MODEL:PRECISION ...]
 #       default: the six references at fp32 and amp-bf16, then mt-dnn
 #   GRAPHS=1: gpubench also runs each case with runtime.cuda_graphs on
+#   PROFILE=1: both sides also profile 2 steps after their warm-up (GPUBENCH_PROFILE_TRACE,
+#              which gpubench and scripts/python/harness.py both read), summarized by
+#              scripts/gpu/trace_summary.py into OUT/NAME.trace.txt (the trace itself is
+#              deleted: too large to bring back); transformer-big's 48-step twin is skipped
 #
 # A case that finished is not run again (OUT/NAME.done), so a call cut by its deadline goes
 # on in the next one. One line per comparison in OUT/summary.txt: both throughputs and
@@ -64,7 +68,7 @@ ours() {
   local name=$1 m=$2 b=$3 p=$4
   shift 4
   rm -f "$OUT/$name.jsonl"  # a case cut by a deadline runs again whole
-  "$GPUBENCH" run --gpu 0 --model "$m" --batch "$b" --precision "$p" "$@" \
+  traced "$name" "$GPUBENCH" run --gpu 0 --model "$m" --batch "$b" --precision "$p" "$@" \
     --journal "$OUT/$name.jsonl" --json "$OUT/$name.json" > "$OUT/$name.txt" 2> "$OUT/$name.log"
   value "$OUT/$name.json" "d['jobs'][0]['throughput'] if d['jobs'][0]['status']=='ok' else float('nan')"
 }
@@ -74,8 +78,22 @@ ours() {
 reference() {
   local name=$1 script=$2
   shift 2
-  python3 "scripts/python/$script" "$@" --json "$OUT/$name.json" > "$OUT/$name.txt" 2>&1
+  traced "$name" python3 "scripts/python/$script" "$@" --json "$OUT/$name.json" > "$OUT/$name.txt" 2>&1
   value "$OUT/$name.json" "d['throughput'] if d.get('status', 'ok') == 'ok' else float('nan')"
+}
+
+# traced NAME COMMAND...: COMMAND, with PROFILE=1 under GPUBENCH_PROFILE_TRACE, then the trace's
+# summary in OUT/NAME.trace.txt.
+traced() {
+  local name=$1 rc=0
+  shift
+  if [ "${PROFILE:-0}" != 1 ]; then "$@"; return; fi
+  GPUBENCH_PROFILE_TRACE="$OUT/$name.trace.json" "$@" || rc=$?
+  if [ -f "$OUT/$name.trace.json" ]; then
+    python3 scripts/gpu/trace_summary.py "$OUT/$name.trace.json" --top 30 > "$OUT/$name.trace.txt" 2>&1
+    rm -f "$OUT/$name.trace.json"
+  fi
+  return $rc
 }
 
 graphs_config() {  # graphs_config MODEL: a config turning CUDA graphs on for MODEL
@@ -109,7 +127,7 @@ for c in "${cases[@]}"; do
   else
     py_t=$(reference "py-$m-$p" "${py[0]}" "${py[@]:1}" --precision "$p")
     line "$m $p batch $b: gpubench $g, python $py_t $unit, gpubench/python $(ratio "$g" "$py_t")"
-    if [ ${#warm[@]} -gt 0 ]; then
+    if [ ${#warm[@]} -gt 0 ] && [ "${PROFILE:-0}" != 1 ]; then
       gw=$(ours "$m-$p-warm48" "$m" "$b" "$p" "${warm[@]}")
       line "$m $p batch $b: gpubench after 48 warm-up steps $gw, gpubench/python $(ratio "$gw" "$py_t")"
     fi

@@ -152,12 +152,33 @@ def time_steps(step, min_steps, min_seconds, *, losses, max_warmup=50, counted=F
         warm += timed(step, 1, counted)[0]
         if len(warm) >= max_warmup:
             break
+    profile(step)
     start = read_losses(losses)
     times, units = timed(step, min_steps, counted)
     while sum(times) / 1000 < min_seconds:
         more, more_units = timed(step, min_steps, counted)
         times, units = times + more, units + more_units
     return Timing(warm, times, units if counted else None, start, read_losses(losses))
+
+
+def profile(step):
+    """As gpubench does after its warm-up, outside the window: when GPUBENCH_PROFILE_TRACE names
+    a file, GPUBENCH_PROFILE_STEPS steps (default 2) under torch.profiler (CPU operators and CUDA
+    kernels), saved there as a Chrome trace that scripts/gpu/trace_summary.py reads."""
+    import os
+    path = os.environ.get("GPUBENCH_PROFILE_TRACE")
+    if not path:
+        return
+    import torch
+    steps = max(1, int(os.environ.get("GPUBENCH_PROFILE_STEPS", "2") or 2))
+    torch.cuda.synchronize()
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(path)
+    print(f"profiled {steps} steps into {path}", file=sys.stderr)
 
 
 # ---- Result ----
