@@ -120,13 +120,13 @@ BertLayerImpl::BertLayerImpl(const BertOptions& o) : options(o) {
   TORCH_CHECK(o.hidden_size() % o.heads() == 0, "hidden_size must be a multiple of heads");
   const int64_t h = o.hidden_size();
   // One projection for query, key and value: the same parameters as three h x h layers.
-  qkv = register_module("qkv", torch::nn::Linear(h, 3 * h));
-  attention_out = register_module("attention_out", torch::nn::Linear(h, h));
+  qkv = register_module("qkv", Linear(h, 3 * h));
+  attention_out = register_module("attention_out", Linear(h, h));
   attention_norm = register_module(
       "attention_norm",
       torch::nn::LayerNorm(torch::nn::LayerNormOptions({h}).eps(o.layer_norm_eps())));
-  intermediate = register_module("intermediate", torch::nn::Linear(h, o.intermediate_size()));
-  output = register_module("output", torch::nn::Linear(o.intermediate_size(), h));
+  intermediate = register_module("intermediate", Linear(h, o.intermediate_size()));
+  output = register_module("output", Linear(o.intermediate_size(), h));
   output_norm = register_module(
       "output_norm",
       torch::nn::LayerNorm(torch::nn::LayerNormOptions({h}).eps(o.layer_norm_eps())));
@@ -156,7 +156,7 @@ BertModelImpl::BertModelImpl(const BertOptions& o) : options(o) {
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < o.layers(); ++i) layers->push_back(BertLayer(o));
   if (o.pooler()) {
-    pooler = register_module("pooler", torch::nn::Linear(o.hidden_size(), o.hidden_size()));
+    pooler = register_module("pooler", Linear(o.hidden_size(), o.hidden_size()));
   }
 }
 
@@ -198,21 +198,21 @@ void init_bert_weights(torch::nn::Module& module, double init_range) {
 
 BertForPretrainingImpl::BertForPretrainingImpl(const BertOptions& o, bool with_next_sentence) {
   bert = register_module("bert", BertModel(o));
-  transform = register_module("transform", torch::nn::Linear(o.hidden_size(), o.hidden_size()));
+  transform = register_module("transform", Linear(o.hidden_size(), o.hidden_size()));
   transform_norm = register_module(
       "transform_norm",
       torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.hidden_size()}).eps(o.layer_norm_eps())));
   output_bias = register_parameter("output_bias", torch::zeros({o.vocab_size()}));
   if (with_next_sentence) {
     TORCH_CHECK(o.pooler(), "next-sentence prediction needs the pooler");
-    next_sentence = register_module("next_sentence", torch::nn::Linear(o.hidden_size(), 2));
+    next_sentence = register_module("next_sentence", Linear(o.hidden_size(), 2));
   }
   init_bert_weights(*this, o.init_range());
 }
 
 torch::Tensor BertForPretrainingImpl::lm_logits(const torch::Tensor& hidden) {
   auto h = transform_norm(bert_gelu(transform(hidden), bert->options.gelu()));
-  return torch::nn::functional::linear(h, bert->word_embeddings(), output_bias);
+  return torch::linear(h, bert->word_embeddings(), output_bias);
 }
 
 // ---- The training step ----

@@ -8,6 +8,7 @@
 #include "gpubench/params.h"
 #include "gpubench/train/update.h"
 #include "gpubench/workload.h"
+#include "models/linear.h"
 
 #include <torch/nn.h>
 
@@ -82,7 +83,7 @@ class BertLayerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const std::optional<torch::Tensor>& mask);
 
   BertOptions options;
-  torch::nn::Linear qkv{nullptr}, attention_out{nullptr}, intermediate{nullptr}, output{nullptr};
+  Linear qkv{nullptr}, attention_out{nullptr}, intermediate{nullptr}, output{nullptr};
   torch::nn::LayerNorm attention_norm{nullptr}, output_norm{nullptr};
   torch::nn::Dropout dropout{nullptr};
 };
@@ -105,7 +106,7 @@ class BertModelImpl : public torch::nn::Module {
   BertOptions options;
   BertEmbeddings embeddings{nullptr};
   torch::nn::ModuleList layers{nullptr};
-  torch::nn::Linear pooler{nullptr};
+  Linear pooler{nullptr};
 };
 TORCH_MODULE(BertModel);
 
@@ -124,10 +125,10 @@ class BertForPretrainingImpl : public torch::nn::Module {
   torch::Tensor lm_logits(const torch::Tensor& hidden);
 
   BertModel bert{nullptr};
-  torch::nn::Linear transform{nullptr};
+  Linear transform{nullptr};
   torch::nn::LayerNorm transform_norm{nullptr};
   torch::Tensor output_bias;
-  torch::nn::Linear next_sentence{nullptr};  ///< null without next-sentence prediction
+  Linear next_sentence{nullptr};  ///< null without next-sentence prediction
 };
 TORCH_MODULE(BertForPretraining);
 

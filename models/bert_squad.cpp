@@ -99,7 +99,7 @@ SquadBatch::SquadBatch(int64_t batch, const Lengths& l, int64_t vocab, const tor
 
 BertForQuestionAnsweringImpl::BertForQuestionAnsweringImpl(const BertOptions& options) {
   bert = register_module("bert", BertModel(options));
-  qa_outputs = register_module("qa_outputs", torch::nn::Linear(options.hidden_size(), 2));
+  qa_outputs = register_module("qa_outputs", Linear(options.hidden_size(), 2));
   init_bert_weights(*this, options.init_range());
 }
 

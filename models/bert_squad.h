@@ -7,6 +7,7 @@
 #include "gpubench/params.h"
 #include "gpubench/workload.h"
 #include "models/bert.h"
+#include "models/linear.h"
 
 #include <torch/nn.h>
 
@@ -42,7 +43,7 @@ class BertForQuestionAnsweringImpl : public torch::nn::Module {
   std::pair<torch::Tensor, torch::Tensor> forward(const SquadBatch& batch);
 
   BertModel bert{nullptr};
-  torch::nn::Linear qa_outputs{nullptr};
+  Linear qa_outputs{nullptr};
 };
 TORCH_MODULE(BertForQuestionAnswering);
 

@@ -97,7 +97,7 @@ torch::Tensor WeightNormLinearImpl::weight() const {
 }
 
 torch::Tensor WeightNormLinearImpl::forward(const torch::Tensor& x) {
-  return torch::nn::functional::linear(x, weight(), bias);
+  return torch::linear(x, weight(), bias);
 }
 
 WeightNormConvTbcImpl::WeightNormConvTbcImpl(int64_t in, int64_t out, int64_t kernel,
@@ -359,8 +359,8 @@ Architecture fairseq_fconv_architecture() {
           "a sentence is longer than the position table");
     }
     auto model = train::build_model<FConvModel>(
-        train::reuse_key("fairseq-fconv", ctx.model.json().dump(), ctx.seed), ctx.device,
-        ctx.seed, [&] { return FConvModel(fconv_options(ctx.model)); });
+        train::reuse_key("fairseq-fconv", ctx.model.json().dump(), ctx.seed), ctx.device, ctx.seed,
+        [&] { return FConvModel(fconv_options(ctx.model)); });
     TokenBatches batches(shapes, ctx.model.i64("src_vocab"), ctx.model.i64("tgt_vocab"), ctx.device,
                          ctx.seed + 1);
     train::SgdOptions nag;

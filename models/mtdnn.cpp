@@ -113,10 +113,10 @@ torch::Tensor variational_dropout(const torch::Tensor& x, double p, bool trainin
 
 SanClassifierImpl::SanClassifierImpl(const SanOptions& o) : options(o) {
   const int64_t h = o.hidden();
-  query_wsum = register_module("query_wsum", torch::nn::Linear(h, 1));
-  attention = register_module("attention", torch::nn::Linear(h, h));  // bilinear x W y
+  query_wsum = register_module("query_wsum", Linear(h, 1));
+  attention = register_module("attention", Linear(h, h));  // bilinear x W y
   rnn = register_module("rnn", torch::nn::GRUCell(h, h));
-  classifier = register_module("classifier", torch::nn::Linear(4 * h, o.classes()));
+  classifier = register_module("classifier", Linear(4 * h, o.classes()));
 }
 
 torch::Tensor SanClassifierImpl::forward(const torch::Tensor& x, const torch::Tensor& h,
@@ -200,7 +200,7 @@ MtDnnImpl::MtDnnImpl(const BertOptions& encoder, const std::vector<GlueTask>& ta
                                          .memory_dropout(san_memory_dropout)
                                          .dropout(t.dropout)));
     } else {
-      heads->push_back(torch::nn::Linear(h, t.classes));
+      heads->push_back(Linear(h, t.classes));
     }
   }
   init_bert_weights(*this, encoder.init_range());
@@ -218,8 +218,8 @@ torch::Tensor MtDnnImpl::forward(int64_t t, const torch::Tensor& input_ids,
     auto first = sequence.slice(1, 0, hypothesis_mask.size(1));
     return heads[t]->as<SanClassifier>()->forward(sequence, first, premise_mask, hypothesis_mask);
   }
-  auto out = heads[t]->as<torch::nn::Linear>()->forward(
-      variational_dropout(pooled, task.dropout, is_training()));
+  auto out =
+      heads[t]->as<LinearImpl>()->forward(variational_dropout(pooled, task.dropout, is_training()));
   return task.head == "regression" ? out.squeeze(-1) : out;
 }
 

@@ -10,6 +10,7 @@
 #include "gpubench/params.h"
 #include "gpubench/workload.h"
 #include "models/bert.h"
+#include "models/linear.h"
 
 #include <torch/nn.h>
 
@@ -49,7 +50,7 @@ class SanClassifierImpl : public torch::nn::Module {
                         const torch::Tensor& h_mask);
 
   SanOptions options;
-  torch::nn::Linear query_wsum{nullptr}, attention{nullptr}, classifier{nullptr};
+  Linear query_wsum{nullptr}, attention{nullptr}, classifier{nullptr};
   torch::nn::GRUCell rnn{nullptr};
 };
 TORCH_MODULE(SanClassifier);

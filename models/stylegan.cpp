@@ -1,11 +1,10 @@
 #include "models/stylegan.h"
 
-#include "models/conv_gradfix.h"
-
 #include "gpubench/compat.h"
 #include "gpubench/config.h"
 #include "gpubench/errors.h"
 #include "gpubench/train/runtime.h"
+#include "models/conv_gradfix.h"
 
 #include <torch/torch.h>
 
@@ -90,8 +89,7 @@ EqualizedLinearImpl::EqualizedLinearImpl(int64_t in, int64_t out, double gain, d
 }
 
 torch::Tensor EqualizedLinearImpl::forward(const torch::Tensor& x) {
-  return torch::nn::functional::linear(x, weight * weight_scale,
-                                       bias_scale == 1.0 ? bias : bias * bias_scale);
+  return torch::linear(x, weight * weight_scale, bias_scale == 1.0 ? bias : bias * bias_scale);
 }
 
 EqualizedConv2dImpl::EqualizedConv2dImpl(int64_t in, int64_t out, int64_t kernel, double gain,

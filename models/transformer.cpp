@@ -30,8 +30,8 @@ torch::Tensor sinusoidal_table(int64_t rows, int64_t dim, int64_t pad) {
 namespace {
 
 /// fairseq's transformer Linear(): Xavier-uniform weight, zero bias.
-torch::nn::Linear xavier_linear(int64_t in, int64_t out) {
-  torch::nn::Linear linear(in, out);
+Linear xavier_linear(int64_t in, int64_t out) {
+  Linear linear(in, out);
   torch::NoGradGuard no_grad;
   torch::nn::init::xavier_uniform_(linear->weight);
   linear->bias.zero_();
@@ -48,12 +48,11 @@ FairseqAttentionImpl::FairseqAttentionImpl(int64_t embed_dim, int64_t heads_, do
                                            bool self_attention)
     : heads(heads_), dropout(dropout_) {
   TORCH_CHECK(embed_dim % heads == 0, "embed_dim must be a multiple of heads");
-  in_proj = register_module("in_proj",
-                            torch::nn::Linear(embed_dim, (self_attention ? 3 : 1) * embed_dim));
+  in_proj = register_module("in_proj", Linear(embed_dim, (self_attention ? 3 : 1) * embed_dim));
   if (!self_attention) {
-    kv_proj = register_module("kv_proj", torch::nn::Linear(embed_dim, 2 * embed_dim));
+    kv_proj = register_module("kv_proj", Linear(embed_dim, 2 * embed_dim));
   }
-  out_proj = register_module("out_proj", torch::nn::Linear(embed_dim, embed_dim));
+  out_proj = register_module("out_proj", Linear(embed_dim, embed_dim));
   // MultiheadAttention.reset_parameters: each of q, k, v Xavier-uniform with gain 1/sqrt(2) as
   // its own d x d matrix (biases keep nn.Linear's init); the output projection plain Xavier with
   // a zero bias.
@@ -195,7 +194,7 @@ torch::Tensor FairseqTransformerImpl::forward(const torch::Tensor& src_tokens,
     y = layer->as<TransformerDecoderLayer>()->forward(y, x, mask);
   }
   // --share-all-embeddings: the output projection is the embedding table, without a bias.
-  return torch::nn::functional::linear(y, embed_tokens->weight);
+  return torch::linear(y, embed_tokens->weight);
 }
 
 // ---- The workload ----

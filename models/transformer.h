@@ -7,6 +7,7 @@
 #pragma once
 
 #include "gpubench/workload.h"
+#include "models/linear.h"
 
 #include <torch/nn.h>
 
@@ -64,9 +65,9 @@ class FairseqAttentionImpl : public torch::nn::Module {
 
   int64_t heads;
   double dropout;
-  torch::nn::Linear in_proj{nullptr};  ///< self: q, k, v. encoder attention: q only
-  torch::nn::Linear kv_proj{nullptr};  ///< encoder attention: k, v; null for self-attention
-  torch::nn::Linear out_proj{nullptr};
+  Linear in_proj{nullptr};  ///< self: q, k, v. encoder attention: q only
+  Linear kv_proj{nullptr};  ///< encoder attention: k, v; null for self-attention
+  Linear out_proj{nullptr};
 };
 TORCH_MODULE(FairseqAttention);
 
@@ -80,7 +81,7 @@ class TransformerEncoderLayerImpl : public torch::nn::Module {
   FairseqTransformerOptions options;
   FairseqAttention self_attn{nullptr};
   torch::nn::LayerNorm self_attn_norm{nullptr}, final_norm{nullptr};
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  Linear fc1{nullptr}, fc2{nullptr};
 };
 TORCH_MODULE(TransformerEncoderLayer);
 
@@ -95,7 +96,7 @@ class TransformerDecoderLayerImpl : public torch::nn::Module {
   FairseqTransformerOptions options;
   FairseqAttention self_attn{nullptr}, encoder_attn{nullptr};
   torch::nn::LayerNorm self_attn_norm{nullptr}, encoder_attn_norm{nullptr}, final_norm{nullptr};
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  Linear fc1{nullptr}, fc2{nullptr};
 };
 TORCH_MODULE(TransformerDecoderLayer);
 

@@ -36,12 +36,12 @@ XlmAttentionImpl::XlmAttentionImpl(int64_t dim_, int64_t heads_, double dropout_
     : dim(dim_), heads(heads_), dropout(dropout_) {
   TORCH_CHECK(dim % heads == 0, "dim must be a multiple of heads");
   if (cross) {
-    q = register_module("q", torch::nn::Linear(dim, dim));
-    kv = register_module("kv", torch::nn::Linear(dim, 2 * dim));
+    q = register_module("q", Linear(dim, dim));
+    kv = register_module("kv", Linear(dim, 2 * dim));
   } else {
-    qkv = register_module("qkv", torch::nn::Linear(dim, 3 * dim));
+    qkv = register_module("qkv", Linear(dim, 3 * dim));
   }
-  out = register_module("out", torch::nn::Linear(dim, dim));
+  out = register_module("out", Linear(dim, dim));
 }
 
 torch::Tensor XlmAttentionImpl::split_heads(const torch::Tensor& x) const {
@@ -121,8 +121,8 @@ XlmLayerImpl::XlmLayerImpl(const XlmTransformerOptions& o) : options(o) {
         register_module("encoder_attn", XlmAttention(d, o.heads(), o.attention_dropout(), true));
     layer_norm15 = register_module("layer_norm15", norm());
   }
-  lin1 = register_module("lin1", torch::nn::Linear(d, o.ffn_dim()));
-  lin2 = register_module("lin2", torch::nn::Linear(o.ffn_dim(), d));
+  lin1 = register_module("lin1", Linear(d, o.ffn_dim()));
+  lin2 = register_module("lin2", Linear(o.ffn_dim(), d));
   layer_norm2 = register_module("layer_norm2", norm());
 }
 
@@ -227,7 +227,7 @@ torch::Tensor XlmTransformerImpl::forward(const torch::Tensor& x, const torch::T
 }
 
 torch::Tensor XlmTransformerImpl::scores(const torch::Tensor& hidden) {
-  return torch::nn::functional::linear(hidden, embeddings->weight, pred_bias);
+  return torch::linear(hidden, embeddings->weight, pred_bias);
 }
 
 GreedyOutput XlmTransformerImpl::generate(const torch::Tensor& source,

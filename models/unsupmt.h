@@ -10,6 +10,7 @@
 #include "gpubench/params.h"
 #include "gpubench/train/runtime.h"
 #include "gpubench/workload.h"
+#include "models/linear.h"
 
 #include <torch/nn.h>
 
@@ -79,7 +80,7 @@ class XlmAttentionImpl : public torch::nn::Module {
 
   int64_t dim, heads;
   double dropout;
-  torch::nn::Linear qkv{nullptr}, q{nullptr}, kv{nullptr}, out{nullptr};
+  Linear qkv{nullptr}, q{nullptr}, kv{nullptr}, out{nullptr};
 
  private:
   torch::Tensor split_heads(const torch::Tensor& x) const;  // [B, L, D] -> [B, h, L, D/h]
@@ -110,7 +111,7 @@ class XlmLayerImpl : public torch::nn::Module {
   XlmTransformerOptions options;
   XlmAttention attention{nullptr}, encoder_attn{nullptr};
   torch::nn::LayerNorm layer_norm1{nullptr}, layer_norm15{nullptr}, layer_norm2{nullptr};
-  torch::nn::Linear lin1{nullptr}, lin2{nullptr};
+  Linear lin1{nullptr}, lin2{nullptr};
 
  private:
   torch::Tensor feed_forward(const torch::Tensor& x);

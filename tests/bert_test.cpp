@@ -20,6 +20,29 @@ const ConfigStore& store() {
 
 int64_t count(const torch::nn::Module& m) { return count_trainable(m.parameters()); }
 
+// models/linear.h: torch::nn::Linear's parameters and initialization, ATen's linear as forward
+// (one addmm for a [batch, length, features] input instead of a matmul and a bias add).
+TEST(LinearTest, IsTorchLinearWithAtensForward) {
+  torch::manual_seed(3);
+  torch::nn::Linear plain(8, 5);
+  torch::manual_seed(3);
+  Linear ours(8, 5);
+  ASSERT_TRUE(torch::equal(ours->weight, plain->weight));
+  ASSERT_TRUE(torch::equal(ours->bias, plain->bias));
+  std::vector<std::string> names;
+  for (const auto& p : ours->named_parameters()) names.push_back(p.key());
+  EXPECT_EQ(names, (std::vector<std::string>{"weight", "bias"}));
+  EXPECT_NE(ours->as<torch::nn::Linear>(), nullptr);  // weight initializers still find it
+  for (const auto& x : {torch::randn({3, 8}), torch::randn({2, 7, 8}), torch::randn({2, 3, 4, 8})}) {
+    const auto y = ours->forward(x);
+    EXPECT_TRUE(torch::allclose(y, plain->forward(x), 1e-5, 1e-6)) << x.sizes();
+    EXPECT_TRUE(torch::allclose(y, torch::linear(x, plain->weight, plain->bias), 0, 0)) << x.sizes();
+  }
+  // Through a ModuleHolder, as the models call it.
+  const auto x = torch::randn({2, 7, 8});
+  EXPECT_TRUE(torch::equal(ours(x), torch::linear(x, ours->weight, ours->bias)));
+}
+
 TEST(BertTest, ParameterBreakdownMatchesTheSpec) {
   // spec language §4.3: embeddings 23,837,184; 12 x 7,087,872; pooler 590,592.
   const BertOptions base = bert_options(store().model("bert-base").model);

@@ -62,7 +62,7 @@ torch::Tensor reference_san(const SanClassifier& san, const torch::Tensor& x,
                             const torch::Tensor& h, const torch::Tensor& x_mask,
                             const torch::Tensor& h_mask) {
   const double inf = std::numeric_limits<double>::infinity();
-  const auto linear = [](const torch::nn::Linear& l, const torch::Tensor& v) {
+  const auto linear = [](const Linear& l, const torch::Tensor& v) {
     return torch::matmul(v, l->weight.t()) + l->bias;
   };
   auto alpha = torch::softmax(linear(san->query_wsum, h).squeeze(-1).masked_fill(h_mask, -inf), 1);
