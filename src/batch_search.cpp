@@ -353,7 +353,10 @@ class Search {
       return {b, "double"};
     }
     const double limit = line.batch_at(target_);
-    const int edges = count_fitting_edges();
+    // Edge probes fit past the line when it was wrong there. A fit that exposed a workspace spike
+    // under the line (spike_exposure) redraws it without the spike: the edges up to that fit
+    // were above the old line, not the new one, which predicts again.
+    const int edges = count_fitting_edges(live_line(fit_points) ? spike_exposure(fit_points) : 0);
     if (fit_points.size() == 1 && hint_slope() == 0 &&
         limit > kScoutFactor * static_cast<double>(l)) {
       // A second point halfway to the predicted limit: the slope, measured on a long lever.
@@ -484,15 +487,48 @@ class Search {
                                 [](const FitPoint& f) { return f.allocated > 0; });
   }
   Line model_line(const std::vector<FitPoint>& fits) const {
-    return live_line(fits) ? allocated_line(fits, hint_slope()) : fit_line(fits, hint_slope());
+    if (!live_line(fits)) return fit_line(fits, hint_slope());
+    return allocated_line(spike_exposure(fits) > 0 ? lower_hull(fits) : fits, hint_slope());
+  }
+  /// With the allocated line: the smallest batch whose fit shows that a smaller batch's fit held
+  /// a workspace spike (its allocated peak lies above this larger batch's), or 0 when the
+  /// allocated peaks rise with the batch. In strict fp32 cuDNN's heuristics pick algorithms
+  /// with large workspaces at some shapes: deeplabv3 on the H200 peaked at 137.1 GiB at batch 68
+  /// and 109.2 GiB at 70 (2026-12-02).
+  static int64_t spike_exposure(const std::vector<FitPoint>& fits) {
+    double highest = -1;  // the highest allocated peak of the batches below
+    for (const auto& f : fits) {  // by batch, ascending
+      if (f.allocated < highest) return f.batch;
+      highest = std::max(highest, f.allocated);
+    }
+    return 0;
+  }
+  /// The fits on the lower convex hull of allocated peak against batch: what grows with the
+  /// batch, without the workspace spikes above it. The largest fit is always on it.
+  static std::vector<FitPoint> lower_hull(const std::vector<FitPoint>& fits) {
+    std::vector<FitPoint> hull;
+    for (const auto& f : fits) {
+      while (hull.size() >= 2) {
+        const FitPoint& a = hull[hull.size() - 2];
+        const FitPoint& b = hull.back();
+        // b above the segment from a to f: not on the lower hull.
+        const double above = (b.allocated - a.allocated) * static_cast<double>(f.batch - a.batch) -
+                             (f.allocated - a.allocated) * static_cast<double>(b.batch - a.batch);
+        if (above <= 0) break;
+        hull.pop_back();
+      }
+      hull.push_back(f);
+    }
+    return hull;
   }
   bool largest_fit_pinned(const std::vector<FitPoint>& fits) const {
     return capacity_ > 0 && !fits.empty() && pinned_at_capacity(fits.back().peak);
   }
-  int count_fitting_edges() const {
+  /// Edge probes that fitted above batch `above`.
+  int count_fitting_edges(int64_t above = 0) const {
     int n = 0;
     for (const auto& p : probes_) {
-      if (!p.sticky && p.fits && p.phase == "edge") ++n;
+      if (!p.sticky && p.fits && p.phase == "edge" && p.batch > above) ++n;
     }
     return n;
   }

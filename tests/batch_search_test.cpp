@@ -510,6 +510,91 @@ TEST(BatchSearchTest, ReplaysTheH200SearchesOfTheAllocatedLineInNoMoreProbesThan
   std::printf("  total %zu probes (H200: %zu)\n", total, h200_total);
 }
 
+// Generated from docs/results/2026-12-02-h200-fp32-suite/journal.jsonl: the fp32 suite's
+// searches with one-step probes and the allocated line, their probe counts on the H200.
+const std::vector<MeasuredSearch> kH200OneStepFp32Searches = {
+    {"nasnet-large-fp32", 1, 65536, 1, 16, 231, 6, 1.67,
+     {{16, 10.81}, {119, 72.51}, {226, 136.61}, {230, 138.86}, {231, 139.04}},
+     {{16, 10.59}, {119, 71.85}, {226, 135.48}, {230, 137.86}, {231, 138.46}}},
+    {"deeplabv3-fp32", 2, 4096, 1, 8, 89, 14, 0.90,
+     {{8, 12.91}, {45, 105.35}, {58, 124.65}, {68, 137.24}, {70, 110.48}, {71, 112.07}, {73, 115.21}, {77, 121.52}, {85, 134.06}, {89, 138.82}},
+     {{8, 12.75}, {45, 103.81}, {58, 122.65}, {68, 137.14}, {70, 109.19}, {71, 110.74}, {73, 113.85}, {77, 120.08}, {85, 132.52}, {89, 138.74}}},
+    {"yolov3-fp32", 1, 4096, 1, 8, 181, 6, 1.44,
+     {{8, 6.60}, {94, 73.57}, {177, 138.12}, {180, 139.15}, {181, 138.68}},
+     {{8, 6.57}, {94, 72.20}, {177, 135.54}, {180, 137.83}, {181, 138.60}}},
+    {"pix2pixhd-fp32", 1, 256, 1, 2, 9, 7, 3.32,
+     {{2, 135.26}, {3, 136.76}, {4, 138.28}, {6, 139.12}, {8, 124.01}, {9, 134.73}},
+     {{2, 135.24}, {3, 136.75}, {4, 138.26}, {6, 139.10}, {8, 117.71}, {9, 132.15}}},
+    {"stylegan-fp32", 1, 4096, 4, 8, 104, 6, 1.20,
+     {{8, 12.39}, {48, 71.41}, {88, 123.13}, {96, 133.64}, {104, 136.65}},
+     {{8, 12.29}, {48, 71.28}, {88, 123.03}, {96, 133.39}, {104, 136.59}}},
+    {"mask-rcnn-fp32", 1, 4096, 1, 2, 111, 6, 1.90,
+     {{2, 3.38}, {52, 69.80}, {108, 138.04}, {110, 138.00}, {111, 138.74}},
+     {{2, 3.24}, {52, 65.52}, {108, 135.28}, {110, 137.77}, {111, 138.48}}},
+    {"transformer-big-fp32", 256, 1048576, 128, 4096, 125312, 7, 3.21,
+     {{4096, 6.83}, {77952, 87.51}, {124288, 137.94}, {125184, 138.78}, {125312, 138.94}},
+     {{4096, 6.75}, {77952, 86.27}, {124288, 137.84}, {125184, 138.67}, {125312, 138.83}}},
+    {"conv-seq2seq-fp32", 256, 1048576, 128, 4096, 149376, 8, 2.43,
+     {{4096, 5.99}, {80512, 77.27}, {146176, 136.24}, {148480, 138.19}, {149248, 138.90}, {149376, 138.90}},
+     {{4096, 5.87}, {80512, 75.71}, {146176, 136.06}, {148480, 138.04}, {149248, 138.70}, {149376, 138.70}}},
+    {"unsupmt-fp32", 100, 1048576, 100, 2000, 74600, 7, 4.69,
+     {{2000, 7.22}, {53500, 100.89}, {73400, 137.06}, {74200, 138.54}, {74600, 138.99}},
+     {{2000, 7.19}, {53500, 100.62}, {73400, 136.70}, {74200, 138.17}, {74600, 138.93}}},
+    {"bert-base-fp32", 1, 65536, 1, 16, 1711, 9, 1.71,
+     {{16, 2.71}, {1227, 100.72}, {1683, 137.66}, {1701, 138.27}, {1708, 138.85}, {1710, 138.99}, {1711, 139.05}},
+     {{16, 2.60}, {1227, 100.05}, {1683, 136.75}, {1701, 138.20}, {1708, 138.76}, {1710, 138.93}, {1711, 139.01}}},
+    {"bert-finetune-fp32", 1, 65536, 1, 8, 613, 7, 1.69,
+     {{8, 3.15}, {392, 89.41}, {601, 136.38}, {610, 138.41}, {613, 138.91}},
+     {{8, 3.08}, {392, 89.25}, {601, 136.15}, {610, 138.17}, {613, 138.85}}},
+    {"mt-dnn-fp32", 1, 65536, 1, 8, 254, 6, 5.50,
+     {{8, 8.59}, {178, 98.74}, {249, 136.48}, {252, 138.07}, {254, 139.04}},
+     {{8, 8.48}, {178, 98.63}, {249, 136.31}, {252, 137.88}, {254, 139.00}}},
+};
+
+TEST(BatchSearchTest, ALineDrawnUnderTheWorkspaceSpikesFindsDeeplabFp32InNineProbes) {
+  // deeplabv3 in strict fp32 took 14 probes on the H200: the fits at 45, 58 and 68 held
+  // large-workspace algorithms (68: 137.1 GiB allocated, 70: 109.2), the line through them put
+  // the limit at 68, and edge probes galloped from 70 to 101 and bisected back to 89. Drawn
+  // through the lower hull of the fits once 70 exposes the spike, the line predicts the limit
+  // again: 87 and 88 fit, 89 fits, 90 does not (9 probes; issue 10's target is 8). The rest of
+  // the suite takes no more probes than it took there.
+  std::size_t total = 0, h200_total = 0;
+  for (const auto& m : kH200OneStepFp32Searches) {
+    const SearchRecord r = replay(m, true);
+    EXPECT_LE(r.probes.size(), m.h200_probes) << m.model << ": " << trace(r);
+    if (std::string(m.model) == "deeplabv3-fp32") {
+      EXPECT_LE(r.probes.size(), 9u) << trace(r);
+    }
+    std::printf("  %-22s %2zu probes (H200: %2zu): %s\n", m.model, r.probes.size(), m.h200_probes,
+                trace(r).c_str());
+    total += r.probes.size();
+    h200_total += m.h200_probes;
+  }
+  std::printf("  total %zu probes (H200: %zu)\n", total, h200_total);
+}
+
+TEST(BatchSearchTest, WorkspaceSpikesUnderAnExpandableAllocatorCostProbesButNotTheAnswer) {
+  // Linear memory; every third batch from a fifth of the limit up holds a workspace of 25%
+  // of the capacity (while it fits), as cuDNN's heuristics do at some shapes in strict fp32.
+  for (const int64_t limit : {40, 89, 231, 1711, 20000}) {
+    Device d = linear(limit);
+    const double cap = d.capacity;
+    d.shown = [=](int64_t b) {
+      const double base = 2e9 + 1e8 * static_cast<double>(b);
+      const bool spiked = b % 3 == 0 && static_cast<double>(b) > limit / 5.0;
+      return spiked ? std::min(base + 0.25 * cap, cap - 1e6) : base;
+    };
+    d.allocated = [=](int64_t b) { return d.shown(b) - 1000; };
+    const SearchSettings s = settings(1, 65536, 1, 8);
+    SearchOptions options;
+    options.expandable_allocator = true;
+    const SearchRecord r = find_max_batch(s, static_cast<int64_t>(cap), std::ref(d), options);
+    EXPECT_EQ(r.max_batch, limit) << trace(r);
+    expect_exact(r, s, trace(r));
+    EXPECT_LE(r.probes.size(), 14u) << trace(r);
+  }
+}
+
 TEST(BatchSearchTest, TheAllocatedLineStaysExactOnEverySimulatedDevice) {
   // The allocated line aims 0.4% under the capacity, where the H200's allocator ran out. A device
   // that fits up to the last byte (these simulations) costs it one to three edge probes more
