@@ -79,7 +79,7 @@ void worker_log(const std::string& model, const std::string& text) {
   }
   static std::mutex m;  // the heartbeat's thread logs too
   const std::lock_guard<std::mutex> lock(m);
-  std::cerr << fmt::format("  {}: {}\n", prefix, text) << std::flush;
+  std::cerr << fmt::format("  {}: {}\n", prefix, terminal_safe(text)) << std::flush;
 }
 
 /// While a worker phase runs, a line whenever the worker has said nothing for a while (10 s, or

@@ -117,6 +117,31 @@ TEST(CliTest, BadInputIsExitCodeTwoWithAClearMessage) {
   EXPECT_ERROR(cli({"report", "/nonexistent/r.json"}), 2, "cannot be read");
 }
 
+// A message quoting what the user gave (an argument, a config's key or value) prints its control
+// bytes escaped: an ANSI escape in a name cannot recolour the terminal or move the cursor.
+TEST(CliTest, ControlBytesInWhatAMessageQuotesArePrintedEscaped) {
+  const auto no_control = [](const std::string& text) {
+    return std::none_of(text.begin(), text.end(), [](char c) {
+      const auto b = static_cast<unsigned char>(c);
+      return (b < 0x20 && c != '\n' && c != '\t') || b == 0x7f;
+    });
+  };
+  const auto model = cli({"run", "--model", "\x1b[31mbert", "--device", "cpu"});
+  EXPECT_EQ(model.code, 2) << model.err;
+  EXPECT_NE(model.err.find("\\x1b[31mbert"), std::string::npos) << model.err;
+  EXPECT_TRUE(no_control(model.err)) << model.err;
+  const auto command = cli({"fr\x1b]0;title\x07obnicate"});
+  EXPECT_EQ(command.code, 2) << command.err;
+  EXPECT_NE(command.err.find("unknown command 'fr\\x1b]0;title\\x07obnicate'"), std::string::npos)
+      << command.err;
+  EXPECT_TRUE(no_control(command.err)) << command.err;
+  TempDir dir;
+  testing::write_file(dir.file("bad.yaml"), "run:\n  seed: \"\x1b[2J\"\n  s\x1b[2Jeed: 3\n");
+  const auto config = cli({"run", "--model", "bert-base", "--config", dir.file("bad.yaml")});
+  EXPECT_EQ(config.code, 2) << config.err;
+  EXPECT_TRUE(no_control(config.err)) << config.err;
+}
+
 TEST(CliTest, AnEmptyOrAbsurdValueIsRefusedNotIgnored) {
   EXPECT_ERROR(cli({"run", "--model", "bert-base", "--precision", ""}), 2,
                "--precision: expected a value, got an empty string");

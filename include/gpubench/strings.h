@@ -19,6 +19,11 @@ std::optional<std::string> closest_match(std::string_view name,
 /// " (did you mean 'x'?)" when a close candidate exists, else "".
 std::string did_you_mean(std::string_view name, const std::vector<std::string>& candidates);
 
+/// `text` safe to print on a terminal: every control byte but newline and tab (an ANSI escape's
+/// ESC, a carriage return, a bell, DEL) as \xNN, so that a message quoting a file or an argument
+/// cannot move the cursor or recolour the terminal. Other bytes, UTF-8 included, pass through.
+std::string terminal_safe(std::string_view text);
+
 /// Joins with a separator: join({"a","b"}, ", ") == "a, b".
 std::string join(const std::vector<std::string>& parts, std::string_view separator);
 

@@ -717,8 +717,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   }
   if (argc > 1 && argv[1][0] != '-' &&
       std::find(every.begin(), every.end(), argv[1]) == every.end()) {
-    err << "error: unknown command '" << argv[1] << "'" << did_you_mean(argv[1], commands)
-        << "; the commands are " << join(commands, ", ") << " (run 'gpubench --help')\n";
+    err << "error: unknown command '" << terminal_safe(argv[1]) << "'"
+        << terminal_safe(did_you_mean(argv[1], commands)) << "; the commands are "
+        << join(commands, ", ") << " (run 'gpubench --help')\n";
     return kExitBadInput;
   }
 
@@ -731,7 +732,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e, out, err);
   } catch (const CLI::ParseError& e) {
-    err << "error: " << e.what() << " (run 'gpubench --help')\n";
+    err << "error: " << terminal_safe(e.what()) << " (run 'gpubench --help')\n";
     return kExitBadInput;
   }
 
@@ -743,10 +744,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     if (app.got_subcommand("report")) return run_report(report, out, err);
     if (app.got_subcommand("worker")) return worker_main(worker.spec, worker.out);
   } catch (const Error& e) {
-    err << "error: " << e.what() << '\n';
+    err << "error: " << terminal_safe(e.what()) << '\n';
     return e.exit_code();
   } catch (const std::exception& e) {
-    err << "error: " << e.what() << '\n';
+    err << "error: " << terminal_safe(e.what()) << '\n';
     return kExitJobFailed;
   }
   return kExitBadInput;
