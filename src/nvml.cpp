@@ -1,5 +1,9 @@
 #include "gpubench/nvml.h"
 
+#include "gpubench/strings.h"
+
+#include <fmt/format.h>
+
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -25,6 +29,8 @@ struct NvmlApi {
   nvmlReturn_t (*power)(nvmlDevice_t, unsigned*) = nullptr;
   nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned*) = nullptr;
   nvmlReturn_t (*reasons)(nvmlDevice_t, unsigned long long*) = nullptr;
+  nvmlReturn_t (*max_clock)(nvmlDevice_t, int, unsigned*) = nullptr;
+  nvmlReturn_t (*power_limit)(nvmlDevice_t, unsigned*) = nullptr;
   bool ok = false;
 };
 
@@ -46,6 +52,8 @@ const NvmlApi& nvml() {
     bind(lib, "nvmlDeviceGetTemperature", a.temperature);
     bind(lib, "nvmlDeviceGetCurrentClocksEventReasons", a.reasons);
     if (!a.reasons) bind(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", a.reasons);
+    bind(lib, "nvmlDeviceGetMaxClockInfo", a.max_clock);
+    bind(lib, "nvmlDeviceGetEnforcedPowerLimit", a.power_limit);
     a.ok = a.init && a.init() == kNvmlSuccess;
     return a;
   }();
@@ -60,7 +68,7 @@ struct ReasonBit {
 constexpr ReasonBit kReasons[] = {
     {0x1, "gpu_idle", false},
     {0x2, "applications_clocks", false},
-    {0x4, "sw_power_cap", true},
+    {kPowerCapReason, "sw_power_cap", false},  // judged with the clocks: summarize_clock_samples
     {0x8, "hw_slowdown", true},
     {0x10, "sync_boost", false},
     {0x20, "sw_thermal_slowdown", true},
@@ -127,18 +135,16 @@ void ClockSampler::loop() {
   }
 }
 
-Json ClockSampler::stop() {
-  if (running_) {
-    running_ = false;
-    thread_.join();
-  }
-  Json out = {{"available", device_ != nullptr}, {"samples", samples_.size()}};
-  if (samples_.empty()) return out;
+Json summarize_clock_samples(const std::vector<ClockSample>& samples, const ClockLimits& limits) {
+  Json out = {{"samples", samples.size()}};
+  if (limits.max_sm_mhz > 0) out["sm_clock_max_mhz"] = limits.max_sm_mhz;
+  if (limits.power_limit_mw > 0) out["power_limit_w"] = limits.power_limit_mw / 1000.0;
+  if (samples.empty()) return out;
   std::vector<unsigned> clocks;
   double power_sum = 0, power_max = 0;
   unsigned temperature_max = 0;
   unsigned long long reasons = 0;
-  for (const auto& s : samples_) {
+  for (const auto& s : samples) {
     clocks.push_back(s.sm_mhz);
     power_sum += s.power_mw / 1000.0;
     power_max = std::max(power_max, s.power_mw / 1000.0);
@@ -146,12 +152,50 @@ Json ClockSampler::stop() {
     reasons |= s.reasons;
   }
   std::sort(clocks.begin(), clocks.end());
-  out["sm_clock_mhz"] = {
-      {"min", clocks.front()}, {"median", clocks[clocks.size() / 2]}, {"max", clocks.back()}};
-  out["power_w"] = {{"mean", power_sum / static_cast<double>(samples_.size())}, {"max", power_max}};
+  const unsigned median = clocks[clocks.size() / 2];
+  out["sm_clock_mhz"] = {{"min", clocks.front()}, {"median", median}, {"max", clocks.back()}};
+  out["power_w"] = {{"mean", power_sum / static_cast<double>(samples.size())}, {"max", power_max}};
   out["temperature_c_max"] = temperature_max;
   out["throttle_reasons"] = throttle_reason_names(reasons);
-  out["throttled"] = is_slowdown(reasons);
+  const bool capped = (reasons & kPowerCapReason) != 0;
+  out["power_capped"] = capped;
+  // The power cap is how a loaded GPU runs; it slows the work only when it pulls the clocks down.
+  const unsigned reference = limits.max_sm_mhz > 0 ? limits.max_sm_mhz : clocks.back();
+  const bool slowed_by_cap =
+      capped && reference > 0 && median < kUnthrottledClockShare * static_cast<double>(reference);
+  std::string note;
+  if (is_slowdown(reasons)) {
+    std::vector<std::string> slow;
+    for (const auto& r : kReasons) {
+      if ((reasons & r.bit) && r.slowdown) slow.emplace_back(r.name);
+    }
+    note = "a thermal or hardware slowdown: " + join(slow, ", ");
+  } else if (slowed_by_cap) {
+    note = fmt::format("the power limit held the median SM clock at {} MHz, {:.0f}% of {} MHz",
+                       median, 100.0 * median / reference, reference);
+  }
+  out["throttled"] = !note.empty();
+  if (!note.empty()) out["throttle_note"] = note;
+  return out;
+}
+
+Json ClockSampler::stop() {
+  if (running_) {
+    running_ = false;
+    thread_.join();
+  }
+  ClockLimits limits;
+  const NvmlApi& api = nvml();
+  if (device_ != nullptr) {
+    if (api.max_clock && api.max_clock(device_, kNvmlClockSm, &limits.max_sm_mhz) != kNvmlSuccess) {
+      limits.max_sm_mhz = 0;
+    }
+    if (api.power_limit && api.power_limit(device_, &limits.power_limit_mw) != kNvmlSuccess) {
+      limits.power_limit_mw = 0;
+    }
+  }
+  Json out = summarize_clock_samples(samples_, limits);
+  out["available"] = device_ != nullptr;
   return out;
 }
 

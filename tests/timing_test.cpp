@@ -1,9 +1,45 @@
+#include "gpubench/nvml.h"
 #include "gpubench/timing.h"
 
 #include <gtest/gtest.h>
 
 namespace gpubench {
 namespace {
+
+// The clocks of a timed window: the power cap is how a loaded GPU runs, and only counts as
+// throttling when it pulls the median SM clock below 97% of the device's maximum.
+TEST(TimingTest, ThePowerCapAloneIsNotThrottlingUnlessItLowersTheClocks) {
+  const ClockLimits h200{1980, 700000};
+  auto window = [](unsigned mhz, unsigned long long reasons) {
+    std::vector<ClockSample> samples;
+    for (unsigned i = 0; i < 9; ++i) samples.push_back({mhz - (i == 0 ? 30 : 0), 650000, 60, reasons});
+    return samples;
+  };
+  // At the maximum under the power cap (5 of 28 records of 2026-12-01 said "throttled" so).
+  const Json at_max = summarize_clock_samples(window(1980, kPowerCapReason), h200);
+  EXPECT_TRUE(at_max["power_capped"].get<bool>());
+  EXPECT_FALSE(at_max["throttled"].get<bool>());
+  EXPECT_EQ(at_max["sm_clock_max_mhz"], 1980);
+  EXPECT_DOUBLE_EQ(at_max["power_limit_w"].get<double>(), 700.0);
+  EXPECT_EQ(at_max["sm_clock_mhz"]["median"], 1980);
+  // The cap holding the clocks at 1755 MHz (89%): throttled, and the note says by how much.
+  const Json held = summarize_clock_samples(window(1755, kPowerCapReason), h200);
+  EXPECT_TRUE(held["throttled"].get<bool>());
+  EXPECT_EQ(held["throttle_note"], "the power limit held the median SM clock at 1755 MHz, 89% of 1980 MHz");
+  // Low clocks without the cap (an idle or application-clock reason) are not throttling.
+  EXPECT_FALSE(summarize_clock_samples(window(1400, 0x2), h200)["throttled"].get<bool>());
+  // A thermal slowdown always is, whatever the clocks.
+  const Json hot = summarize_clock_samples(window(1980, 0x40), h200);
+  EXPECT_TRUE(hot["throttled"].get<bool>());
+  EXPECT_EQ(hot["throttle_note"], "a thermal or hardware slowdown: hw_thermal_slowdown");
+  EXPECT_EQ(hot["throttle_reasons"], Json::array({"hw_thermal_slowdown"}));
+  // Without the device's maximum, the highest sampled clock stands for it.
+  EXPECT_FALSE(summarize_clock_samples(window(1755, kPowerCapReason), ClockLimits{})["throttled"]
+                   .get<bool>());
+  const Json none = summarize_clock_samples({}, ClockLimits{});
+  EXPECT_EQ(none["samples"], 0);
+  EXPECT_FALSE(none.contains("throttled"));
+}
 
 TEST(TimingTest, SummarizesStepTimes) {
   const TimingStats s = summarize_steps({10, 12, 11, 13, 9}, 0.055);

@@ -16,6 +16,32 @@ namespace gpubench {
 /// The NVIDIA driver version ("580.159.04"), when NVML loads.
 std::optional<std::string> nvml_driver_version();
 
+/// One reading of a GPU's clocks and power.
+struct ClockSample {
+  unsigned sm_mhz = 0;
+  unsigned power_mw = 0;
+  unsigned temperature_c = 0;
+  unsigned long long reasons = 0;  ///< NVML's clocks-event (throttle) reason bits
+};
+
+/// The device's limits the samples are judged against; 0 where NVML does not say.
+struct ClockLimits {
+  unsigned max_sm_mhz = 0;      ///< nvmlDeviceGetMaxClockInfo(SM)
+  unsigned power_limit_mw = 0;  ///< nvmlDeviceGetEnforcedPowerLimit
+};
+
+/// A median SM clock at or above this share of the device's maximum is not slowed down.
+constexpr double kUnthrottledClockShare = 0.97;
+
+/// The summary of a timed window's samples: {samples, sm_clock_mhz {min, median, max},
+/// sm_clock_max_mhz, power_w {mean, max}, power_limit_w, temperature_c_max, throttle_reasons
+/// [...], power_capped, throttled, throttle_note}. `power_capped`: the power limit held the
+/// clocks at some sample (NVML's sw_power_cap, the normal state of a loaded GPU). `throttled`:
+/// the clocks were really slowed: a thermal or hardware slowdown, or the power cap with the
+/// median SM clock below kUnthrottledClockShare of the device's maximum (or of the highest
+/// sampled clock where the maximum is not known). `throttle_note` says which.
+Json summarize_clock_samples(const std::vector<ClockSample>& samples, const ClockLimits& limits);
+
 /// Samples SM clock, power, temperature and throttle reasons of one GPU on a background thread.
 class ClockSampler {
  public:
@@ -26,17 +52,11 @@ class ClockSampler {
   ClockSampler& operator=(const ClockSampler&) = delete;
 
   void start();
-  /// Stops and summarizes: {available, samples, sm_clock_mhz {min,median,max}, power_w {mean,max},
-  /// temperature_c_max, throttle_reasons [...], throttled}.
+  /// Stops and summarizes: {available, ...summarize_clock_samples()}.
   Json stop();
 
  private:
-  struct Sample {
-    unsigned sm_mhz = 0;
-    unsigned power_mw = 0;
-    unsigned temperature_c = 0;
-    unsigned long long reasons = 0;
-  };
+  using Sample = ClockSample;
   void loop();
 
   void* device_ = nullptr;
@@ -46,9 +66,11 @@ class ClockSampler {
   std::vector<Sample> samples_;
 };
 
-/// Names of the throttle-reason bits set in `mask`, and whether any is a real slowdown (power,
-/// thermal or hardware), as opposed to idling or application settings.
+/// Names of the throttle-reason bits set in `mask`.
 std::vector<std::string> throttle_reason_names(unsigned long long mask);
+/// Whether `mask` holds a thermal or hardware slowdown (the power cap alone is not one).
 bool is_slowdown(unsigned long long mask);
+/// NVML's sw_power_cap bit: the clocks held by the power limit.
+constexpr unsigned long long kPowerCapReason = 0x4;
 
 }  // namespace gpubench
