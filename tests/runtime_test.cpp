@@ -499,6 +499,9 @@ TEST(RuntimeTest, AnFp16UpdaterThatSkipsEveryUpdateOfTheWindowMakesTheStepDegene
   const Json info = runtime.info();
   EXPECT_EQ(info["updaters"][0]["updates_checked"], 4);
   EXPECT_EQ(info["updaters"][0]["updates_skipped"], 4);
+  // The window's own: the warm-up's skip is not among them.
+  EXPECT_EQ(info["updaters"][0]["window_updates_checked"], 3);
+  EXPECT_EQ(info["updaters"][0]["window_updates_skipped"], 3);
 
   // One update that steps in the window is training: no complaint. Skips in the warm-up only
   // do not count either.
@@ -506,6 +509,8 @@ TEST(RuntimeTest, AnFp16UpdaterThatSkipsEveryUpdateOfTheWindowMakesTheStepDegene
   iterate(runtime, updater, m);
   EXPECT_EQ(runtime.degeneracy(), "");
   EXPECT_EQ(runtime.unsettled(), "");  // its last update stepped
+  EXPECT_EQ(runtime.info()["updaters"][0]["window_updates_checked"], 1);
+  EXPECT_EQ(runtime.info()["updaters"][0]["window_updates_skipped"], 0);
   EXPECT_FALSE(torch::equal(m.net->weight.detach(), w));
   runtime.begin_window();
   EXPECT_EQ(runtime.degeneracy(), "");  // no update in the window: nothing to judge

@@ -254,8 +254,14 @@ Json Runtime::info() const {
                   {"clip_norm", updater->clip_norm()},
                   {"schedule", updater->scheduled()}};
     if (updater->scaler().enabled()) {
-      entry["updates_checked"] = updater->scaler().updates_checked();
-      entry["updates_skipped"] = updater->scaler().updates_skipped();
+      const GradScaler& scaler = updater->scaler();
+      entry["updates_checked"] = scaler.updates_checked();
+      entry["updates_skipped"] = scaler.updates_skipped();
+      // Those of the timed window alone, once it has begun (begin_window).
+      if (const auto it = window_start_.find(updater.get()); it != window_start_.end()) {
+        entry["window_updates_checked"] = scaler.updates_checked() - it->second.first;
+        entry["window_updates_skipped"] = scaler.updates_skipped() - it->second.second;
+      }
     }
     updaters.push_back(entry);
   }
