@@ -277,10 +277,10 @@ std::vector<BatchShape> plan_token_batches(const LengthProfile& profile,
   std::vector<BatchShape> ordered;
   for (uint64_t j : order) ordered.push_back(std::move(chosen[j]));
 
-  const auto heaviest = std::max_element(
-      ordered.begin(), ordered.end(), [](const BatchShape& a, const BatchShape& b) {
-        return activation_weight(a) < activation_weight(b);
-      });
+  const auto heaviest = std::max_element(ordered.begin(), ordered.end(),
+                                         [](const BatchShape& a, const BatchShape& b) {
+                                           return activation_weight(a) < activation_weight(b);
+                                         });
   if (ordered.size() >= 2) std::iter_swap(heaviest, ordered.begin() + 1);
   return ordered;
 }
@@ -396,10 +396,10 @@ const TokenBatch& TokenBatches::next() {
 }
 
 int64_t TokenBatches::heaviest() const {
-  const auto it = std::max_element(
-      shapes_.begin(), shapes_.end(), [](const BatchShape& a, const BatchShape& b) {
-        return activation_weight(a) < activation_weight(b);
-      });
+  const auto it = std::max_element(shapes_.begin(), shapes_.end(),
+                                   [](const BatchShape& a, const BatchShape& b) {
+                                     return activation_weight(a) < activation_weight(b);
+                                   });
   return static_cast<int64_t>(it - shapes_.begin());
 }
 

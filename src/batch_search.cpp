@@ -496,7 +496,7 @@ class Search {
   /// with large workspaces at some shapes: deeplabv3 on the H200 peaked at 137.1 GiB at batch 68
   /// and 109.2 GiB at 70 (2026-12-02).
   static int64_t spike_exposure(const std::vector<FitPoint>& fits) {
-    double highest = -1;  // the highest allocated peak of the batches below
+    double highest = -1;          // the highest allocated peak of the batches below
     for (const auto& f : fits) {  // by batch, ascending
       if (f.allocated < highest) return f.batch;
       highest = std::max(highest, f.allocated);

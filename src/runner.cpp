@@ -17,8 +17,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -318,10 +318,9 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
         break;
       }
     }
-    Heartbeat::phase(fmt::format("warm-up step {} at batch {}{}", warm_ms.size() + 1, ctx.batch,
-                                 static_cast<int>(warm_ms.size()) < autotune
-                                     ? " (cuDNN autotunes each new shape)"
-                                     : ""));
+    Heartbeat::phase(fmt::format(
+        "warm-up step {} at batch {}{}", warm_ms.size() + 1, ctx.batch,
+        static_cast<int>(warm_ms.size()) < autotune ? " (cuDNN autotunes each new shape)" : ""));
     clock.clear();
     clock.mark();
     step->run();

@@ -33,10 +33,12 @@ TEST(LinearTest, IsTorchLinearWithAtensForward) {
   for (const auto& p : ours->named_parameters()) names.push_back(p.key());
   EXPECT_EQ(names, (std::vector<std::string>{"weight", "bias"}));
   EXPECT_NE(ours->as<torch::nn::Linear>(), nullptr);  // weight initializers still find it
-  for (const auto& x : {torch::randn({3, 8}), torch::randn({2, 7, 8}), torch::randn({2, 3, 4, 8})}) {
+  for (const auto& x :
+       {torch::randn({3, 8}), torch::randn({2, 7, 8}), torch::randn({2, 3, 4, 8})}) {
     const auto y = ours->forward(x);
     EXPECT_TRUE(torch::allclose(y, plain->forward(x), 1e-5, 1e-6)) << x.sizes();
-    EXPECT_TRUE(torch::allclose(y, torch::linear(x, plain->weight, plain->bias), 0, 0)) << x.sizes();
+    EXPECT_TRUE(torch::allclose(y, torch::linear(x, plain->weight, plain->bias), 0, 0))
+        << x.sizes();
   }
   // Through a ModuleHolder, as the models call it.
   const auto x = torch::randn({2, 7, 8});

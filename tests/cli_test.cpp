@@ -409,8 +409,8 @@ TEST(CliTest, WithoutAGpuRunSaysSoAndUsesTheCpu) {
 TEST(CliTest, AWorkerThatIsQuietForTooLongSaysWhatItIsDoing) {
   TempDir dir;
   testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
-  const std::string run = "run --model bert-base --device cpu --format none --config '" +
-                          dir.file("smoke.json") + "'";
+  const std::string run =
+      "run --model bert-base --device cpu --format none --config '" + dir.file("smoke.json") + "'";
   const auto chatty = testing::run_gpubench(run, "", "GPUBENCH_HEARTBEAT_S=0.001");
   EXPECT_EQ(chatty.exit_code, 0) << chatty.err;
   // Building the step, a warm-up step or the timing window, whichever was long enough.
@@ -424,15 +424,16 @@ TEST(CliTest, AWorkerThatIsQuietForTooLongSaysWhatItIsDoing) {
 TEST(CliTest, TheJournalFolderFollowsTheEnvironmentAndAnUnusableOneIsExitCodeTwo) {
   TempDir dir;
   testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
-  const std::string run = "run --model bert-base --device cpu --format none --config '" +
-                          dir.file("smoke.json") + "'";
+  const std::string run =
+      "run --model bert-base --device cpu --format none --config '" + dir.file("smoke.json") + "'";
   const auto xdg = testing::run_gpubench(
       run, "", "-u GPUBENCH_JOURNAL_DIR XDG_STATE_HOME='" + dir.file("state") + "'");
   EXPECT_EQ(xdg.exit_code, 0) << xdg.err;
   EXPECT_NE(xdg.err.find("journal: " + dir.file("state") + "/gpubench/journals/gpubench-"),
             std::string::npos)
       << xdg.err;
-  const auto own = testing::run_gpubench(run, "", "GPUBENCH_JOURNAL_DIR='" + dir.file("mine") + "'");
+  const auto own =
+      testing::run_gpubench(run, "", "GPUBENCH_JOURNAL_DIR='" + dir.file("mine") + "'");
   EXPECT_EQ(own.exit_code, 0) << own.err;
   EXPECT_NE(own.err.find("journal: " + dir.file("mine") + "/gpubench-"), std::string::npos)
       << own.err;

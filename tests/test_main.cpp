@@ -59,10 +59,10 @@ std::string gpubench_exe() {
 CommandResult run_gpubench(const std::string& args, const std::string& cwd,
                            const std::string& env) {
   TempDir dir;
-  const std::string command = fmt::format(
-      "{}{}'{}' {} > '{}' 2> '{}'", cwd.empty() ? "" : "cd '" + cwd + "' && ",
-      env.empty() ? "" : "env " + env + " ", gpubench_exe(), args, dir.file("out"),
-      dir.file("err"));
+  const std::string command =
+      fmt::format("{}{}'{}' {} > '{}' 2> '{}'", cwd.empty() ? "" : "cd '" + cwd + "' && ",
+                  env.empty() ? "" : "env " + env + " ", gpubench_exe(), args, dir.file("out"),
+                  dir.file("err"));
   const int status = std::system(command.c_str());
   CommandResult result;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

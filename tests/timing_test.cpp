@@ -1,5 +1,6 @@
-#include "gpubench/nvml.h"
 #include "gpubench/timing.h"
+
+#include "gpubench/nvml.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +13,8 @@ TEST(TimingTest, ThePowerCapAloneIsNotThrottlingUnlessItLowersTheClocks) {
   const ClockLimits h200{1980, 700000};
   auto window = [](unsigned mhz, unsigned long long reasons) {
     std::vector<ClockSample> samples;
-    for (unsigned i = 0; i < 9; ++i) samples.push_back({mhz - (i == 0 ? 30 : 0), 650000, 60, reasons});
+    for (unsigned i = 0; i < 9; ++i)
+      samples.push_back({mhz - (i == 0 ? 30 : 0), 650000, 60, reasons});
     return samples;
   };
   // At the maximum under the power cap (5 of 28 records of 2026-12-01 said "throttled" so).
@@ -25,7 +27,8 @@ TEST(TimingTest, ThePowerCapAloneIsNotThrottlingUnlessItLowersTheClocks) {
   // The cap holding the clocks at 1755 MHz (89%): throttled, and the note says by how much.
   const Json held = summarize_clock_samples(window(1755, kPowerCapReason), h200);
   EXPECT_TRUE(held["throttled"].get<bool>());
-  EXPECT_EQ(held["throttle_note"], "the power limit held the median SM clock at 1755 MHz, 89% of 1980 MHz");
+  EXPECT_EQ(held["throttle_note"],
+            "the power limit held the median SM clock at 1755 MHz, 89% of 1980 MHz");
   // Low clocks without the cap (an idle or application-clock reason) are not throttling.
   EXPECT_FALSE(summarize_clock_samples(window(1400, 0x2), h200)["throttled"].get<bool>());
   // A thermal slowdown always is, whatever the clocks.

@@ -1,11 +1,12 @@
 // The max-batch search, as pure logic over a probe function so it is testable without a GPU.
 //
 // The largest batch for which a full training step (with its optimizer state in place: allocated
-// before a one-step probe, or by the first of two steps) runs without running out of memory, exact to the workload's granularity: batch b fits and
-// b + granularity does not, both seen (or b is search.max_batch). The search keeps a memory model
-// of what a probe measured: what stays after a step (weights, gradients, optimizer state: the
-// resident bytes) apart from what grows with the batch (activations), as a line peak = fixed +
-// bytes_per_sample * batch through the probes that fitted.
+// before a one-step probe, or by the first of two steps) runs without running out of memory, exact
+// to the workload's granularity: batch b fits and b + granularity does not, both seen (or b is
+// search.max_batch). The search keeps a memory model of what a probe measured: what stays after a
+// step (weights, gradients, optimizer state: the resident bytes) apart from what grows with the
+// batch (activations), as a line peak = fixed + bytes_per_sample * batch through the probes that
+// fitted.
 //
 //   scout    a cheap first probe; a second one halfway to the limit it predicts gives the slope
 //   predict  just under the line's limit, with a margin that grows with how far the line

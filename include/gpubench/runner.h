@@ -48,9 +48,9 @@ ConfigStore resolve_store(const std::vector<ConfigOverlay>& overlays);
 /// One search probe: builds the step at ctx.batch, runs one full step after
 /// TrainStep::prepare_probe() (optimizer state allocated, heaviest batch next), or two when the
 /// step cannot be readied (the first allocates the optimizer state, the second peaks with it in
-/// place), reads the peak and resident memory, and releases everything. Out-of-memory (and the cuDNN/cuBLAS failures that mean the same) is
-/// caught and reported as not fitting; when the device no longer works after it, the outcome
-/// says the worker is unusable. Other errors propagate.
+/// place), reads the peak and resident memory, and releases everything. Out-of-memory (and the
+/// cuDNN/cuBLAS failures that mean the same) is caught and reported as not fitting; when the device
+/// no longer works after it, the outcome says the worker is unusable. Other errors propagate.
 ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx);
 
 /// The model parameters a search probe builds with: `model`, with `memory_format` set to the

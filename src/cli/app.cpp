@@ -361,10 +361,9 @@ JournalWriter create_default_journal(const JournalHeader& header) {
                  "GPUBENCH_JOURNAL_DIR to a folder you can write)",
                  folder.string(), ec.message());
   for (int n = 1;; ++n) {
-    const std::string path =
-        (folder / (n == 1 ? fmt::format("gpubench-{}.jsonl", stamp)
-                          : fmt::format("gpubench-{}-{}.jsonl", stamp, n)))
-            .string();
+    const std::string path = (folder / (n == 1 ? fmt::format("gpubench-{}.jsonl", stamp)
+                                               : fmt::format("gpubench-{}-{}.jsonl", stamp, n)))
+                                 .string();
     if (auto journal = JournalWriter::create_if_absent(path, header)) return std::move(*journal);
   }
 }

@@ -80,7 +80,7 @@ std::vector<torch::Tensor> state_for(std::vector<torch::Tensor>& state, const Pa
   std::vector<torch::Tensor> out;
   for (std::size_t i = 0; i < group.params.size(); ++i) {
     const bool wanted = which == StateFor::kEveryParameter ? group.params[i].requires_grad()
-                                                            : group.params[i].grad().defined();
+                                                           : group.params[i].grad().defined();
     if (!wanted) continue;
     if (!state[i].defined()) state[i] = torch::full_like(group.params[i], initial);
     out.push_back(state[i]);
