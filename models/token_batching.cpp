@@ -236,6 +236,16 @@ int64_t activation_weight(const BatchShape& shape) {
   return shape.sentences() * (shape.src_max() + 2 * shape.tgt_max());
 }
 
+namespace {
+/// The batch with the largest activation_weight() in [first, last) (the first of equals).
+template <typename It>
+It heaviest_of(It first, It last) {
+  return std::max_element(first, last, [](const BatchShape& a, const BatchShape& b) {
+    return activation_weight(a) < activation_weight(b);
+  });
+}
+}  // namespace
+
 std::vector<BatchShape> plan_token_batches(const LengthProfile& profile,
                                            const TokenBatchOptions& options, uint64_t seed) {
   GPUBENCH_ASSERT(options.batches >= 1 && options.corpus_batches_per_batch >= 1);
@@ -277,10 +287,7 @@ std::vector<BatchShape> plan_token_batches(const LengthProfile& profile,
   std::vector<BatchShape> ordered;
   for (uint64_t j : order) ordered.push_back(std::move(chosen[j]));
 
-  const auto heaviest = std::max_element(ordered.begin(), ordered.end(),
-                                         [](const BatchShape& a, const BatchShape& b) {
-                                           return activation_weight(a) < activation_weight(b);
-                                         });
+  const auto heaviest = heaviest_of(ordered.begin(), ordered.end());
   if (ordered.size() >= 2) std::iter_swap(heaviest, ordered.begin() + 1);
   return ordered;
 }
@@ -396,11 +403,7 @@ const TokenBatch& TokenBatches::next() {
 }
 
 int64_t TokenBatches::heaviest() const {
-  const auto it = std::max_element(shapes_.begin(), shapes_.end(),
-                                   [](const BatchShape& a, const BatchShape& b) {
-                                     return activation_weight(a) < activation_weight(b);
-                                   });
-  return static_cast<int64_t>(it - shapes_.begin());
+  return static_cast<int64_t>(heaviest_of(shapes_.begin(), shapes_.end()) - shapes_.begin());
 }
 
 void TokenBatches::seek(int64_t index) {

@@ -95,12 +95,15 @@ std::vector<std::string> throttle_reason_names(unsigned long long mask) {
   return out;
 }
 
-bool is_slowdown(unsigned long long mask) {
+std::vector<std::string> slowdown_reason_names(unsigned long long mask) {
+  std::vector<std::string> out;
   for (const auto& r : kReasons) {
-    if ((mask & r.bit) && r.slowdown) return true;
+    if ((mask & r.bit) && r.slowdown) out.emplace_back(r.name);
   }
-  return false;
+  return out;
 }
+
+bool is_slowdown(unsigned long long mask) { return !slowdown_reason_names(mask).empty(); }
 
 ClockSampler::ClockSampler(const std::string& pci_bus_id, double interval_s)
     : interval_s_(interval_s) {
@@ -164,11 +167,7 @@ Json summarize_clock_samples(const std::vector<ClockSample>& samples, const Cloc
   const bool slowed_by_cap =
       capped && reference > 0 && median < kUnthrottledClockShare * static_cast<double>(reference);
   std::string note;
-  if (is_slowdown(reasons)) {
-    std::vector<std::string> slow;
-    for (const auto& r : kReasons) {
-      if ((reasons & r.bit) && r.slowdown) slow.emplace_back(r.name);
-    }
+  if (const auto slow = slowdown_reason_names(reasons); !slow.empty()) {
     note = "a thermal or hardware slowdown: " + join(slow, ", ");
   } else if (slowed_by_cap) {
     note = fmt::format("the power limit held the median SM clock at {} MHz, {:.0f}% of {} MHz",

@@ -82,9 +82,9 @@ void worker_log(const std::string& model, const std::string& text) {
   std::cerr << fmt::format("  {}: {}\n", prefix, terminal_safe(text)) << std::flush;
 }
 
-/// While a worker phase runs, a line whenever the worker has said nothing for a while (10 s, or
-/// GPUBENCH_HEARTBEAT_S), naming what it is doing and for how long: a first step that autotunes
-/// for a minute, or a probe that takes 18 s, never leaves the terminal quiet.
+/// For the scope of one worker phase, a line whenever the worker has said nothing for a while
+/// (10 s, or GPUBENCH_HEARTBEAT_S), naming what it is doing and for how long: a first step that
+/// autotunes for a minute, or a probe that takes 18 s, never leaves the terminal quiet.
 class Heartbeat {
  public:
   explicit Heartbeat(std::string model) : model_(std::move(model)) {
@@ -92,8 +92,10 @@ class Heartbeat {
     if (!(silence_s_ > 0)) silence_s_ = 10;
     g_last_log_ns = now_ns();
     thread_ = std::thread([this] { loop(); });
+    current() = this;
   }
   ~Heartbeat() {
+    current() = nullptr;
     {
       const std::lock_guard<std::mutex> lock(m_);
       stop_ = true;
@@ -112,13 +114,13 @@ class Heartbeat {
     h->phase_ = what;
     h->phase_started_ = Clock::now();
   }
+
+ private:
   /// The heartbeat of this worker, if one runs.
   static Heartbeat*& current() {
     static Heartbeat* h = nullptr;
     return h;
   }
-
- private:
   void loop() {
     const auto tick = std::chrono::duration<double>(std::min(1.0, silence_s_ / 2));
     std::unique_lock<std::mutex> lock(m_);
@@ -138,20 +140,6 @@ class Heartbeat {
   std::string phase_;
   Clock::time_point phase_started_ = Clock::now();
   std::thread thread_;  // last: it starts once the rest exists
-};
-
-/// Runs the heartbeat for the scope of one worker phase.
-class HeartbeatScope {
- public:
-  explicit HeartbeatScope(const std::string& model) : heartbeat_(model) {
-    Heartbeat::current() = &heartbeat_;
-  }
-  ~HeartbeatScope() { Heartbeat::current() = nullptr; }
-  HeartbeatScope(const HeartbeatScope&) = delete;
-  HeartbeatScope& operator=(const HeartbeatScope&) = delete;
-
- private:
-  Heartbeat heartbeat_;
 };
 
 JobRecord base_record(const ModelConfig& config, const RunSettings& run) {
@@ -494,7 +482,7 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
   const ModelConfig& config = store.model(spec.model);
   const RunSettings& run = store.run();
   JobRecord record = base_record(config, run);
-  const HeartbeatScope heartbeat(config.name);
+  const Heartbeat heartbeat(config.name);
   const torch::Device device(spec.device);
   record.device = device.is_cuda() ? cuda_device_info(device.index()) : cpu_device_info();
   record.environment = environment_json(record.device);

@@ -184,16 +184,28 @@ class OptimizerPathTest : public ::testing::TestWithParam<OptimizerCase> {
     }
   }
 
-  /// step() after step(), each at its own rate, against the reference.
-  void one_at_a_time(const torch::Device& device, UpdateKernels kernels) {
-    Setup s = setup(device, kernels);
-    for (int64_t update = 1; update <= 5; ++update) {
+  /// Updates 1 to `last` with step(), each at its own rate, each against the reference.
+  static void step_against_reference(Setup& s, int64_t last) {
+    for (int64_t update = 1; update <= last; ++update) {
       set_grads(s, update);
       s.optimizer->set_lr(rate(update));
       s.optimizer->step();
       reference_update(s, update, rate(update));
       expect_same(s, update);
     }
+  }
+
+  /// Elements over `tensors`.
+  static int64_t numel(const std::vector<torch::Tensor>& tensors) {
+    int64_t n = 0;
+    for (const auto& t : tensors) n += t.numel();
+    return n;
+  }
+
+  /// step() after step(), each at its own rate, against the reference.
+  void one_at_a_time(const torch::Device& device, UpdateKernels kernels) {
+    Setup s = setup(device, kernels);
+    step_against_reference(s, 5);
     EXPECT_EQ(s.optimizer->steps(), 5);
   }
 
@@ -238,24 +250,14 @@ TEST_P(OptimizerPathTest, AllocatedStateChangesNoUpdate) {
     EXPECT_TRUE(s.optimizer->state().empty());
     set_grads(s, 1);  // parameter 1 has no gradient here
     s.optimizer->allocate_state(StateFor::kParametersWithGradient);
-    int64_t numel = 0;
-    for (const auto& t : s.optimizer->state()) numel += t.numel();
-    EXPECT_EQ(numel, GetParam().state_slots * (s.params[0].numel() + s.params[2].numel()))
+    EXPECT_EQ(numel(s.optimizer->state()),
+              GetParam().state_slots * (s.params[0].numel() + s.params[2].numel()))
         << GetParam().name;
     expect_same(s, 0);
     EXPECT_EQ(s.optimizer->steps(), 0);
-    for (int64_t update = 1; update <= 4; ++update) {
-      set_grads(s, update);
-      s.optimizer->set_lr(rate(update));
-      s.optimizer->step();
-      reference_update(s, update, rate(update));
-      expect_same(s, update);
-    }
-    numel = 0;
-    for (const auto& t : s.optimizer->state()) numel += t.numel();
-    int64_t all = 0;
-    for (const auto& p : s.params) all += p.numel();
-    EXPECT_EQ(numel, GetParam().state_slots * all) << GetParam().name;
+    step_against_reference(s, 4);
+    EXPECT_EQ(numel(s.optimizer->state()), GetParam().state_slots * numel(s.params))
+        << GetParam().name;
   }
 }
 
@@ -267,19 +269,10 @@ TEST_P(OptimizerPathTest, StateForEveryParameterBeforeAnyGradientChangesNoUpdate
     s.optimizer->allocate_state(StateFor::kParametersWithGradient);
     EXPECT_TRUE(s.optimizer->state().empty()) << "no parameter has a gradient yet";
     s.optimizer->allocate_state(StateFor::kEveryParameter);
-    int64_t numel = 0;
-    for (const auto& t : s.optimizer->state()) numel += t.numel();
-    int64_t all = 0;
-    for (const auto& p : s.params) all += p.numel();
-    EXPECT_EQ(numel, GetParam().state_slots * all) << GetParam().name;
+    EXPECT_EQ(numel(s.optimizer->state()), GetParam().state_slots * numel(s.params))
+        << GetParam().name;
     expect_same(s, 0);
-    for (int64_t update = 1; update <= 4; ++update) {
-      set_grads(s, update);
-      s.optimizer->set_lr(rate(update));
-      s.optimizer->step();
-      reference_update(s, update, rate(update));
-      expect_same(s, update);
-    }
+    step_against_reference(s, 4);
   }
 }
 

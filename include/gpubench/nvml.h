@@ -68,7 +68,9 @@ class ClockSampler {
 
 /// Names of the throttle-reason bits set in `mask`.
 std::vector<std::string> throttle_reason_names(unsigned long long mask);
-/// Whether `mask` holds a thermal or hardware slowdown (the power cap alone is not one).
+/// The names of the thermal or hardware slowdowns in `mask` (the power cap alone is not one).
+std::vector<std::string> slowdown_reason_names(unsigned long long mask);
+/// Whether `mask` holds a thermal or hardware slowdown.
 bool is_slowdown(unsigned long long mask);
 /// NVML's sw_power_cap bit: the clocks held by the power limit.
 constexpr unsigned long long kPowerCapReason = 0x4;
