@@ -6,7 +6,8 @@
 #   GPUBENCH_DEADLINE_S=560  seconds this call may use; a stage still running then is stopped
 #                            (its journal keeps every finished job) and the next call resumes it
 #
-# Stages: build (setup.sh for the executable alone; GPUBENCH_CUDA_TESTS=1 also builds and runs
+# Stages: fp32-language / bf16-language (run_all.sh --suite language: the suite's six language
+# jobs alone), build (setup.sh for the executable alone; GPUBENCH_CUDA_TESTS=1 also builds and runs
 # the _CUDA tests), stylegan (health_check.sh's stylegan part: its step at batch 16), fp32 / bf16 (the whole suite with search and timed
 # run through scripts/run_all.sh, wall time recorded), tiers (bert-base, nasnet-large and
 # transformer-big under 6, 8, 11, 24, 48 GiB caps), refs (the Python eager references beside
@@ -14,7 +15,8 @@
 # results/h200/speed: issue 11's side-by-side steps at the issue's batches, the cases
 # GPUBENCH_SPEED_CASES names or all), jobs (scripts/gpu/jobs.sh into
 # results/h200/jobs: the whole jobs GPUBENCH_JOBS_LIST names, "MODEL:PRECISION ..."), profile
-# (step_speed.sh's side-by-side cases with both sides profiled: results/h200/profile). Everything under results/h200/ is packed into
+# (step_speed.sh's side-by-side cases with both sides profiled: results/h200/profile), graphs
+# (graphs_check.sh: CUDA graphs off against on, into results/h200/graphs). Everything under results/h200/ is packed into
 # $OUT; carry results/h200 into the next call (device tool: carry ["results/h200"]) to go on.
 set -uo pipefail
 self=$(readlink -f "$0")
@@ -132,6 +134,11 @@ for s in ${*:-build stylegan fp32 bf16 tiers refs}; do
     stylegan) stage stylegan scripts/gpu/health_check.sh build/gpubench "$R/health" stylegan ;;
     fp32) stage fp32 scripts/run_all.sh --gpu 0 --precision fp32 --out "$R/fp32" ;;
     bf16) stage bf16 scripts/run_all.sh --gpu 0 --precision amp-bf16 --out "$R/bf16" ;;
+    # The language half of a suite alone (its six jobs), into results/h200/PRECISION-language.
+    fp32-language) stage fp32-language scripts/run_all.sh --gpu 0 --precision fp32 --suite language \
+                     --out "$R/fp32-language" ;;
+    bf16-language) stage bf16-language scripts/run_all.sh --gpu 0 --precision amp-bf16 \
+                     --suite language --out "$R/bf16-language" ;;
     tiers) stage tiers "$self" --fn tiers ;;
     refs) stage refs "$self" --fn refs ;;
     # GPUBENCH_SPEED_CASES="MODEL:PRECISION ..." (default: all of step_speed.sh's cases).
@@ -141,6 +148,10 @@ for s in ${*:-build stylegan fp32 bf16 tiers refs}; do
     # GPUBENCH_PROFILE_CASES (default: the two language cases slower than eager in amp-bf16).
     profile) stage profile env PROFILE=1 scripts/gpu/step_speed.sh build/gpubench "$R/profile" \
                ${GPUBENCH_PROFILE_CASES:-bert-base-mlm:amp-bf16 transformer-big:amp-bf16} ;;
+    # CUDA graphs off against on (graphs_check.sh into results/h200/graphs), for MODELS and
+    # PRECISIONS as graphs_check.sh reads them; one stage per choice of the two.
+    graphs) stage "graphs-$(printf %s "${MODELS:-} ${PRECISIONS:-}" | md5sum | cut -c1-8)" \
+              scripts/gpu/graphs_check.sh build/gpubench "$R/graphs" ;;
     # One stage per list: a later call with another list runs it (jobs.sh skips finished jobs).
     jobs) stage "jobs-$(printf %s "${GPUBENCH_JOBS_LIST:?}" | md5sum | cut -c1-8)" \
             scripts/gpu/jobs.sh build/gpubench "$R/jobs" ${GPUBENCH_JOBS_LIST} ;;

@@ -3,10 +3,11 @@
 # `gpubench run` each, so that a call stopped at its deadline keeps every job that finished.
 # Builds nothing.
 #
-#   scripts/gpu/jobs.sh GPUBENCH OUTDIR MODEL:PRECISION[:CONFIG] [...] [-- RUN FLAGS...]
+#   scripts/gpu/jobs.sh GPUBENCH OUTDIR MODEL:PRECISION[:CONFIG][@BATCH] [...] [-- RUN FLAGS...]
 #
 # A job's CONFIG (a YAML overlay, as `gpubench run --config`) names its files after it:
-# MODEL-PRECISION-NAME for CONFIG=path/NAME.yaml.
+# MODEL-PRECISION-NAME for CONFIG=path/NAME.yaml. @BATCH times that batch with no search
+# (`--batch BATCH`) and adds -bBATCH to the names.
 # Writes OUTDIR/MODEL-PRECISION.{jsonl,json,log} (journal, results, progress) and appends the
 # wall time of each to OUTDIR/walltimes.txt; prints one line per finished job last: status,
 # searched and timed batch, probes, search seconds, warm-up seconds, throughput, peaks
@@ -20,9 +21,12 @@ while [ $# -gt 0 ] && [ "$1" != -- ]; do jobs+=("$1"); shift; done
 [ "${1:-}" = -- ] && shift
 mkdir -p "$out"
 for job in "${jobs[@]}"; do
+  batch=""
+  case $job in *@*) batch=${job##*@}; job=${job%@*} ;; esac
   IFS=: read -r m p cfg <<< "$job"
   name=$m-$p extra=()
   if [ -n "$cfg" ]; then name=$name-$(basename "$cfg" .yaml); extra=(--config "$cfg"); fi
+  if [ -n "$batch" ]; then name=$name-b$batch; extra+=(--batch "$batch"); fi
   [ -s "$out/$name.json" ] && continue  # finished in an earlier call
   # A journal without its result: that job was cut (a call's deadline). Keep it aside and start
   # the job afresh (gpubench refuses to append a new run to an existing journal).

@@ -19,6 +19,7 @@
 #   scripts/gpu/step_speed.sh GPUBENCH OUT [MODEL:PRECISION ...]
 #       default: the six references at fp32 and amp-bf16, then mt-dnn
 #   GRAPHS=1: gpubench also runs each case with runtime.cuda_graphs on
+#   WARM48=0: skip transformer-big's run with 48 warm-up steps
 #   PROFILE=1: both sides also profile 2 steps after their warm-up (GPUBENCH_PROFILE_TRACE,
 #              which gpubench and scripts/python/harness.py both read), summarized by
 #              scripts/gpu/trace_summary.py into OUT/NAME.trace.txt (the trace itself is
@@ -127,7 +128,7 @@ for c in "${cases[@]}"; do
   else
     py_t=$(reference "py-$m-$p" "${py[0]}" "${py[@]:1}" --precision "$p")
     line "$m $p batch $b: gpubench $g, python $py_t $unit, gpubench/python $(ratio "$g" "$py_t")"
-    if [ ${#warm[@]} -gt 0 ] && [ "${PROFILE:-0}" != 1 ]; then
+    if [ ${#warm[@]} -gt 0 ] && [ "${PROFILE:-0}" != 1 ] && [ "${WARM48:-1}" != 0 ]; then
       gw=$(ours "$m-$p-warm48" "$m" "$b" "$p" "${warm[@]}")
       line "$m $p batch $b: gpubench after 48 warm-up steps $gw, gpubench/python $(ratio "$gw" "$py_t")"
     fi
