@@ -501,12 +501,71 @@ TEST(RuntimeTest, AnFp16UpdaterThatSkipsEveryUpdateOfTheWindowMakesTheStepDegene
   runtime.begin_window();
   iterate(runtime, updater, m);
   EXPECT_EQ(runtime.degeneracy(), "");
-  EXPECT_EQ(runtime.unsettled(), "");  // its last update stepped
+  // Its last update stepped, but one clean update after a skip does not yet show a settled scale.
+  EXPECT_EQ(runtime.unsettled(),
+            "fp16 loss scaling of 'model' stepped 1 update since its last skip, fewer than the 3 "
+            "in a row that show its scale settled (4 of 5 skipped so far)");
   EXPECT_EQ(runtime.info()["updaters"][0]["window_updates_checked"], 1);
   EXPECT_EQ(runtime.info()["updaters"][0]["window_updates_skipped"], 0);
   EXPECT_FALSE(torch::equal(m.net->weight.detach(), w));
   runtime.begin_window();
   EXPECT_EQ(runtime.degeneracy(), "");  // no update in the window: nothing to judge
+  iterate(runtime, updater, m);
+  EXPECT_NE(runtime.unsettled(), "");  // 2 clean updates in a row
+  iterate(runtime, updater, m);
+  EXPECT_EQ(runtime.unsettled(), "");  // 3: settled
+}
+
+TEST(RuntimeTest, AnFp16WindowWithTwoSkippedUpdatesTimedAScaleStillFalling) {
+  // Scaled gradients that overflow on some steps only, as stylegan's did in amp-fp16 on the
+  // H200 (2 of 3 updates of each network skipped in the window): the model trains on the other
+  // steps, but a settled scale skips at most once per growth interval, so the window timed a
+  // scale still backing off.
+  TinyModel m;
+  Runtime runtime(cpu_context());
+  auto& updater =
+      runtime.add("model", Updater(std::make_unique<Sgd>(m.groups(), SgdOptions{0.1}),
+                                   Precision::kAmpFp16, torch::kCPU));
+  auto step = [&](double factor) {
+    return runtime.run([&] {
+      updater.zero_grad();
+      const auto loss = factor * torch::mse_loss(m.net(m.x), m.y);
+      runtime.record_loss("loss", loss);
+      runtime.backward(updater, loss);
+      runtime.update(updater);
+      return 8.0;
+    });
+  };
+  constexpr double kOverflow = 1e35, kClean = 1.0;
+  step(kClean);
+  EXPECT_EQ(runtime.unsettled(), "");  // stepped, never skipped: nothing says it is backing off
+  step(kOverflow);
+  EXPECT_NE(runtime.unsettled().find("skipped the last update"), std::string::npos);
+  step(kClean);
+  step(kClean);
+  EXPECT_NE(runtime.unsettled().find("stepped 2 updates since its last skip"), std::string::npos)
+      << runtime.unsettled();
+  step(kClean);
+  EXPECT_EQ(runtime.unsettled(), "");
+
+  // One skip in a window is a settled scale probing upward: no complaint.
+  runtime.begin_window();
+  step(kClean);
+  step(kOverflow);
+  step(kClean);
+  EXPECT_EQ(runtime.degeneracy(), "");
+  // Two skips in a window of three updates: the window timed a falling scale.
+  runtime.begin_window();
+  step(kOverflow);
+  step(kClean);
+  step(kOverflow);
+  const std::string problem = runtime.degeneracy();
+  EXPECT_NE(problem.find("skipped 2 of the 3 updates of 'model' in the timed window"),
+            std::string::npos)
+      << problem;
+  EXPECT_NE(problem.find("the scale was still falling; it is now 4096"), std::string::npos)
+      << problem;  // 65536 halved at each of the 4 skips
+  EXPECT_TRUE(std::isfinite(runtime.losses().at("loss").item<double>()));
 }
 
 TEST(RuntimeTest, WithoutLossScalingNoUpdateIsEverCalledSkipped) {

@@ -306,6 +306,13 @@ std::string Runtime::degeneracy() const {
           "while it was timed",
           checked, name, scaler.current_scale());
     }
+    if (skipped >= 2 && checked < scaler.growth_interval()) {
+      return fmt::format(
+          "fp16 loss scaling skipped {} of the {} updates of '{}' in the timed window (the scale "
+          "was still falling; it is now {}), so the window timed steps that mostly did not "
+          "update the model",
+          skipped, checked, name, scaler.current_scale());
+    }
   }
   return {};
 }
@@ -313,9 +320,17 @@ std::string Runtime::degeneracy() const {
 std::string Runtime::unsettled() const {
   for (const auto& [name, updater] : updaters_) {
     const GradScaler& scaler = updater->scaler();
-    if (scaler.enabled() && scaler.last_skipped()) {
+    if (!scaler.enabled() || scaler.updates_skipped() == 0) continue;
+    if (scaler.last_skipped()) {
       return fmt::format("fp16 loss scaling skipped the last update of '{}' ({} of {} so far)",
                          name, scaler.updates_skipped(), scaler.updates_checked());
+    }
+    if (scaler.steps_since_skip() < kSettledUpdates) {
+      return fmt::format(
+          "fp16 loss scaling of '{}' stepped {} update{} since its last skip, fewer than the {} "
+          "in a row that show its scale settled ({} of {} skipped so far)",
+          name, scaler.steps_since_skip(), scaler.steps_since_skip() == 1 ? "" : "s",
+          kSettledUpdates, scaler.updates_skipped(), scaler.updates_checked());
     }
   }
   return {};

@@ -64,6 +64,7 @@ bool GradScaler::should_step() {
   ++checked_;
   if (!step) ++skipped_;
   last_skipped_ = !step;
+  steps_since_skip_ = step ? steps_since_skip_ + 1 : 0;
   return step;
 }
 

@@ -135,14 +135,20 @@ class Runtime {
 
   /// Marks the start of the timed window (outside it): degeneracy() looks at the updates after.
   void begin_window();
-  /// Why the iterations since begin_window() did not train, or "": with amp-fp16 loss
+  /// Why the iterations since begin_window() did not train soundly, or "": with amp-fp16 loss
   /// scaling, an updater whose every update in the window was skipped (its scaled gradients
-  /// overflowed each time), so its model never changed while it was timed. Reads the loss
-  /// scale (synchronizes) only when it has something to say.
+  /// overflowed each time: its model never changed while it was timed), or that skipped two or
+  /// more (a settled scale skips at most once per growth interval, right after it grew; a
+  /// second skip in a shorter window means the scale was still falling, and the window timed
+  /// steps that mostly did not update). Reads the loss scale (synchronizes) only when it has
+  /// something to say.
   std::string degeneracy() const;
-  /// "" unless an updater with loss scaling skipped its last update (the scale is still backing
-  /// off): then what the warm-up waits for. Host counters only.
+  /// "" unless an updater with loss scaling is still backing off: it skipped its last update,
+  /// or has stepped fewer than kSettledUpdates updates since a skip. Then what the warm-up
+  /// waits for. Host counters only.
   std::string unsettled() const;
+  /// Clean updates in a row after a skip before a loss scale counts as settled.
+  static constexpr int64_t kSettledUpdates = 3;
 
  private:
   struct Graphs;  // the CUDA side: stream, pool, one graph per variant

@@ -38,6 +38,10 @@ class GradScaler {
   int64_t updates_skipped() const { return skipped_; }
   /// Whether the last update checked was skipped.
   bool last_skipped() const { return last_skipped_; }
+  /// Updates that stepped since the last skipped one (since the first, when none was skipped).
+  int64_t steps_since_skip() const { return steps_since_skip_; }
+  /// Clean updates after which the scale grows (and the next overflow may be the grown scale's).
+  int64_t growth_interval() const { return growth_interval_; }
   /// Adjusts the scale: back off after an overflow, grow after growth_interval clean steps.
   void update();
   /// The current scale (reading it synchronizes).
@@ -48,7 +52,7 @@ class GradScaler {
   double growth_factor_, backoff_factor_;
   int64_t growth_interval_;
   torch::Tensor scale_, found_inf_, growth_tracker_;
-  int64_t checked_ = 0, skipped_ = 0;
+  int64_t checked_ = 0, skipped_ = 0, steps_since_skip_ = 0;
   bool last_skipped_ = false;
 };
 
