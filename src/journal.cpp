@@ -48,6 +48,7 @@ JournalHeader parse_header(const Json& j, const std::string& path) {
   h.command_line = j.value("command_line", std::vector<std::string>());
   h.plan = j.value("plan", Json::object());
   h.run_settings = j.value("run_settings", Json::object());
+  h.outputs = j.value("outputs", Json::object());
   return h;
 }
 
@@ -71,12 +72,14 @@ void lock_or_throw(int fd, const std::string& path) {
 }  // namespace
 
 Json JournalHeader::to_json() const {
-  return {{"schema", kSchema},
-          {"schema_version", kJournalSchemaVersion},
-          {"created_utc", created_utc},
-          {"command_line", command_line},
-          {"plan", plan},
-          {"run_settings", run_settings}};
+  Json out = {{"schema", kSchema},
+              {"schema_version", kJournalSchemaVersion},
+              {"created_utc", created_utc},
+              {"command_line", command_line},
+              {"plan", plan},
+              {"run_settings", run_settings}};
+  if (!outputs.empty()) out["outputs"] = outputs;
+  return out;
 }
 
 bool is_journal_file(const std::string& path) {

@@ -16,6 +16,11 @@ std::string Where::str() const { return path.empty() ? file : file + ": " + path
 std::string quote_value(const Json& value) {
   if (value.is_string()) return "'" + value.get<std::string>() + "'";
   if (value.is_null()) return "nothing";
+  if (value.is_number_float() && !std::isfinite(value.get<double>())) {
+    // JSON has no NaN or infinity (dump() writes null); say what YAML's .nan / .inf meant.
+    const double v = value.get<double>();
+    return std::isnan(v) ? ".nan (not a number)" : v > 0 ? ".inf (infinity)" : "-.inf (infinity)";
+  }
   return value.dump();
 }
 

@@ -24,36 +24,40 @@ volatile sig_atomic_t g_stop_signal = 0;
 
 void remember_stop(int signo) { g_stop_signal = signo; }
 
-/// Installs remember_stop for the stop signals while alive; restores the old handlers after.
-class StopSignals {
- public:
-  StopSignals() {
-    struct sigaction action {};
-    action.sa_handler = remember_stop;
-    sigemptyset(&action.sa_mask);
-    for (std::size_t i = 0; i < kCount; ++i) {
-      sigaction(kSignals[i], nullptr, &old_[i]);
-      // A signal the user chose to ignore (nohup, a background job) stays ignored.
-      installed_[i] = old_[i].sa_handler != SIG_IGN;
-      if (installed_[i]) sigaction(kSignals[i], &action, nullptr);
-    }
-  }
-  ~StopSignals() {
-    for (std::size_t i = 0; i < kCount; ++i) {
-      if (installed_[i]) sigaction(kSignals[i], &old_[i], nullptr);
-    }
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  static constexpr std::size_t kCount = 3;
-  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction old_[kCount];
-  bool installed_[kCount] = {};
-};
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
 }  // namespace
+
+struct StopSignals::Saved {
+  struct sigaction old[kCount];
+  bool installed[kCount] = {};
+};
+
+StopSignals::StopSignals() : saved_(new Saved) {
+  struct sigaction action {};
+  action.sa_handler = remember_stop;
+  sigemptyset(&action.sa_mask);
+  for (int i = 0; i < kCount; ++i) {
+    sigaction(kStopSignals[i], nullptr, &saved_->old[i]);
+    // A signal the user chose to ignore (nohup, a background job) stays ignored.
+    saved_->installed[i] = saved_->old[i].sa_handler != SIG_IGN;
+    if (saved_->installed[i]) sigaction(kStopSignals[i], &action, nullptr);
+  }
+}
+
+StopSignals::~StopSignals() {
+  for (int i = 0; i < kCount; ++i) {
+    if (saved_->installed[i]) sigaction(kStopSignals[i], &saved_->old[i], nullptr);
+  }
+  delete saved_;
+}
+
+void stop_if_asked() {
+  const int signal_number = g_stop_signal;
+  if (signal_number == 0) return;
+  g_stop_signal = 0;
+  throw Interrupted(signal_number);
+}
 
 std::string ProcessResult::describe() const {
   if (timed_out) return fmt::format("timed out after {:.0f} s", seconds);
@@ -127,8 +131,8 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   if (stop_signal != 0) {
     kill(-pid, SIGKILL);  // anything the worker left in its group
     g_stop_signal = 0;
-    signal(stop_signal, SIG_DFL);
-    raise(stop_signal);  // end as the signal would have ended us
+    // The caller cleans up and says what was kept; the CLI then ends as the signal would.
+    throw Interrupted(stop_signal);
   }
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

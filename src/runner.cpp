@@ -320,7 +320,8 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   record.warmup = {{"steps", warm_ms.size()},  {"reason", reason},
                    {"detail", detail},         {"seconds", warm_seconds},
                    {"autotune_steps", autotune}, {"step_time_ms", warm_ms}};
-  worker_log(record.model, fmt::format("warm-up: {} steps in {:.1f} s ({}{})", warm_ms.size(),
+  worker_log(record.model, fmt::format("warm-up: {} in {:.1f} s ({}{})",
+                                       counted(static_cast<int64_t>(warm_ms.size()), "step"),
                                        warm_seconds, reason, detail.empty() ? "" : ": " + detail));
   // How the step runs (launch, precision, optimizer kernels), settled by the warm-up: a CUDA
   // graph is captured there.
@@ -331,8 +332,8 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
     const std::string why_not = profile_steps(
         profile, [&] { step->run(); }, [&] { synchronize(device); });
     worker_log(record.model, why_not.empty()
-                                 ? fmt::format("profiled {} steps into {}", profile.steps,
-                                               profile.trace_path)
+                                 ? fmt::format("profiled {} into {}",
+                                               counted(profile.steps, "step"), profile.trace_path)
                                  : "no profile: " + why_not);
   }
   // The warm-up's peak holds autotuning's trial workspaces; the timed window's is training's.
@@ -365,7 +366,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   }
   reset_peak_memory(device);
   step->begin_window();
-  worker_log(record.model, fmt::format("timing: at least {} steps and {} s", t.min_steps,
+  worker_log(record.model, fmt::format("timing: at least {} and {} s", counted(t.min_steps, "step"),
                                        format_number(t.min_seconds)));
   Heartbeat::phase(fmt::format("timing at batch {}", ctx.batch));
 
@@ -410,7 +411,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   record.losses = at_end.values;
   record.runtime = step->runtime_info();  // again: with loss scaling, the updates it skipped
   worker_log(record.model,
-             fmt::format("timed: {} steps in {:.2f} s, {} {}", steps, window_seconds,
+             fmt::format("timed: {} in {:.2f} s, {} {}", counted(steps, "step"), window_seconds,
                          format_significant(record.throughput, 4), record.throughput_unit));
 
   // A number is a result only when the model it timed was training soundly: finite losses at
@@ -632,6 +633,15 @@ std::string temp_path(const char* tag) {
 JobRecord WorkerLauncher::launch(const JobSpec& spec, double timeout_s) {
   const std::string spec_path = temp_path("spec");
   const std::string out_path = temp_path("out");
+  // Removed however the launch ends: a record read, a failure, or the user stopping the run.
+  struct RemoveOnExit {
+    const std::string& spec;
+    const std::string& out;
+    ~RemoveOnExit() {
+      std::remove(spec.c_str());
+      std::remove(out.c_str());
+    }
+  } remove_on_exit{spec_path, out_path};
   write_file_atomically(spec_path, spec.to_json().dump());
   std::remove(out_path.c_str());
   const ProcessResult process =
@@ -645,10 +655,12 @@ JobRecord WorkerLauncher::launch(const JobSpec& spec, double timeout_s) {
   } else {
     record.model = spec.model;
     record.status = process.timed_out ? "timeout" : process.signal ? "crashed" : "failed";
-    record.message = fmt::format("{} worker {}", spec.phase, process.describe());
+    record.message = fmt::format("{} worker {}",
+                                 spec.phase == "search" ? "the search's"
+                                 : spec.phase == "time" ? "the timed run's"
+                                                        : spec.phase,
+                                 process.describe());
   }
-  std::remove(spec_path.c_str());
-  std::remove(out_path.c_str());
   return record;
 }
 

@@ -97,6 +97,12 @@ std::string format_number(double value) {
   return fmt::format("{}", value);  // shortest text that reads back to the same double
 }
 
+std::string counted(int64_t count, std::string_view noun, std::string_view plural) {
+  if (count == 1) return fmt::format("1 {}", noun);
+  if (!plural.empty()) return fmt::format("{} {}", count, plural);
+  return fmt::format("{} {}s", count, noun);
+}
+
 std::string format_significant(double value, int digits) {
   if (!std::isfinite(value)) return "-";
   if (value == 0.0) return "0";

@@ -1,6 +1,7 @@
 #include "gpubench/suite.h"
 
 #include "gpubench/errors.h"
+#include "gpubench/process.h"
 #include "gpubench/strings.h"
 
 #include <fmt/format.h>
@@ -99,6 +100,7 @@ Json SuitePlan::to_json() const {
           {"device", device},
           {"device_name", device_name},
           {"fixed_batch", fixed_batch ? Json(*fixed_batch) : Json(nullptr)},
+          {"model_batches", model_batches},
           {"overlays", overlays_json}};
 }
 
@@ -111,6 +113,9 @@ SuitePlan SuitePlan::from_json(const Json& json, const std::string& file) {
     if (json.contains("fixed_batch") && json["fixed_batch"].is_number_integer()) {
       plan.fixed_batch = json["fixed_batch"].get<int64_t>();
     }
+    if (json.contains("model_batches")) {  // journals before per-model batches have none
+      plan.model_batches = json["model_batches"].get<std::map<std::string, int64_t>>();
+    }
     for (const auto& overlay : json.at("overlays")) {
       plan.overlays.emplace_back(overlay.at("file").get<std::string>(), overlay.at("document"));
     }
@@ -120,6 +125,11 @@ SuitePlan SuitePlan::from_json(const Json& json, const std::string& file) {
         "{}: the journal's plan cannot be read ({}); it was not written by this gpubench", file,
         e.what()));
   }
+}
+
+std::optional<int64_t> SuitePlan::fixed_batch_of(const std::string& model) const {
+  const auto own = model_batches.find(model);
+  return own != model_batches.end() ? std::optional<int64_t>(own->second) : fixed_batch;
 }
 
 std::vector<SuiteJob> plan_jobs(const std::vector<std::string>& models,
@@ -179,6 +189,7 @@ SuiteOutcome run_suite(const SuitePlan& plan, const std::vector<JobRecord>& earl
   const auto started = std::chrono::steady_clock::now();
   double finished_seconds = 0;  // wall time of the jobs this run finished
   for (std::size_t i = 0; i < todo.size(); ++i) {
+    stop_if_asked();  // a Ctrl-C between two jobs: start no other
     const SuiteJob& job = *todo[i];
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -189,13 +200,13 @@ SuiteOutcome run_suite(const SuitePlan& plan, const std::vector<JobRecord>& earl
     }
     const ConfigStore store = resolve_store(job_overlays(plan, job));
     const std::string label = fmt::format("job {}/{} {}", i + 1, todo.size(), job.label());
-    log(fmt::format("[{}] job {} of {}: {} ({}, {}){}", format_clock(elapsed), i + 1, todo.size(),
+    log(fmt::format("[{}] job {}/{}: {} ({}, {}){}", format_clock(elapsed), i + 1, todo.size(),
                     job.label(), plan.device, to_string(store.run().precision), estimate));
 
     JobPlan job_plan;
     job_plan.model = job.model;
     job_plan.device = plan.device;
-    job_plan.fixed_batch = job.search_only ? std::nullopt : plan.fixed_batch;
+    job_plan.fixed_batch = job.search_only ? std::nullopt : plan.fixed_batch_of(job.model);
     job_plan.overlays = job_overlays(plan, job);
     job_plan.search_only = job.search_only;
     job_plan.search_hint = hint_for(job.model, outcome.records);

@@ -59,14 +59,14 @@ WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_se
     return {true, "steady", ""};
   }
   if (minimum_done && steps >= settings.max_warmup_steps) {
-    return {true, "step limit", fmt::format("{} steps", steps)};
+    return {true, "step limit", counted(steps, "step")};
   }
   const double last_s = steps > 0 ? step_ms.back() / 1000.0 : 0.0;
   const bool over = elapsed_seconds >= settings.max_warmup_seconds;
   const bool next_over = steps > 0 && elapsed_seconds + last_s > settings.max_warmup_seconds;
   if (steps > 0 && (over || next_over)) {
-    std::string detail = fmt::format("{} steps in {:.1f} s of {} s", steps, elapsed_seconds,
-                                     format_number(settings.max_warmup_seconds));
+    std::string detail = fmt::format("{} in {:.1f} s of {} s", counted(steps, "step"),
+                                     elapsed_seconds, format_number(settings.max_warmup_seconds));
     if (steps > 1) {
       detail += fmt::format("; the first, autotuning included, took {:.1f} s, the last {:.2f} s",
                             step_ms.front() / 1000.0, last_s);

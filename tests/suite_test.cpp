@@ -267,7 +267,7 @@ TEST(SuiteTest, AKilledSuiteContinuesWithResumeAndRepeatsNothing) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_NE(resumed.err.find("1 of 3 jobs are already in the journal; 2 to run"), std::string::npos)
       << resumed.err;
-  EXPECT_NE(resumed.err.find("job 1 of 2: bert-base-mlm"), std::string::npos) << resumed.err;
+  EXPECT_NE(resumed.err.find("job 1/2: bert-base-mlm"), std::string::npos) << resumed.err;
   const Journal done = read_journal(journal);
   ASSERT_EQ(done.jobs.size(), 3u);
   EXPECT_EQ(done.jobs[0].created_utc, killed.jobs[0].created_utc);  // untouched
@@ -301,10 +301,11 @@ TEST(SuiteTest, CrashingAndHangingWorkersFailTheirJobOnlyAndResumeRetriesThem) {
   const auto run =
       testing::run_gpubench(run_args(dir) + " --timeout 20 --worker-exe '" + worker + "'");
   EXPECT_EQ(run.exit_code, 1) << run.err;
-  EXPECT_NE(run.err.find("bert-base-mlm crashed: time worker killed by signal 11"),
+  EXPECT_NE(run.err.find("bert-base-mlm crashed: the timed run's worker killed by signal 11"),
             std::string::npos)
       << run.err;
-  EXPECT_NE(run.err.find("bert-finetune timeout: time worker timed out after"), std::string::npos)
+  EXPECT_NE(run.err.find("bert-finetune timeout: the timed run's worker timed out after"),
+            std::string::npos)
       << run.err;
   // Both can pass when run again, and the summary says so.
   EXPECT_NE(run.err.find("2 of 3 jobs failed:\n  bert-base-mlm: crashed: "), std::string::npos)

@@ -6,6 +6,8 @@
 //      still ran and were saved
 //   2  bad input: unknown model, bad flag value, malformed or wrong-typed config, unwritable path
 //   3  no usable device: --gpu past the device count, or a CUDA device asked of a CPU-only build
+//   4  the run stopped early: the journal or a work file could not be written
+//   128 + N  stopped by signal N (Ctrl-C: 130) while a worker ran; the finished jobs stay
 #pragma once
 
 #include <fmt/format.h>
@@ -64,6 +66,20 @@ class JobError : public Error {
 class AbortError : public Error {
  public:
   explicit AbortError(const std::string& message) : Error(message, kExitAborted) {}
+};
+
+/// The user asked the run to stop (SIGINT from Ctrl-C, SIGTERM, SIGHUP) while a worker ran: the
+/// worker's process group was stopped and its work files removed; the journal keeps every job
+/// that finished. The CLI says so, then ends as the signal would have (exit 128 + signal).
+class Interrupted : public Error {
+ public:
+  explicit Interrupted(int signal_number)
+      : Error(fmt::format("stopped by signal {}", signal_number), 128 + signal_number),
+        signal_(signal_number) {}
+  int signal_number() const { return signal_; }
+
+ private:
+  int signal_;
 };
 
 }  // namespace gpubench

@@ -25,6 +25,9 @@ struct JournalHeader {
   std::vector<std::string> command_line;
   Json plan = Json::object();          ///< the suite as planned (the CLI gives it its shape)
   Json run_settings = Json::object();  ///< resolved run settings, for the reader
+  /// The run's result files as absolute paths ({"json": ..., "csv": ...}, each when given):
+  /// a --resume rewrites them unless it is given others.
+  Json outputs = Json::object();
 
   Json to_json() const;
 };

@@ -20,6 +20,25 @@ struct ProcessResult {
 /// past it the child's whole process group gets SIGTERM, then SIGKILL.
 ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s);
 
+/// While alive, SIGINT, SIGTERM and SIGHUP (those the user did not choose to ignore, as nohup
+/// and background jobs do) are remembered instead of ending the process: run_process stops its
+/// child and throws Interrupted, and stop_if_asked() throws it between children. Nests.
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr int kCount = 3;
+  struct Saved;
+  Saved* saved_;
+};
+
+/// Throws Interrupted when a stop signal arrived under a StopSignals and was not yet acted on.
+void stop_if_asked();
+
 /// Path of the running executable (/proc/self/exe).
 std::string current_executable();
 

@@ -24,6 +24,10 @@ std::string did_you_mean(std::string_view name, const std::vector<std::string>& 
 /// cannot move the cursor or recolour the terminal. Other bytes, UTF-8 included, pass through.
 std::string terminal_safe(std::string_view text);
 
+/// A count with its noun, singular for one: counted(1, "step") == "1 step", counted(3, "step")
+/// == "3 steps" (a plural that is not noun + "s" goes in `plural`).
+std::string counted(int64_t count, std::string_view noun, std::string_view plural = {});
+
 /// Joins with a separator: join({"a","b"}, ", ") == "a, b".
 std::string join(const std::vector<std::string>& parts, std::string_view separator);
 

@@ -8,6 +8,7 @@
 #include "gpubench/runner.h"
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,7 +34,10 @@ struct SuitePlan {
   std::vector<SuiteJob> jobs;
   std::string device = "cpu";           ///< "cpu" | "cuda:N"
   std::string device_name;              ///< "NVIDIA H200": a resume must run on the same kind
-  std::optional<int64_t> fixed_batch;   ///< --batch
+  std::optional<int64_t> fixed_batch;   ///< --batch N: every job without its own
+  std::map<std::string, int64_t> model_batches;  ///< --batch MODEL=N: that model's jobs
+  /// The fixed batch of `model`'s jobs (its own, else the plan's), none for a search.
+  std::optional<int64_t> fixed_batch_of(const std::string& model) const;
   std::vector<ConfigOverlay> overlays;  ///< config file, then the command line
 
   Json to_json() const;

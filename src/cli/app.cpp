@@ -4,6 +4,7 @@
 #include "gpubench/device.h"
 #include "gpubench/errors.h"
 #include "gpubench/journal.h"
+#include "gpubench/process.h"
 #include "gpubench/registry.h"
 #include "gpubench/report/reporter.h"
 #include "gpubench/runner.h"
@@ -14,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -24,6 +26,20 @@
 namespace gpubench::cli {
 
 namespace {
+
+/// "SIGINT", "SIGTERM", "SIGHUP", or "signal N".
+std::string sigabbrev_or_number(int signal_number) {
+  switch (signal_number) {
+    case SIGINT:
+      return "SIGINT, Ctrl-C";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return fmt::format("signal {}", signal_number);
+  }
+}
 
 ConfigStore load_store(const std::string& config_file) {
   ConfigStore store = ConfigStore::load_builtin(builtin_registry());
@@ -58,10 +74,19 @@ void setup_list(CLI::App& app, ListOptions& o) {
                   "Print the resolved config of one workload (what a run uses)");
 }
 
-int run_list(const ListOptions& o, std::ostream& out, std::ostream& /*err*/) {
+int run_list(const ListOptions& o, std::ostream& out, std::ostream& err) {
   const ConfigStore store = load_store(o.config_file);
   if (!o.config_dump.empty()) {
-    out << store.model(o.config_dump).to_json().dump(2) << '\n';
+    // The settings alone, so that the dump reads back as a --config (a single workload's keys
+    // with `name:` at the top); where they came from goes to stderr.
+    Json dump = store.model(o.config_dump).to_json();
+    const Json sources = dump.value("sources", Json::array());
+    dump.erase("sources");
+    dump.erase("modified");
+    std::vector<std::string> from;
+    for (const auto& s : sources) from.push_back(s.get<std::string>());
+    if (!from.empty()) err << "gpubench: " << o.config_dump << " from " << join(from, ", ") << '\n';
+    out << dump.dump(2) << '\n';
     return kExitOk;
   }
   if (o.json) {
@@ -151,51 +176,101 @@ const CLI::Validator kNonEmpty(
 /// 191,488 tokens), far below where a tensor's element count overflows.
 constexpr int64_t kMaxFixedBatch = 1'000'000'000;
 
-/// --batch as typed: a whole number from 1 to kMaxFixedBatch, checked on the text, before the
-/// conversion that would clamp 99999999999999999999999 to the int64 limit.
+/// A batch as typed: a whole number from 1 to kMaxFixedBatch, checked on the text, before the
+/// conversion that would clamp 99999999999999999999999 to the int64 limit. "" when it is one.
+std::string batch_number_problem(const std::string& number, const std::string& value) {
+  const bool digits = !number.empty() && std::all_of(number.begin(), number.end(),
+                                                     [](char c) { return c >= '0' && c <= '9'; });
+  const std::string expected = fmt::format(
+      "expected a positive integer or MODEL=N (a batch for one workload), got '{}'", value);
+  if (!digits) return expected;
+  const std::size_t first = number.find_first_not_of('0');
+  if (first == std::string::npos) return expected;  // zero
+  if (number.size() - first > 10 || std::stoll(number.substr(first)) > kMaxFixedBatch) {
+    return fmt::format(
+        "got '{}', more than {} (the largest batch gpubench accepts; a "
+        "workload's batch is in its unit: images, sequences or tokens)",
+        value, with_thousands(kMaxFixedBatch));
+  }
+  return std::string();
+}
+
+/// --batch N or --batch MODEL=N as typed.
 const CLI::Validator kBatchValue(
     [](std::string& value) {
-      const bool digits = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
-        return c >= '0' && c <= '9';
-      });
-      const std::string expected =
-          fmt::format("expected a positive integer, got '{}'", value);
-      if (!digits) return expected;
-      const std::size_t first = value.find_first_not_of('0');
-      if (first == std::string::npos) return expected;  // zero
-      if (value.size() - first > 10 || std::stoll(value.substr(first)) > kMaxFixedBatch) {
-        return fmt::format("got '{}', more than {} (the largest batch gpubench accepts; a "
-                           "workload's batch is in its unit: images, sequences or tokens)",
-                           value, with_thousands(kMaxFixedBatch));
-      }
-      return std::string();
+      const std::size_t eq = value.find('=');
+      if (eq == 0) return batch_number_problem("", value);
+      return batch_number_problem(eq == std::string::npos ? value : value.substr(eq + 1), value);
     },
     "", "batch");
+
+/// The --batch values split: a bare N for every workload without its own, MODEL=N for one.
+struct FixedBatches {
+  std::optional<int64_t> all;
+  std::map<std::string, int64_t> by_model;
+};
+
+FixedBatches split_batches(const std::vector<std::string>& values) {
+  FixedBatches out;
+  for (const auto& value : values) {
+    const std::size_t eq = value.find('=');
+    if (eq == std::string::npos) {
+      GPUBENCH_CHECK(!out.all, ConfigError,
+                     "--batch: given twice without a workload ({} and {}); give one number, or "
+                     "MODEL=N for each workload",
+                     *out.all, value);
+      out.all = std::stoll(value);
+      continue;
+    }
+    const std::string model = value.substr(0, eq);
+    GPUBENCH_CHECK(!out.by_model.count(model), ConfigError,
+                   "--batch: {} has two batches ({} and {}); give one", terminal_safe(model),
+                   out.by_model[model], value.substr(eq + 1));
+    out.by_model[model] = std::stoll(value.substr(eq + 1));
+  }
+  return out;
+}
 
 }  // namespace
 
 void setup_run(CLI::App& app, RunOptions& o) {
   auto* cmd = app.add_subcommand(
       "run", "Find the largest batch that trains, time it, and compare with the 2020 GPUs");
-  cmd->add_option("--model,-m", o.models, "Workloads to run (see 'gpubench list')")
+  cmd->add_option("--model,-m", o.models,
+                  "Workloads to run, repeated or comma-separated (see 'gpubench list')")
+      ->delimiter(',')
       ->check(kNonEmpty);
   cmd->add_option("--suite", o.suites, "Named lists of workloads: all, image, language, twins")
+      ->delimiter(',')
       ->check(kNonEmpty);
   cmd->add_option("--gpu", o.gpu, "CUDA device index (default: 0 when a GPU is present)");
   cmd->add_option("--device", o.device, "cpu or cuda (default: cuda when present, else cpu)")
       ->check(kNonEmpty);
   cmd->add_option("--config", o.config_file, "YAML or JSON config over the built-in defaults")
       ->check(kNonEmpty);
-  cmd->add_option("--batch", o.batch, "Fixed batch in the workload's unit (no search)")
+  cmd->add_option("--batch", o.batches,
+                  "Fixed batch in the workload's unit, no search: N for every workload, or "
+                  "MODEL=N for one (repeatable)")
       ->check(kBatchValue);
   cmd->add_option("--precision", o.precision, "fp32 (default, strict), tf32, amp-bf16, amp-fp16")
       ->check(kNonEmpty);
   cmd->add_option("--memory-cap", o.memory_cap_gib,
                   "Cap the caching allocator at this many GiB to emulate a smaller card");
-  cmd->add_option("--warmup-steps", o.warmup_steps, "Minimum warm-up steps");
-  cmd->add_option("--min-steps", o.min_steps, "Minimum timed steps");
-  cmd->add_option("--min-seconds", o.min_seconds, "Minimum timed seconds");
-  cmd->add_option("--timeout", o.timeout_s, "Seconds before a worker process is killed");
+  const RunSettings defaults;
+  cmd->add_option("--warmup-steps", o.warmup_steps,
+                  fmt::format("Minimum warm-up steps (default: {} on a GPU, {} on the CPU; the "
+                              "warm-up also waits for steady step times)",
+                              defaults.timing.warmup_steps, defaults.cpu_timing.warmup_steps));
+  cmd->add_option("--min-steps", o.min_steps,
+                  fmt::format("Minimum timed steps (default: {} on a GPU, {} on the CPU)",
+                              defaults.timing.min_steps, defaults.cpu_timing.min_steps));
+  cmd->add_option("--min-seconds", o.min_seconds,
+                  fmt::format("Minimum timed seconds (default: {} on a GPU, {} on the CPU)",
+                              format_number(defaults.timing.min_seconds),
+                              format_number(defaults.cpu_timing.min_seconds)));
+  cmd->add_option("--timeout", o.timeout_s,
+                  fmt::format("Seconds before a worker process is killed, per phase (default: {})",
+                              format_number(defaults.job_timeout_s)));
   cmd->add_option("--memory-tiers", o.memory_tiers_gib,
                   "Search the max batch under each of these caps in GiB (6,8,11,24,48) to "
                   "emulate smaller cards; search only, no timed run")
@@ -211,11 +286,25 @@ void setup_run(CLI::App& app, RunOptions& o) {
   cmd->add_option("--resume", o.resume_path,
                   "Continue the suite of this journal, running only what it does not have");
   cmd->add_option("--format,-f", o.format,
-                  "The report printed on stdout at the end: table (default), md, csv, json, html, "
-                  "or none")
+                  "The report printed on stdout at the end: summary (default: a line per job), "
+                  "table (beside the eight 2020 GPUs), md, csv, json, html, or none")
       ->check(kNonEmpty);
   cmd->add_flag("--quiet,-q", o.quiet,
                 "No progress lines on stderr; warnings, errors and what failed are still said");
+  cmd->footer(
+      "Examples:\n"
+      "  gpubench run --gpu 0 --model bert-base             search, time, compare with 2020\n"
+      "  gpubench run --suite all --precision amp-bf16      every workload, mixed precision\n"
+      "  gpubench run -m bert-base,mt-dnn --batch 8         a fixed batch, no search\n"
+      "  gpubench run -m nasnet-large,deeplabv3 --batch nasnet-large=16 --batch deeplabv3=4\n"
+      "                                                     a batch per workload\n"
+      "  gpubench run --model bert-base --memory-tiers 6,8,11,24   emulated smaller cards\n"
+      "  gpubench run --resume JOURNAL                      continue a stopped run\n"
+      "\n"
+      "Exit codes: 0 every job ran; 1 a job failed (the others ran and are in the journal);\n"
+      "2 bad input, before anything ran; 3 no usable device; 4 the run stopped early (the\n"
+      "journal or a work file could not be written); 128+N stopped by signal N (Ctrl-C: 130),\n"
+      "the finished jobs kept in the journal.");
   cmd->add_flag("--in-process", o.in_process, "Run jobs in this process (debugging)")
       ->group("");  // hidden
   cmd->add_option("--worker-exe", o.worker_exe, "Worker executable (testing)")->group("");
@@ -279,12 +368,14 @@ std::string select_device(const RunOptions& o, std::ostream& err) {
   const int count = cuda_device_count();
   if (o.gpu || o.device == "cuda") {
     const int index = o.gpu.value_or(0);
+    // Name what the user typed: --gpu N, or --device cuda (which means the first GPU).
+    const std::string asked = o.gpu ? fmt::format("--gpu {}", index) : "--device cuda";
     GPUBENCH_CHECK(built_with_cuda(), DeviceError,
-                   "--gpu {}: this gpubench was built against a CPU-only libtorch; build it "
-                   "against a CUDA libtorch (README: Build against CUDA) or use --device cpu",
-                   index);
-    GPUBENCH_CHECK(index < count, DeviceError,
-                   "--gpu {}: only {} CUDA device{} visible (see 'gpubench info')", index, count,
+                   "{}: this gpubench was built against a CPU-only libtorch; build it against a "
+                   "CUDA libtorch (README: Build against CUDA) or use --device cpu",
+                   asked);
+    GPUBENCH_CHECK(index < count, DeviceError, "{}: {} CUDA device{} visible (see 'gpubench info')",
+                   asked, count == 0 ? std::string("no") : fmt::format("only {}", count),
                    count == 1 ? " is" : "s are");
     return fmt::format("cuda:{}", index);
   }
@@ -316,14 +407,27 @@ std::vector<std::string> expand_models(const RunOptions& o, const ConfigStore& s
   return models;
 }
 
-void write_outputs(const RunOptions& o, const ResultDocument& document,
+/// The result files a run rewrites after each job: --json and --csv, or on a resume given
+/// neither, the ones the journal's run named.
+struct OutputPaths {
+  std::string json, csv;
+};
+
+void write_outputs(const OutputPaths& paths, const ResultDocument& document,
                    const ReferenceTable& reference) {
-  if (!o.json_path.empty()) write_file_atomically(o.json_path, document.to_json().dump(2) + "\n");
-  if (!o.csv_path.empty()) {
+  if (!paths.json.empty()) write_file_atomically(paths.json, document.to_json().dump(2) + "\n");
+  if (!paths.csv.empty()) {
     std::ostringstream csv;
     make_reporter("csv", csv)->report(document.jobs, reference);
-    write_file_atomically(o.csv_path, csv.str());
+    write_file_atomically(paths.csv, csv.str());
   }
+}
+
+/// `path` made absolute, so that a resume from another folder finds it.
+std::string absolute_path(const std::string& path) {
+  std::error_code ec;
+  const auto abs = std::filesystem::absolute(path, ec);
+  return ec ? path : abs.lexically_normal().string();
 }
 
 /// Where a run without --journal keeps its journal, out of the current folder:
@@ -408,7 +512,7 @@ std::vector<double> checked_tiers(const RunOptions& o, const std::string& device
   if (o.memory_tiers_gib.empty()) return {};
   GPUBENCH_CHECK(!o.memory_cap_gib, ConfigError,
                  "--memory-tiers and --memory-cap contradict each other; give one");
-  GPUBENCH_CHECK(!o.batch, ConfigError,
+  GPUBENCH_CHECK(o.batches.empty(), ConfigError,
                  "--memory-tiers searches the max batch under each cap; it cannot take --batch");
   std::vector<double> tiers = o.memory_tiers_gib;
   for (double gib : tiers) {
@@ -428,7 +532,7 @@ void check_resume_options(const RunOptions& o) {
   if (!o.models.empty()) given.push_back("--model");
   if (!o.suites.empty()) given.push_back("--suite");
   if (!o.config_file.empty()) given.push_back("--config");
-  if (o.batch) given.push_back("--batch");
+  if (!o.batches.empty()) given.push_back("--batch");
   if (!o.precision.empty()) given.push_back("--precision");
   if (o.memory_cap_gib) given.push_back("--memory-cap");
   if (!o.memory_tiers_gib.empty()) given.push_back("--memory-tiers");
@@ -501,9 +605,15 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
   std::vector<JobRecord> earlier;
   std::optional<JournalWriter> journal;
   Json run_settings;
+  OutputPaths outputs{o.json_path, o.csv_path};
   if (!o.resume_path.empty()) {
     check_resume_options(o);
     const Journal old = read_journal(o.resume_path);
+    // Without --json/--csv, a resume keeps the files the first run named up to date, as it did.
+    if (o.json_path.empty() && o.csv_path.empty()) {
+      outputs.json = old.header.outputs.value("json", std::string());
+      outputs.csv = old.header.outputs.value("csv", std::string());
+    }
     plan = SuitePlan::from_json(old.header.plan, o.resume_path);
     earlier = old.jobs;
     run_settings = old.header.run_settings;
@@ -559,24 +669,34 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
       plan.overlays.emplace_back("command line", flags);
     }
     const std::vector<std::string> models = expand_models(o, store);
-    if (o.batch) {
+    const FixedBatches batches = split_batches(o.batches);
+    for (const auto& [model, batch] : batches.by_model) {
+      if (std::find(models.begin(), models.end(), model) != models.end()) continue;
+      store.model(model);  // an unknown name: say so, with a did-you-mean
+      throw ConfigError(fmt::format(
+          "--batch {}={}: {} is not among this run's workloads ({}); add --model {} or drop it",
+          model, batch, model, join(models, ", "), model));
+    }
+    if (batches.all) {
       // One number cannot be the batch of workloads that count it in different units.
       std::map<std::string, std::vector<std::string>> by_unit;
-      for (const auto& m : models) by_unit[store.model(m).batch_unit].push_back(m);
+      for (const auto& m : models) {
+        if (!batches.by_model.count(m)) by_unit[store.model(m).batch_unit].push_back(m);
+      }
       if (by_unit.size() > 1) {
         std::vector<std::string> parts;
         for (const auto& [unit, names] : by_unit) {
           parts.push_back(fmt::format("{} ({})", unit, join(names, ", ")));
         }
         throw ConfigError(fmt::format(
-            "--batch {}: these workloads count their batch in different units: {}; run each "
-            "unit with its own --batch, or set search or batch settings per workload in a "
-            "--config",
-            *o.batch, join(parts, "; ")));
+            "--batch {}: these workloads count their batch in different units: {}; give each "
+            "its own with --batch MODEL=N (e.g. --batch {}={}), or run each unit on its own",
+            *batches.all, join(parts, "; "), by_unit.begin()->second.front(), *batches.all));
       }
     }
     plan.device = select_device(o, err);
-    plan.fixed_batch = o.batch;
+    plan.fixed_batch = batches.all;
+    plan.model_batches = batches.by_model;
     plan.jobs = plan_jobs(models, checked_tiers(o, plan.device));
     plan.device_name = device_name_of(plan.device);
     run_settings = store.run().to_json();
@@ -587,14 +707,14 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
       check_tier_caps({*store.run().memory_cap_gib}, plan.device, "memory cap");
     }
   }
-  if (!o.json_path.empty()) check_writable(o.json_path, "--json");
-  if (!o.csv_path.empty()) check_writable(o.csv_path, "--csv");
+  if (!outputs.json.empty()) check_writable(outputs.json, "--json");
+  if (!outputs.csv.empty()) check_writable(outputs.csv, "--csv");
   const ConfigStore store = resolve_store(plan.overlays);
 
   // The journal exists before the first job starts, so even the first one cannot be lost.
   const std::string journal_path = !o.resume_path.empty() ? o.resume_path : o.journal_path;
-  check_not_journal(o.json_path, "--json", journal_path);
-  check_not_journal(o.csv_path, "--csv", journal_path);
+  check_not_journal(outputs.json, "--json", journal_path);
+  check_not_journal(outputs.csv, "--csv", journal_path);
   if (!o.resume_path.empty()) {
     journal.emplace(JournalWriter::resume(o.resume_path));
   } else {
@@ -603,6 +723,8 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
     header.command_line = argv;
     header.plan = plan.to_json();
     header.run_settings = run_settings;
+    if (!outputs.json.empty()) header.outputs["json"] = absolute_path(outputs.json);
+    if (!outputs.csv.empty()) header.outputs["csv"] = absolute_path(outputs.csv);
     journal.emplace(o.journal_path.empty() ? create_default_journal(header)
                                            : JournalWriter::create(o.journal_path, header));
   }
@@ -611,6 +733,14 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
   };
   log(fmt::format("journal: {} (if this run is interrupted: gpubench run --resume {})",
                   journal->path(), journal->path()));
+  if (!o.resume_path.empty() && o.json_path.empty() && o.csv_path.empty() &&
+      (!outputs.json.empty() || !outputs.csv.empty())) {
+    std::vector<std::string> files;
+    for (const auto* f : {&outputs.json, &outputs.csv}) {
+      if (!f->empty()) files.push_back(*f);
+    }
+    log(fmt::format("rewriting the first run's results as jobs end: {}", join(files, ", ")));
+  }
 
   ResultDocument document;
   document.created_utc = utc_now();
@@ -624,7 +754,8 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
         document.environment = job.environment;
       }
     }
-    write_outputs(o, document, store.reference());  // nothing measured is lost to a later crash
+    write_outputs(outputs, document,
+                  store.reference());  // nothing measured is lost to a later crash
   };
 
   WorkerLauncher workers(o.worker_exe);
@@ -636,10 +767,31 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
     all.push_back(record);
     refresh();
   };
-  run_suite(plan, earlier, launcher, *journal, callbacks);
+  try {
+    // A stop signal is remembered for the whole suite: one between two jobs ends the run
+    // before the next starts, one during a job stops its worker (run_process).
+    const StopSignals stop_signals;
+    run_suite(plan, earlier, launcher, *journal, callbacks);
+    stop_if_asked();
+  } catch (const Interrupted& e) {
+    // Said even with --quiet: the user stopped it and should know what was kept.
+    const std::vector<JobRecord> latest = latest_per_job(plan, all);
+    const auto kept = std::count_if(latest.begin(), latest.end(), job_is_done);
+    err << fmt::format(
+               "gpubench: stopped ({}); the running job was stopped and left no record; "
+               "{} of {} jobs are done in the journal; continue with: gpubench run "
+               "--resume {}\n",
+               sigabbrev_or_number(e.signal_number()), kept, plan.jobs.size(), journal->path())
+        << std::flush;
+    throw;
+  }
   refresh();
 
   if (reporter) reporter->report(document.jobs, store.reference());
+  if (o.format == "summary" && !document.jobs.empty()) {
+    log(fmt::format("beside the eight 2020 GPUs, with max batches: gpubench report {}",
+                    journal->path()));
+  }
   // A planned job without a done record failed, whatever records the others left.
   const auto done = std::count_if(document.jobs.begin(), document.jobs.end(),
                                   [](const JobRecord& r) { return job_is_done(r); });
@@ -659,7 +811,9 @@ void setup_report(CLI::App& app, ReportOptions& o) {
                   "Result files of 'gpubench run --json' and journals of 'gpubench run "
                   "--journal', in any mix; the last record of a job wins")
       ->required();
-  cmd->add_option("--format,-f", o.format, "table (default), md, csv, json, html");
+  cmd->add_option("--format,-f", o.format,
+                  "table (default: beside the eight 2020 GPUs), summary (a line per job), md, csv, "
+                  "json, html");
   cmd->add_option("--output,-o", o.output, "Write the report to PATH instead of stdout");
 }
 
@@ -731,7 +885,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e, out, err);
   } catch (const CLI::ParseError& e) {
-    err << "error: " << terminal_safe(e.what()) << " (run 'gpubench --help')\n";
+    // Point at the help of the command being parsed: its options are what went wrong.
+    const bool command =
+        argc > 1 && std::find(commands.begin(), commands.end(), argv[1]) != commands.end();
+    err << "error: " << terminal_safe(e.what()) << " (run 'gpubench "
+        << (command ? std::string(argv[1]) + " " : std::string()) << "--help')\n";
     return kExitBadInput;
   }
 
@@ -742,6 +900,14 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     if (app.got_subcommand("run")) return run_run(run, args, out, err);
     if (app.got_subcommand("report")) return run_report(report, out, err);
     if (app.got_subcommand("worker")) return worker_main(worker.spec, worker.out);
+  } catch (const Interrupted& e) {
+    // End as the signal would have ended us (the shell then knows it was stopped), once the
+    // message is out; a signal that is blocked here still gives its exit code.
+    out.flush();
+    err.flush();
+    std::signal(e.signal_number(), SIG_DFL);
+    std::raise(e.signal_number());
+    return e.exit_code();
   } catch (const Error& e) {
     err << "error: " << terminal_safe(e.what()) << '\n';
     return e.exit_code();

@@ -33,7 +33,9 @@ struct RunOptions {
   std::optional<int> gpu;                ///< --gpu N
   std::string device;                    ///< --device cpu|cuda
   std::string config_file;               ///< --config FILE
-  std::optional<int64_t> batch;          ///< --batch N: fixed batch, no search
+  /// --batch N (every workload of the run) or --batch MODEL=N (that one), repeatable: a fixed
+  /// batch, no search. Checked as typed; run_run splits them.
+  std::vector<std::string> batches;
   std::string precision;                 ///< --precision
   std::optional<double> memory_cap_gib;  ///< --memory-cap GiB
   std::optional<int> warmup_steps;       ///< --warmup-steps N
@@ -45,7 +47,7 @@ struct RunOptions {
   std::string journal_path;              ///< --journal PATH (default: a new file here)
   std::string resume_path;               ///< --resume JOURNAL: continue that suite
   std::vector<double> memory_tiers_gib;  ///< --memory-tiers 6,8,11: search under each cap
-  std::string format = "table";          ///< --format: the report printed on stdout at the end
+  std::string format = "summary";        ///< --format: the report printed on stdout at the end
   bool quiet = false;                    ///< --quiet: no progress lines on stderr
   bool in_process = false;               ///< --in-process: no worker processes (debugging)
   std::string worker_exe;                ///< --worker-exe PATH: another worker binary (tests)

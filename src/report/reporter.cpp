@@ -16,6 +16,7 @@ namespace gpubench {
 // Defined in the reporter files.
 std::unique_ptr<Reporter> make_table_reporter(std::ostream& out, GridStyle style);
 std::unique_ptr<Reporter> make_csv_reporter(std::ostream& out);
+std::unique_ptr<Reporter> make_summary_reporter(std::ostream& out);
 std::unique_ptr<Reporter> make_json_reporter(std::ostream& out);
 std::unique_ptr<Reporter> make_html_reporter(std::ostream& out);
 
@@ -141,11 +142,12 @@ const std::vector<ResultColumn>& result_columns() {
 // ---- Factory and reading ----
 
 const std::vector<std::string>& report_formats() {
-  static const std::vector<std::string> formats = {"table", "md", "csv", "json", "html"};
+  static const std::vector<std::string> formats = {"summary", "table", "md", "csv", "json", "html"};
   return formats;
 }
 
 std::unique_ptr<Reporter> make_reporter(const std::string& format, std::ostream& out) {
+  if (format == "summary") return make_summary_reporter(out);
   if (format == "table") return make_table_reporter(out, GridStyle::kPlain);
   if (format == "md") return make_table_reporter(out, GridStyle::kMarkdown);
   if (format == "csv") return make_csv_reporter(out);
