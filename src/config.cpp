@@ -341,8 +341,8 @@ TimingSettings read_timing(const Json& value, const Where& where, TimingSettings
 
 void apply_run_section(RunSettings& run, const Json& value, const Where& where) {
   check_keys(value, where,
-             {"precision", "timing", "cpu_timing", "memory_cap_gib", "job_timeout_s", "seed",
-              "cudnn_benchmark", "cudnn_benchmark_limit", "cudnn_benchmark_empty_cache",
+             {"precision", "timing", "cpu_timing", "memory_cap_gib", "job_timeout_s", "repeat",
+              "seed", "cudnn_benchmark", "cudnn_benchmark_limit", "cudnn_benchmark_empty_cache",
               "expandable_segments"});
   if (value.contains("precision")) {
     run.precision =
@@ -363,6 +363,9 @@ void apply_run_section(RunSettings& run, const Json& value, const Where& where) 
   }
   if (value.contains("job_timeout_s")) {
     run.job_timeout_s = read_number(value["job_timeout_s"], where.at("job_timeout_s"), 1);
+  }
+  if (value.contains("repeat")) {
+    run.repeat = static_cast<int>(read_int(value["repeat"], where.at("repeat"), 1, 100));
   }
   if (value.contains("seed")) {
     run.seed = static_cast<uint64_t>(read_int(value["seed"], where.at("seed"), 0));
@@ -401,6 +404,7 @@ Json RunSettings::to_json() const {
           {"cpu_timing", timing_json(cpu_timing)},
           {"memory_cap_gib", memory_cap_gib ? Json(*memory_cap_gib) : Json(nullptr)},
           {"job_timeout_s", job_timeout_s},
+          {"repeat", repeat},
           {"seed", seed},
           {"cudnn_benchmark", cudnn_benchmark},
           {"cudnn_benchmark_limit", cudnn_benchmark_limit},

@@ -54,6 +54,9 @@ Json JobRecord::to_json() const {
     out["normalized"] = nullptr;
   }
   if (status == "diverged") out["diverged_throughput"] = diverged_throughput;
+  // Repeats (run.repeat >= 2) only: records of one timed run read and write as before.
+  if (!repeats.empty()) out["repeats"] = repeats;
+  if (throughput_stats) out["throughput_stats"] = throughput_stats->to_json();
   out["config"] = config;
   out["environment"] = environment;
   out["wall_seconds"] = wall_seconds;
@@ -100,6 +103,10 @@ JobRecord JobRecord::from_json(const Json& j) {
   r.losses_start = j.value("losses_start", Json::object());
   r.losses = j.value("losses", Json::object());
   r.diverged_throughput = j.value("diverged_throughput", 0.0);
+  r.repeats = j.value("repeats", Json::array());
+  if (j.contains("throughput_stats") && j["throughput_stats"].is_object()) {
+    r.throughput_stats = SampleStats::from_json(j["throughput_stats"]);
+  }
   r.clocks = j.value("clocks", Json::object());
   if (j.contains("normalized") && j["normalized"].is_object()) {
     const Json& n = j["normalized"];

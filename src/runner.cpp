@@ -748,6 +748,66 @@ void fill_identity(JobRecord& record, const ModelConfig& config, const RunSettin
 }
 }  // namespace
 
+namespace {
+
+/// One timed run as a repetition: what it measured and how it ended.
+Json repetition_json(const JobRecord& r, double seconds) {
+  return {{"throughput", r.ok() ? r.throughput : 0.0},
+          {"step_time_ms_median", r.timing.median_ms},
+          {"steps", r.timing.steps},
+          {"window_seconds", r.timing.window_seconds},
+          {"status", r.status},
+          {"message", r.message},
+          {"seconds", seconds}};
+}
+
+/// run.repeat >= 2: the timed run again, each time in a fresh process at `record`'s batch, and
+/// the record's throughput their median. A repeat that diverges makes the job diverged (a number
+/// is only a result when every timed run trained soundly); one that fails otherwise (out of
+/// memory at the edge, a crash) is kept in `repeats` and said in the message, and the
+/// statistics are over those that trained.
+void repeat_timed_run(JobRecord& record, JobSpec spec, const RunSettings& run,
+                      PhaseLauncher& launcher, const std::function<void(const std::string&)>& log) {
+  const double first_seconds =
+      record.confirm.empty() ? 0.0 : record.confirm.back().value("seconds", 0.0);
+  record.repeats = Json::array({repetition_json(record, first_seconds)});
+  std::vector<double> throughputs = {record.throughput};
+  std::vector<std::string> problems;
+  spec.phase = "time";
+  spec.batch = record.batch;
+  for (int i = 2; i <= run.repeat; ++i) {
+    log(fmt::format("{}: timed run {} of {} at batch {}", record.model, i, run.repeat,
+                    record.batch));
+    const auto started = Clock::now();
+    const JobRecord again = launcher.launch(spec, run.job_timeout_s);
+    record.repeats.push_back(repetition_json(again, seconds_since(started)));
+    if (again.ok()) {
+      throughputs.push_back(again.throughput);
+    } else if (again.status == "diverged") {
+      record.status = "diverged";
+      record.diverged_throughput = record.throughput;
+      record.throughput = 0;
+      record.message = fmt::format("timed run {} of {}: {}", i, run.repeat, again.message);
+      record.normalized.reset();
+      return;
+    } else {
+      problems.push_back(fmt::format("timed run {} of {}: {} ({})", i, run.repeat, again.status,
+                                     again.message.substr(0, 120)));
+    }
+  }
+  const SampleStats stats = summarize_sample(throughputs);
+  record.throughput_stats = stats;
+  record.throughput = stats.median;
+  if (!problems.empty()) {
+    record.message = fmt::format(
+        "{} of {} timed runs did not finish, the statistics are over the "
+        "other {}: {}",
+        problems.size(), run.repeat, stats.n, join(problems, "; "));
+  }
+}
+
+}  // namespace
+
 JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& launcher,
                   const std::function<void(const std::string&)>& log) {
   const auto started = Clock::now();
@@ -845,6 +905,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
         "the search's batch {} did not fit in a fresh process with autotuning; timed at {}",
         outcomes.front().first, record.batch);
   }
+  if (record.ok() && run.repeat > 1) repeat_timed_run(record, spec, run, launcher, log);
   if (!search_warning.empty() && record.ok() && record.message.empty()) {
     record.message = search_warning;  // the timed run's record must not drop it
   }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 namespace gpubench {
@@ -33,6 +34,62 @@ TimingStats summarize_steps(const std::vector<double>& step_ms, double window_se
     for (double t : step_ms) sum += (t - s.mean_ms) * (t - s.mean_ms);
     s.stddev_ms = std::sqrt(sum / static_cast<double>(s.steps - 1));
   }
+  return s;
+}
+
+double t_quantile_975(int df) {
+  // Two-sided 95%: the 0.975 quantile, df 1..30, then 40, 60, 120, and the normal's 1.96.
+  static const double kTable[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306,
+                                  2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120,
+                                  2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+                                  2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
+  if (df < 1) return std::numeric_limits<double>::infinity();
+  if (df <= 30) return kTable[df - 1];
+  if (df <= 40) return 2.021;
+  if (df <= 60) return 2.000;
+  if (df <= 120) return 1.980;
+  return 1.960;
+}
+
+SampleStats summarize_sample(const std::vector<double>& values) {
+  SampleStats s;
+  s.n = static_cast<int>(values.size());
+  if (values.empty()) return s;
+  s.median = median_of(values);
+  s.mean = std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(s.n);
+  s.min = *std::min_element(values.begin(), values.end());
+  s.max = *std::max_element(values.begin(), values.end());
+  s.ci95_low = s.ci95_high = s.mean;
+  if (s.n > 1) {
+    double sum = 0;
+    for (double v : values) sum += (v - s.mean) * (v - s.mean);
+    s.stddev = std::sqrt(sum / static_cast<double>(s.n - 1));
+    const double half = t_quantile_975(s.n - 1) * s.stddev / std::sqrt(static_cast<double>(s.n));
+    s.ci95_low = s.mean - half;
+    s.ci95_high = s.mean + half;
+  }
+  return s;
+}
+
+double SampleStats::relative_half_width() const {
+  return n > 1 && mean != 0 ? 0.5 * (ci95_high - ci95_low) / mean : 0.0;
+}
+
+Json SampleStats::to_json() const {
+  return {{"n", n},     {"median", median}, {"mean", mean},         {"min", min},
+          {"max", max}, {"stddev", stddev}, {"ci95_low", ci95_low}, {"ci95_high", ci95_high}};
+}
+
+SampleStats SampleStats::from_json(const Json& json) {
+  SampleStats s;
+  s.n = json.value("n", 0);
+  s.median = json.value("median", 0.0);
+  s.mean = json.value("mean", 0.0);
+  s.min = json.value("min", 0.0);
+  s.max = json.value("max", 0.0);
+  s.stddev = json.value("stddev", 0.0);
+  s.ci95_low = json.value("ci95_low", 0.0);
+  s.ci95_high = json.value("ci95_high", 0.0);
   return s;
 }
 

@@ -114,7 +114,7 @@ TEST(CliTest, BadInputIsExitCodeTwoWithAClearMessage) {
   EXPECT_ERROR(cli({"run", "--suite", "imagee"}), 2,
                "unknown suite 'imagee' (did you mean 'image'?)");
   EXPECT_ERROR(cli({"frobnicate"}), 2,
-               "unknown command 'frobnicate'; the commands are list, info, run, report");
+               "unknown command 'frobnicate'; the commands are list, info, run, report, compare");
   EXPECT_ERROR(cli({"runn", "--model", "bert-base"}), 2,
                "unknown command 'runn' (did you mean 'run'?)");
   EXPECT_ERROR(cli({"report", "x.json", "--format", "xml"}), 2, "unknown format 'xml'");

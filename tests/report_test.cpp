@@ -161,7 +161,8 @@ TEST(ReportTest, CsvGolden) {
             "model,family,device,device_type,precision,emulated,search_only,memory_cap_gib,status,"
             "batch,"
             "batch_unit,batch_source,max_batch,largest_pow2_batch,search_probes,search_seconds,"
-            "throughput,throughput_unit,normalized_score,rtx8000_2020_throughput,"
+            "throughput,throughput_unit,throughput_runs,throughput_ci95_low,throughput_ci95_high,"
+            "normalized_score,rtx8000_2020_throughput,"
             "rtx8000_2020_max_batch,step_time_ms_median,step_time_ms_mean,step_time_ms_min,"
             "step_time_ms_max,step_time_ms_stddev,timed_steps,window_seconds,peak_memory_bytes,"
             "bytes_per_sample,fixed_bytes,trainable_params,wall_seconds,gpubench_commit,"
@@ -169,7 +170,7 @@ TEST(ReportTest, CsvGolden) {
   EXPECT_EQ(csv.substr(header.size() + 1),
             "bert-base,language,NVIDIA H200,cuda,fp32,false,false,,ok,1312,sequences,search,1312,"
             "1024,5,"
-            "21.5,1880,examples/s,20,94,128,100,100,99,101,1,3,0.3,139586437120,100000000,"
+            "21.5,1880,examples/s,,,,20,94,128,100,100,99,101,1,3,0.3,139586437120,100000000,"
             "2000000000,0,40.25,,2026-11-30T00:00:00Z,\"warning: a \"\"quoted\"\", message\"\n");
 }
 

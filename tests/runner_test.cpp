@@ -393,6 +393,98 @@ TEST(RunnerTest, StepsDownWhenTheFreshProcessDoesNotFitTheFoundBatch) {
   EXPECT_NE(r.message.find("the search's batch 1000 did not fit"), std::string::npos) << r.message;
 }
 
+/// Timed runs that answer in turn from a script: ("ok", throughput) or a failing status.
+class RepeatLauncher : public PhaseLauncher {
+ public:
+  explicit RepeatLauncher(std::vector<std::pair<std::string, double>> script)
+      : script_(std::move(script)) {}
+  JobRecord launch(const JobSpec& spec, double) override {
+    calls.push_back(spec.phase + ":" + std::to_string(spec.batch));
+    const auto& [status, throughput] = script_.at(next_++);
+    JobRecord r;
+    r.model = spec.model;
+    r.device.type = "cuda";
+    r.batch = spec.batch;
+    r.status = status;
+    r.throughput = status == "ok" ? throughput : 0;
+    r.timing.steps = 3;
+    r.timing.median_ms = 1000 / std::max(throughput, 1.0);
+    if (status == "diverged") r.message = "loss 'loss' is NaN at the end of the timed window";
+    if (status == "oom") r.message = "CUDA out of memory";
+    return r;
+  }
+  std::vector<std::string> calls;
+
+ private:
+  std::vector<std::pair<std::string, double>> script_;
+  std::size_t next_ = 0;
+};
+
+ConfigStore with_repeat(int repeat) {
+  ConfigStore store = builtin();
+  store.apply_document(Json{{"run", {{"repeat", repeat}}}}, "test");
+  return store;
+}
+
+// run.repeat 3: the timed run three times at the job's batch (each would be a fresh process),
+// every one kept, the throughput their median, with the mean's 95% interval.
+TEST(RunnerTest, RepeatedTimedRunsGiveTheMedianAndAnInterval) {
+  RepeatLauncher launcher({{"ok", 10}, {"ok", 14}, {"ok", 12}});
+  const JobPlan plan{"bert-base", "cuda:0", int64_t{64}, {}};
+  const JobRecord r = run_job(plan, with_repeat(3), launcher, quiet);
+  EXPECT_EQ(launcher.calls, (std::vector<std::string>{"time:64", "time:64", "time:64"}));
+  EXPECT_EQ(r.status, "ok") << r.message;
+  EXPECT_EQ(r.throughput, 12);
+  ASSERT_TRUE(r.throughput_stats.has_value());
+  EXPECT_EQ(r.throughput_stats->n, 3);
+  EXPECT_EQ(r.throughput_stats->min, 10);
+  EXPECT_EQ(r.throughput_stats->max, 14);
+  const double half = 4.303 * 2.0 / std::sqrt(3.0);  // t(0.975, 2) x sd / sqrt(n)
+  EXPECT_NEAR(r.throughput_stats->ci95_low, 12 - half, 1e-9);
+  EXPECT_NEAR(r.throughput_stats->ci95_high, 12 + half, 1e-9);
+  ASSERT_EQ(r.repeats.size(), 3u);
+  EXPECT_EQ(r.repeats[1]["throughput"], 14);
+  EXPECT_EQ(r.repeats[2]["status"], "ok");
+  ASSERT_TRUE(r.normalized.has_value());  // scored on the median
+  EXPECT_DOUBLE_EQ(r.normalized->score, 12 / r.normalized->baseline_throughput);
+  const JobRecord back = JobRecord::from_json(r.to_json());
+  EXPECT_EQ(back.repeats, r.repeats);
+  EXPECT_EQ(back.throughput_stats->to_json(), r.throughput_stats->to_json());
+
+  // One timed run: no repeats, no interval; the record reads and writes as before.
+  RepeatLauncher once({{"ok", 10}});
+  const JobRecord single = run_job(plan, builtin(), once, quiet);
+  EXPECT_EQ(once.calls.size(), 1u);
+  EXPECT_TRUE(single.repeats.empty());
+  EXPECT_FALSE(single.throughput_stats.has_value());
+  EXPECT_FALSE(single.to_json().contains("repeats"));
+}
+
+// A repeat that diverges: no timed run of the job is a result. One that runs out of memory is
+// said, and the statistics are over the others.
+TEST(RunnerTest, ARepeatThatDivergesFailsTheJobAndOneOutOfMemoryIsSaid) {
+  const JobPlan plan{"bert-base", "cuda:0", int64_t{64}, {}};
+  RepeatLauncher diverging({{"ok", 10}, {"diverged", 0}, {"ok", 12}});
+  const JobRecord d = run_job(plan, with_repeat(3), diverging, quiet);
+  EXPECT_EQ(d.status, "diverged");
+  EXPECT_EQ(d.throughput, 0);
+  EXPECT_FALSE(d.normalized.has_value());
+  EXPECT_NE(d.message.find("timed run 2 of 3: loss 'loss' is NaN"), std::string::npos) << d.message;
+  EXPECT_EQ(diverging.calls.size(), 2u);  // no third run after a diverged one
+
+  RepeatLauncher edge({{"ok", 10}, {"oom", 0}, {"ok", 12}});
+  const JobRecord e = run_job(plan, with_repeat(3), edge, quiet);
+  EXPECT_EQ(e.status, "ok");
+  EXPECT_EQ(e.throughput, 11);  // the median of 10 and 12
+  EXPECT_EQ(e.throughput_stats->n, 2);
+  EXPECT_EQ(e.repeats.size(), 3u);
+  EXPECT_EQ(e.repeats[1]["status"], "oom");
+  EXPECT_NE(e.message.find("1 of 3 timed runs did not finish, the statistics are over the other "
+                           "2: timed run 2 of 3: oom (CUDA out of memory)"),
+            std::string::npos)
+      << e.message;
+}
+
 TEST(RunnerTest, TheStepDownBisectsBetweenTheLargestFitAndTheSmallestFailure) {
   SearchSettings s;
   s.min_batch = 1;

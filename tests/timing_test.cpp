@@ -131,5 +131,30 @@ TEST(TimingTest, WindowNeedsBothStepsAndSeconds) {
   EXPECT_TRUE(window_done(10, 5, t));
 }
 
+TEST(TimingTest, ASampleHasItsMedianRangeAndTheMeansNinetyFivePercentInterval) {
+  const SampleStats s = summarize_sample({14, 10, 12});
+  EXPECT_EQ(s.n, 3);
+  EXPECT_EQ(s.median, 12);
+  EXPECT_EQ(s.mean, 12);
+  EXPECT_EQ(s.min, 10);
+  EXPECT_EQ(s.max, 14);
+  EXPECT_DOUBLE_EQ(s.stddev, 2);
+  // t(0.975, 2) = 4.303: 12 -+ 4.303 x 2 / sqrt(3).
+  EXPECT_NEAR(s.ci95_low, 7.0313, 1e-4);
+  EXPECT_NEAR(s.ci95_high, 16.9687, 1e-4);
+  EXPECT_NEAR(s.relative_half_width(), 4.9687 / 12, 1e-4);
+  const SampleStats one = summarize_sample({5});
+  EXPECT_EQ(one.ci95_low, 5);
+  EXPECT_EQ(one.ci95_high, 5);
+  EXPECT_EQ(one.relative_half_width(), 0);
+  EXPECT_EQ(summarize_sample({}).n, 0);
+  EXPECT_EQ(SampleStats::from_json(s.to_json()).to_json(), s.to_json());
+  EXPECT_DOUBLE_EQ(t_quantile_975(1), 12.706);
+  EXPECT_DOUBLE_EQ(t_quantile_975(10), 2.228);
+  EXPECT_DOUBLE_EQ(t_quantile_975(30), 2.042);
+  EXPECT_DOUBLE_EQ(t_quantile_975(100000), 1.960);
+  EXPECT_GT(t_quantile_975(31), t_quantile_975(100000));
+}
+
 }  // namespace
 }  // namespace gpubench

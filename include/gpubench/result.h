@@ -53,7 +53,14 @@ struct JobRecord {
   TimingStats timing;
   std::vector<double> step_time_ms;  ///< every timed step
   double units_per_step = 0;         ///< mean throughput units per step
-  double throughput = 0;             ///< throughput_unit, over the timed window
+  double throughput = 0;  ///< throughput_unit over the timed window; with repeats, their median
+  /// With run.repeat >= 2: each timed run at the job's batch, the first (whose window, memory
+  /// and clocks the fields above describe) included: [{throughput, step_time_ms_median, steps,
+  /// window_seconds, status, message, seconds}], in the order they ran.
+  Json repeats = Json::array();
+  /// With run.repeat >= 2: the throughputs of the repeats that trained (median, min, max and the
+  /// mean's 95% interval); none with one timed run.
+  std::optional<SampleStats> throughput_stats;
   int64_t peak_memory_bytes = 0;     ///< peak reserved by the allocator in the timed run
   int64_t peak_allocated_bytes = 0;
   /// The timed run's memory, apart: {resident_bytes (allocated after the timed window: weights,

@@ -24,6 +24,23 @@ struct TimingStats {
   static TimingStats from_json(const Json& json);
 };
 
+/// A sample of values (the throughputs of a job's repeated timed runs): its median, range and
+/// the 95% confidence interval of its mean (Student's t with n - 1 degrees of freedom).
+struct SampleStats {
+  int n = 0;
+  double median = 0, mean = 0, min = 0, max = 0;
+  double stddev = 0;                   ///< sample standard deviation (n - 1)
+  double ci95_low = 0, ci95_high = 0;  ///< the mean's 95% interval; equal to the mean when n < 2
+
+  /// Half the interval's width over the mean (0.004: "±0.4%"); 0 when n < 2.
+  double relative_half_width() const;
+  Json to_json() const;
+  static SampleStats from_json(const Json& json);
+};
+SampleStats summarize_sample(const std::vector<double>& values);
+/// Student's t quantile 0.975 for `df` degrees of freedom (12.71 for 1, 1.96 as df grows).
+double t_quantile_975(int df);
+
 /// Statistics of per-step times; `window_seconds` is the device time of the whole window.
 TimingStats summarize_steps(const std::vector<double>& step_ms, double window_seconds);
 

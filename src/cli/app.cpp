@@ -6,6 +6,7 @@
 #include "gpubench/journal.h"
 #include "gpubench/process.h"
 #include "gpubench/registry.h"
+#include "gpubench/report/compare.h"
 #include "gpubench/report/reporter.h"
 #include "gpubench/runner.h"
 #include "gpubench/strings.h"
@@ -268,6 +269,10 @@ void setup_run(CLI::App& app, RunOptions& o) {
                   fmt::format("Minimum timed seconds (default: {} on a GPU, {} on the CPU)",
                               format_number(defaults.timing.min_seconds),
                               format_number(defaults.cpu_timing.min_seconds)));
+  cmd->add_option("--repeat", o.repeat,
+                  fmt::format("Timed runs per job, each in a fresh process; from 2 on, the "
+                              "throughput is their median with a 95% interval (default: {})",
+                              defaults.repeat));
   cmd->add_option("--timeout", o.timeout_s,
                   fmt::format("Seconds before a worker process is killed, per phase (default: {})",
                               format_number(defaults.job_timeout_s)));
@@ -344,6 +349,13 @@ Json flag_overlay(const RunOptions& o) {
     GPUBENCH_CHECK(*o.timeout_s >= 1, ConfigError, "--timeout: expected seconds >= 1, got '{}'",
                    format_number(*o.timeout_s));
     run["job_timeout_s"] = *o.timeout_s;
+  }
+  if (o.repeat) {
+    GPUBENCH_CHECK(*o.repeat >= 1 && *o.repeat <= 100, ConfigError,
+                   "--repeat: expected a number of timed runs from 1 to 100, got '{}' (1 times "
+                   "each job once; 3 gives a median and an interval)",
+                   *o.repeat);
+    run["repeat"] = *o.repeat;
   }
   if (!timing.empty()) {
     // A flag means what it says on either device.
@@ -539,6 +551,7 @@ void check_resume_options(const RunOptions& o) {
   if (o.warmup_steps) given.push_back("--warmup-steps");
   if (o.min_steps) given.push_back("--min-steps");
   if (o.min_seconds) given.push_back("--min-seconds");
+  if (o.repeat) given.push_back("--repeat");
   if (!o.journal_path.empty()) given.push_back("--journal");
   GPUBENCH_CHECK(given.empty(), ConfigError,
                  "--resume continues the suite exactly as its journal planned it; drop {} (only "
@@ -834,6 +847,51 @@ int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
   return kExitOk;
 }
 
+// ---- compare ----
+
+void setup_compare(CLI::App& app, CompareOptions& o) {
+  auto* cmd = app.add_subcommand(
+      "compare", "Compare two result files job by job: faster, slower or within noise");
+  cmd->add_option("files", o.files,
+                  "A (the baseline) and B (the candidate): result files or journals")
+      ->required()
+      ->expected(2);
+  cmd->add_option("--noise", o.noise_pct,
+                  "Percent difference taken as noise where a job has no interval (one timed "
+                  "run; --repeat 3 gives one) (default: 2)");
+  cmd->add_option("--format,-f", o.format, "table (default), md, json");
+  cmd->footer(
+      "Jobs are matched by model, precision and memory cap; the devices may differ. With a 95%\n"
+      "interval on both sides (run --repeat 2 or more) B is faster or slower when the intervals\n"
+      "do not overlap; otherwise when the difference passes --noise.\n"
+      "Exit codes: 0 no regression; 1 B is slower than A on some job, or failed where A\n"
+      "trained; 2 bad input (a file, or two files that share no job).");
+}
+
+int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
+  GPUBENCH_CHECK(o.noise_pct >= 0 && o.noise_pct < 100, ConfigError,
+                 "--noise: expected a percentage from 0 to 100, got '{}'",
+                 format_number(o.noise_pct));
+  const ResultFiles a = read_result_files({o.files.at(0)});
+  const ResultFiles b = read_result_files({o.files.at(1)});
+  for (const auto* files : {&a, &b}) {
+    for (const auto& note : files->notes) err << "gpubench: " << note << '\n';
+  }
+  std::ostringstream text;  // nothing is printed unless the whole comparison can be
+  const CompareResult result = compare_results(a.jobs, b.jobs, o.noise_pct / 100.0);
+  print_comparison(text, result, o.format);
+  out << text.str();
+  if (!result.regression) return kExitOk;
+  std::vector<std::string> worse;
+  for (const auto& c : result.jobs) {
+    if (c.verdict == "slower" || c.verdict == "failed in B") {
+      worse.push_back(fmt::format("{} {} ({})", c.model, c.precision, c.verdict));
+    }
+  }
+  err << "gpubench: B regressed against A: " << join(worse, ", ") << '\n';
+  return kExitJobFailed;
+}
+
 // ---- worker ----
 
 void setup_worker(CLI::App& app, WorkerOptions& o) {
@@ -854,11 +912,13 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   InfoOptions info;
   RunOptions run;
   ReportOptions report;
+  CompareOptions compare;
   WorkerOptions worker;
   setup_list(app, list);
   setup_info(app, info);
   setup_run(app, run);
   setup_report(app, report);
+  setup_compare(app, compare);
   setup_worker(app, worker);
 
   // A first word that is no command: say which word, and what the commands are (those --help
@@ -899,6 +959,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     if (app.got_subcommand("info")) return run_info(info, out, err);
     if (app.got_subcommand("run")) return run_run(run, args, out, err);
     if (app.got_subcommand("report")) return run_report(report, out, err);
+    if (app.got_subcommand("compare")) return run_compare(compare, out, err);
     if (app.got_subcommand("worker")) return worker_main(worker.spec, worker.out);
   } catch (const Interrupted& e) {
     // End as the signal would have ended us (the shell then knows it was stopped), once the

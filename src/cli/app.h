@@ -42,6 +42,7 @@ struct RunOptions {
   std::optional<int> min_steps;          ///< --min-steps N
   std::optional<double> min_seconds;     ///< --min-seconds S
   std::optional<double> timeout_s;       ///< --timeout S per worker
+  std::optional<int> repeat;             ///< --repeat N: timed runs per job, fresh processes
   std::string json_path;                 ///< --json PATH
   std::string csv_path;                  ///< --csv PATH
   std::string journal_path;              ///< --journal PATH (default: a new file here)
@@ -60,6 +61,13 @@ struct ReportOptions {
   std::string output;              ///< --output PATH (written atomically); default stdout
 };
 
+/// `gpubench compare A B`
+struct CompareOptions {
+  std::vector<std::string> files;  ///< A and B: a result document or a journal each
+  double noise_pct = 2.0;          ///< --noise: a difference taken as noise without intervals
+  std::string format = "table";    ///< --format table|md|json
+};
+
 /// `gpubench worker` (internal: one phase of one job, started by `run`)
 struct WorkerOptions {
   std::string spec;
@@ -70,6 +78,7 @@ void setup_list(CLI::App& app, ListOptions& options);
 void setup_info(CLI::App& app, InfoOptions& options);
 void setup_run(CLI::App& app, RunOptions& options);
 void setup_report(CLI::App& app, ReportOptions& options);
+void setup_compare(CLI::App& app, CompareOptions& options);
 void setup_worker(CLI::App& app, WorkerOptions& options);
 
 int run_list(const ListOptions& options, std::ostream& out, std::ostream& err);
@@ -77,6 +86,8 @@ int run_info(const InfoOptions& options, std::ostream& out, std::ostream& err);
 int run_run(const RunOptions& options, const std::vector<std::string>& argv, std::ostream& out,
             std::ostream& err);
 int run_report(const ReportOptions& options, std::ostream& out, std::ostream& err);
+/// Exit 1 when B regressed against A (slower, or failed where A trained), else 0.
+int run_compare(const CompareOptions& options, std::ostream& out, std::ostream& err);
 
 /// Parses the command line and runs the subcommand. Returns the process exit code (errors.h):
 /// tables to `out`, progress, warnings and errors to `err`.

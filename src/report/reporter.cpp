@@ -81,6 +81,22 @@ const std::vector<ResultColumn>& result_columns() {
          return fmt::format("{} {}", format_significant(j.throughput, 4), j.throughput_unit);
        }},
       {"throughput_unit", "unit", [](const JobRecord& j) { return j.throughput_unit; }, nullptr},
+      // Repeated timed runs (run.repeat >= 2): how many trained, and the mean's 95% interval.
+      {"throughput_runs", "runs",
+       [](const JobRecord& j) {
+         return j.throughput_stats ? integer(j.throughput_stats->n) : std::string();
+       },
+       nullptr},
+      {"throughput_ci95_low", "95% low",
+       [](const JobRecord& j) {
+         return j.ok() && j.throughput_stats ? number(j.throughput_stats->ci95_low) : "";
+       },
+       nullptr},
+      {"throughput_ci95_high", "95% high",
+       [](const JobRecord& j) {
+         return j.ok() && j.throughput_stats ? number(j.throughput_stats->ci95_high) : "";
+       },
+       nullptr},
       {"normalized_score", "vs RTX 8000",
        [](const JobRecord& j) { return j.normalized ? number(j.normalized->score) : ""; },
        [](const JobRecord& j) { return normalized_text(j); }},

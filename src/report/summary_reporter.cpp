@@ -96,9 +96,15 @@ class SummaryReporter final : public Reporter {
       if (j.search_only) {
         row.push_back(j.ok() ? "search only" : j.status);
       } else {
-        row.push_back(
+        std::string cell =
             j.ok() ? fmt::format("{} {}", format_significant(j.throughput, 4), j.throughput_unit)
-                   : j.status);
+                   : j.status;
+        // Repeated timed runs: the median, and its interval's half width.
+        if (j.ok() && j.throughput_stats && j.throughput_stats->n > 1) {
+          cell += fmt::format(
+              " ±{}%", format_significant(100 * j.throughput_stats->relative_half_width(), 2));
+        }
+        row.push_back(cell);
       }
       row.push_back(j.ok() && j.normalized ? format_significant(j.normalized->score) : "-");
       row.push_back(j.ok() && !j.search_only ? step_text(j) : "-");
