@@ -219,11 +219,6 @@ torch::Tensor BertForPretrainingImpl::lm_logits(const torch::Tensor& hidden) {
 
 namespace {
 
-// WordPiece ids of the uncased vocabulary.
-constexpr int64_t kCls = 101;
-constexpr int64_t kSep = 102;
-constexpr int64_t kFirstWordId = 1000;  // below are [PAD], [unused*], [UNK], [CLS], [SEP], [MASK]
-
 ParamSchema pretraining_schema() {
   return bert_encoder_schema().with({
       {"seq_length", ParamKind::kInt, 128, "tokens per sequence", {}, 8},

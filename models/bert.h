@@ -18,6 +18,13 @@
 
 namespace gpubench::models {
 
+/// WordPiece ids of BERT's uncased vocabulary that the synthetic batches of bert-base,
+/// bert-finetune and mt-dnn place: [CLS], [SEP], and the first id of an ordinary word (below it
+/// are [PAD], [unused*], [UNK], [CLS], [SEP], [MASK]).
+inline constexpr int64_t kCls = 101;
+inline constexpr int64_t kSep = 102;
+inline constexpr int64_t kFirstWordId = 1000;
+
 /// Shape and regularization of a BERT encoder.
 ///
 /// Example:

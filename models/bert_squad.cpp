@@ -12,10 +12,6 @@ namespace gpubench::models {
 
 namespace {
 
-constexpr int64_t kCls = 101;
-constexpr int64_t kSep = 102;
-constexpr int64_t kFirstWordId = 1000;
-
 ParamSchema squad_schema() {
   return bert_encoder_schema().with({
       {"seq_length", ParamKind::kInt, 384, "max_seq_length: every feature is padded to it", {}, 16},

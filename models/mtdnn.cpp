@@ -14,10 +14,6 @@ namespace gpubench::models {
 
 namespace {
 
-constexpr int64_t kCls = 101;
-constexpr int64_t kSep = 102;
-constexpr int64_t kFirstWordId = 1000;
-
 ParamSchema mtdnn_schema() {
   return bert_encoder_schema().with({
       {"max_seq_length", ParamKind::kInt, 512, "longer training examples are dropped", {}, 8},

@@ -17,7 +17,9 @@ namespace {
 
 namespace nn = torch::nn;
 
-nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t padding = 0) {
+/// A plain Conv2d (the caller pads, as the reference's ReflectionPad2d does).
+nn::Conv2d conv2d_layer(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1,
+                        int64_t padding = 0) {
   return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding));
 }
 
@@ -51,9 +53,9 @@ nn::ConvTranspose2d upsample_conv(int64_t in, int64_t out) {
 
 Pix2PixHDResnetBlockImpl::Pix2PixHDResnetBlockImpl(int64_t channels) {
   conv_block = register_module(
-      "conv_block", nn::Sequential(nn::ReflectionPad2d(1), conv(channels, channels, 3),
+      "conv_block", nn::Sequential(nn::ReflectionPad2d(1), conv2d_layer(channels, channels, 3),
                                    instance_norm(channels), relu(), nn::ReflectionPad2d(1),
-                                   conv(channels, channels, 3), instance_norm(channels)));
+                                   conv2d_layer(channels, channels, 3), instance_norm(channels)));
 }
 
 torch::Tensor Pix2PixHDResnetBlockImpl::forward(const torch::Tensor& x) {
@@ -65,12 +67,12 @@ GlobalGeneratorImpl::GlobalGeneratorImpl(const GlobalGeneratorOptions& o) {
   const int64_t ngf = o.ngf();
   model = register_module("model", nn::Sequential());
   model->push_back(nn::ReflectionPad2d(3));
-  model->push_back(conv(o.input_channels(), ngf, 7));
+  model->push_back(conv2d_layer(o.input_channels(), ngf, 7));
   model->push_back(instance_norm(ngf));
   model->push_back(relu());
   for (int64_t i = 0; i < o.downsamples(); ++i) {
     const int64_t width = ngf << i;
-    model->push_back(conv(width, 2 * width, 3, 2, 1));
+    model->push_back(conv2d_layer(width, 2 * width, 3, 2, 1));
     model->push_back(instance_norm(2 * width));
     model->push_back(relu());
   }
@@ -84,7 +86,7 @@ GlobalGeneratorImpl::GlobalGeneratorImpl(const GlobalGeneratorOptions& o) {
   }
   if (o.output_layer()) {
     model->push_back(nn::ReflectionPad2d(3));
-    model->push_back(conv(ngf, o.output_channels(), 7));
+    model->push_back(conv2d_layer(ngf, o.output_channels(), 7));
     model->push_back(nn::Tanh());
   }
 }
@@ -100,9 +102,9 @@ LocalEnhancerImpl::LocalEnhancerImpl(const LocalEnhancerOptions& o) : options(o)
   global = register_module("model", coarse->model);
   for (int64_t n = 1; n <= enhancers; ++n) {
     const int64_t width = o.ngf() << (enhancers - n);
-    auto down = nn::Sequential(nn::ReflectionPad2d(3), conv(o.input_channels(), width, 7),
-                               instance_norm(width), relu(), conv(width, 2 * width, 3, 2, 1),
-                               instance_norm(2 * width), relu());
+    auto down = nn::Sequential(
+        nn::ReflectionPad2d(3), conv2d_layer(o.input_channels(), width, 7), instance_norm(width),
+        relu(), conv2d_layer(width, 2 * width, 3, 2, 1), instance_norm(2 * width), relu());
     auto up = nn::Sequential();
     for (int64_t i = 0; i < o.local_blocks(); ++i) up->push_back(Pix2PixHDResnetBlock(2 * width));
     up->push_back(upsample_conv(2 * width, width));
@@ -110,7 +112,7 @@ LocalEnhancerImpl::LocalEnhancerImpl(const LocalEnhancerOptions& o) : options(o)
     up->push_back(relu());
     if (n == enhancers) {
       up->push_back(nn::ReflectionPad2d(3));
-      up->push_back(conv(o.ngf(), o.output_channels(), 7));
+      up->push_back(conv2d_layer(o.ngf(), o.output_channels(), 7));
       up->push_back(nn::Tanh());
     }
     const std::string name = "model" + std::to_string(n);
@@ -140,19 +142,19 @@ NLayerDiscriminatorImpl::NLayerDiscriminatorImpl(const PatchDiscriminatorOptions
   constexpr int64_t kKernel = 4, kPad = 2, kMaxWidth = 512;
   std::vector<nn::Sequential> sequence;
   sequence.push_back(
-      nn::Sequential(conv(o.input_channels(), o.ndf(), kKernel, 2, kPad), leaky_relu()));
+      nn::Sequential(conv2d_layer(o.input_channels(), o.ndf(), kKernel, 2, kPad), leaky_relu()));
   int64_t width = o.ndf();
   for (int64_t n = 1; n < o.layers(); ++n) {
     const int64_t previous = width;
     width = std::min(2 * width, kMaxWidth);
-    sequence.push_back(nn::Sequential(conv(previous, width, kKernel, 2, kPad), instance_norm(width),
-                                      leaky_relu()));
+    sequence.push_back(nn::Sequential(conv2d_layer(previous, width, kKernel, 2, kPad),
+                                      instance_norm(width), leaky_relu()));
   }
   const int64_t previous = width;
   width = std::min(2 * width, kMaxWidth);
-  sequence.push_back(
-      nn::Sequential(conv(previous, width, kKernel, 1, kPad), instance_norm(width), leaky_relu()));
-  sequence.push_back(nn::Sequential(conv(width, 1, kKernel, 1, kPad)));
+  sequence.push_back(nn::Sequential(conv2d_layer(previous, width, kKernel, 1, kPad),
+                                    instance_norm(width), leaky_relu()));
+  sequence.push_back(nn::Sequential(conv2d_layer(width, 1, kKernel, 1, kPad)));
   for (std::size_t n = 0; n < sequence.size(); ++n) {
     stages.push_back(register_module("model" + std::to_string(n), sequence[n]));
   }
@@ -210,7 +212,7 @@ Vgg19FeaturesImpl::Vgg19FeaturesImpl() {
     if (width == 0) {
       add(nn::MaxPool2d(nn::MaxPool2dOptions(2).stride(2)));
     } else {
-      add(conv(in, width, 3, 1, 1));
+      add(conv2d_layer(in, width, 3, 1, 1));
       add(relu());
       in = width;
     }
