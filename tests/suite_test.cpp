@@ -26,14 +26,6 @@ using testing::TempDir;
 
 const std::vector<std::string> kModels = {"bert-base", "bert-base-mlm", "bert-finetune"};
 
-/// One smoke-size overlay for several models.
-std::string smoke_config(const std::vector<std::string>& models) {
-  Json merged = Json::object();
-  for (const auto& model : models)
-    merged.merge_patch(Json::parse(testing::smoke_config_json(model)));
-  return merged.dump();
-}
-
 /// A launcher that records what it was asked and answers from a script.
 class ScriptedLauncher : public PhaseLauncher {
  public:
@@ -199,13 +191,6 @@ TEST(SuiteTest, FormatsClockTimes) {
 
 // ---- Through the CLI and real worker processes, on the CPU ----
 
-int job_lines(const std::string& path) {
-  const std::string text = testing::read_file(path);
-  int lines = 0;
-  for (char c : text) lines += c == '\n';
-  return std::max(0, lines - 1);  // minus the header
-}
-
 std::string run_args(const TempDir& dir) {
   return "run --device cpu --model bert-base --model bert-base-mlm --model bert-finetune "
          "--config '" +
@@ -214,16 +199,10 @@ std::string run_args(const TempDir& dir) {
 
 TEST(SuiteTest, AKilledSuiteContinuesWithResumeAndRepeatsNothing) {
   TempDir dir;
-  testing::write_file(dir.file("smoke.json"), smoke_config(kModels));
+  testing::write_file(dir.file("smoke.json"), testing::smoke_configs_json(kModels));
   const std::string journal = dir.file("j.jsonl");
   // The second job's worker hangs, so the kill lands while it runs however slow the machine.
-  const std::string worker = dir.file("worker.sh");
-  testing::write_file(worker,
-                      "#!/bin/sh\n"
-                      "if grep -q '\"model\":\"bert-base-mlm\"' \"$3\"; then sleep 600; fi\n"
-                      "exec '" +
-                          testing::gpubench_exe() + "' \"$@\"\n");
-  chmod(worker.c_str(), 0755);
+  const std::string worker = testing::hanging_worker(dir, "bert-base-mlm");
   const std::string command = "exec '" + testing::gpubench_exe() + "' " + run_args(dir) +
                               " --worker-exe '" + worker + "' > '" + dir.file("out.txt") + "' 2>&1";
   const pid_t pid = fork();
@@ -236,7 +215,7 @@ TEST(SuiteTest, AKilledSuiteContinuesWithResumeAndRepeatsNothing) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
   int status = 0;
   bool exited = false;
-  while (job_lines(journal) < 1 && std::chrono::steady_clock::now() < deadline) {
+  while (testing::journal_job_lines(journal) < 1 && std::chrono::steady_clock::now() < deadline) {
     if (waitpid(pid, &status, WNOHANG) == pid) {
       exited = true;  // it must not end by itself: job 2 hangs
       break;
@@ -287,7 +266,7 @@ TEST(SuiteTest, AKilledSuiteContinuesWithResumeAndRepeatsNothing) {
 
 TEST(SuiteTest, CrashingAndHangingWorkersFailTheirJobOnlyAndResumeRetriesThem) {
   TempDir dir;
-  testing::write_file(dir.file("smoke.json"), smoke_config(kModels));
+  testing::write_file(dir.file("smoke.json"), testing::smoke_configs_json(kModels));
   // A worker that crashes for one model, hangs for another, and is the real one otherwise.
   const std::string worker = dir.file("worker.sh");
   testing::write_file(worker,
@@ -332,7 +311,7 @@ TEST(SuiteTest, CrashingAndHangingWorkersFailTheirJobOnlyAndResumeRetriesThem) {
 
 TEST(SuiteTest, ResumeWarnsWhenTheRunSettingsResolveDifferently) {
   TempDir dir;
-  testing::write_file(dir.file("smoke.json"), smoke_config({"bert-base"}));
+  testing::write_file(dir.file("smoke.json"), testing::smoke_configs_json({"bert-base"}));
   const std::string journal = dir.file("j.jsonl");
   auto r = testing::run_gpubench("run --device cpu --model bert-base --config '" +
                                  dir.file("smoke.json") + "' --journal '" + journal + "'");
@@ -363,7 +342,7 @@ TEST(SuiteTest, AResultFileOnTheJournalsPathIsRefused) {
 
 TEST(SuiteTest, ResumeAndTierMistakesAreClearErrors) {
   TempDir dir;
-  testing::write_file(dir.file("smoke.json"), smoke_config({"bert-base"}));
+  testing::write_file(dir.file("smoke.json"), testing::smoke_configs_json({"bert-base"}));
   testing::write_file(dir.file("j.jsonl"), "");
   auto r = testing::run_gpubench("run --resume '" + dir.file("j.jsonl") +
                                  "' --model bert-base --precision amp-bf16");

@@ -102,36 +102,14 @@ class PtyProcess {
   std::string screen_;
 };
 
-int job_lines(const std::string& journal) {
-  if (!std::filesystem::exists(journal)) return 0;
-  const std::string text = testing::read_file(journal);
-  int lines = 0;
-  for (char c : text) lines += c == '\n';
-  return std::max(0, lines - 1);  // minus the header
-}
-
-std::string smoke_config(const std::vector<std::string>& models) {
-  Json merged = Json::object();
-  for (const auto& model : models) {
-    merged.merge_patch(Json::parse(testing::smoke_config_json(model)));
-  }
-  return merged.dump();
-}
-
 // Ctrl-C at the terminal while the second job's worker runs: the run says what it kept and how
 // to go on, ends as SIGINT ends a program (the shell sees 130), stops its worker, and leaves no
 // work file; the journal holds the first job and resumes.
 TEST(TerminalTest, CtrlCStopsTheRunSaysWhatWasKeptAndLeavesNoWorkFiles) {
   TempDir dir;
-  testing::write_file(dir.file("smoke.json"), smoke_config({"bert-base", "bert-base-mlm"}));
-  const std::string worker = dir.file("worker.sh");
+  testing::write_file(dir.file("smoke.json"), testing::smoke_configs_json({"bert-base", "bert-base-mlm"}));
   // The second job's worker hangs, so the Ctrl-C lands while a worker runs.
-  testing::write_file(worker,
-                      "#!/bin/sh\n"
-                      "if grep -q '\"model\":\"bert-base-mlm\"' \"$3\"; then exec sleep 600; fi\n"
-                      "exec '" +
-                          testing::gpubench_exe() + "' \"$@\"\n");
-  chmod(worker.c_str(), 0755);
+  const std::string worker = testing::hanging_worker(dir, "bert-base-mlm");
   const std::string tmp = dir.file("tmp");
   std::filesystem::create_directories(tmp);
   const std::string journal = dir.file("j.jsonl");
@@ -141,7 +119,7 @@ TEST(TerminalTest, CtrlCStopsTheRunSaysWhatWasKeptAndLeavesNoWorkFiles) {
       {"TMPDIR=" + tmp});
   ASSERT_TRUE(run.started());
   ASSERT_TRUE(run.read_until(
-      [&] { return job_lines(journal) == 1 && run.screen().find("job 2/2") != std::string::npos; },
+      [&] { return testing::journal_job_lines(journal) == 1 && run.screen().find("job 2/2") != std::string::npos; },
       300))
       << run.screen();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the worker is started
@@ -179,7 +157,7 @@ TEST(TerminalTest, CtrlCStopsTheRunSaysWhatWasKeptAndLeavesNoWorkFiles) {
 // progress lines on stderr (the journal's own path aside, which is as long as the user's).
 TEST(TerminalTest, ARunsOutputFitsAHundredColumnTerminal) {
   TempDir dir;
-  testing::write_file(dir.file("smoke.json"), smoke_config({"bert-finetune"}));
+  testing::write_file(dir.file("smoke.json"), testing::smoke_configs_json({"bert-finetune"}));
   PtyProcess run({testing::gpubench_exe(), "run", "--device", "cpu", "--model", "bert-finetune",
                   "--config", dir.file("smoke.json"), "--journal", dir.file("j.jsonl")},
                  {});

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -80,6 +81,28 @@ std::string smoke_config_json(const std::string& model) {
          {{"warmup_steps", 1}, {"max_warmup_steps", 1}, {"min_steps", 2}, {"min_seconds", 0}}}}},
       {"models", {{model, {{"cpu_batch", m.smoke_batch}, {"model", m.smoke_model.json()}}}}}};
   return document.dump(2);
+}
+
+std::string smoke_configs_json(const std::vector<std::string>& models) {
+  Json merged = Json::object();
+  for (const auto& model : models) merged.merge_patch(Json::parse(smoke_config_json(model)));
+  return merged.dump();
+}
+
+int journal_job_lines(const std::string& journal) {
+  const std::string text = read_file(journal);
+  int lines = 0;
+  for (char c : text) lines += c == '\n';
+  return std::max(0, lines - 1);  // minus the header
+}
+
+std::string hanging_worker(const TempDir& dir, const std::string& model) {
+  const std::string path = dir.file("worker.sh");
+  write_file(path, "#!/bin/sh\nif grep -q '\"model\":\"" + model +
+                       "\"' \"$3\"; then sleep 600; fi\nexec '" + gpubench_exe() +
+                       "' \"$@\"\n");
+  chmod(path.c_str(), 0755);
+  return path;
 }
 
 }  // namespace gpubench::testing

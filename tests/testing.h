@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace gpubench::testing {
 
@@ -48,6 +49,17 @@ CommandResult run_gpubench(const std::string& args, const std::string& cwd = "",
 /// A JSON config overlay that shrinks a workload to its smoke size (its config's `smoke:`
 /// section) with a short CPU timing window, so end-to-end runs on the CPU take seconds.
 std::string smoke_config_json(const std::string& model);
+/// The same for several workloads in one overlay.
+std::string smoke_configs_json(const std::vector<std::string>& models);
+
+/// The job records in a journal so far (its lines but the header; 0 when it does not exist).
+int journal_job_lines(const std::string& journal);
+
+/// An executable script in `dir` standing in for the worker: it runs gpubench's own worker,
+/// except for `model`'s jobs, whose worker sleeps for ten minutes (so that a kill or a Ctrl-C
+/// lands while a worker runs, however slow the machine; the shell stays, so `pgrep -f` finds
+/// it by its path). Returns its path.
+std::string hanging_worker(const TempDir& dir, const std::string& model);
 
 }  // namespace gpubench::testing
 
