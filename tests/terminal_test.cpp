@@ -154,13 +154,14 @@ TEST(TerminalTest, CtrlCStopsTheRunSaysWhatWasKeptAndLeavesNoWorkFiles) {
 }
 
 // What a one-job run prints to a 100-column terminal fits it: the summary on stdout and the
-// progress lines on stderr (the journal's own path aside, which is as long as the user's).
+// progress lines on stderr (the journal's own path aside, which is as long as the user's), the
+// heartbeat of a phase that has said nothing for a while among them (its silence shortened).
 TEST(TerminalTest, ARunsOutputFitsAHundredColumnTerminal) {
   TempDir dir;
   testing::write_file(dir.file("smoke.json"), testing::smoke_configs_json({"bert-finetune"}));
   PtyProcess run({testing::gpubench_exe(), "run", "--device", "cpu", "--model", "bert-finetune",
                   "--config", dir.file("smoke.json"), "--journal", dir.file("j.jsonl")},
-                 {});
+                 {"GPUBENCH_HEARTBEAT_S=0.001"});
   ASSERT_TRUE(run.started());
   const int status = run.wait(300);
   ASSERT_TRUE(run.exited()) << run.screen();
@@ -175,6 +176,7 @@ TEST(TerminalTest, ARunsOutputFitsAHundredColumnTerminal) {
   }
   EXPECT_GE(checked, 8) << run.screen();  // progress, the summary's table and its note
   EXPECT_NE(run.screen().find("bert-finetune"), std::string::npos) << run.screen();
+  EXPECT_NE(run.screen().find(": still running after "), std::string::npos) << run.screen();
 }
 
 }  // namespace
