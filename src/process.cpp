@@ -33,7 +33,7 @@ struct StopSignals::Saved {
   bool installed[kCount] = {};
 };
 
-StopSignals::StopSignals() : saved_(new Saved) {
+StopSignals::StopSignals() : saved_(std::make_unique<Saved>()) {
   struct sigaction action {};
   action.sa_handler = remember_stop;
   sigemptyset(&action.sa_mask);
@@ -49,7 +49,6 @@ StopSignals::~StopSignals() {
   for (int i = 0; i < kCount; ++i) {
     if (saved_->installed[i]) sigaction(kStopSignals[i], &saved_->old[i], nullptr);
   }
-  delete saved_;
 }
 
 void stop_if_asked() {

@@ -1,6 +1,7 @@
 // Child processes: run a command with a timeout, its stdout and stderr passed through.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,8 @@ class StopSignals {
 
  private:
   static constexpr int kCount = 3;
-  struct Saved;
-  Saved* saved_;
+  struct Saved;  // the handlers it replaced (signal.h stays out of this header)
+  std::unique_ptr<Saved> saved_;
 };
 
 /// Throws Interrupted when a stop signal arrived under a StopSignals and was not yet acted on.

@@ -28,7 +28,7 @@ namespace gpubench::cli {
 
 namespace {
 
-/// "SIGINT", "SIGTERM", "SIGHUP", or "signal N".
+/// "SIGINT, Ctrl-C", "SIGTERM", "SIGHUP", or "signal N".
 std::string sigabbrev_or_number(int signal_number) {
   switch (signal_number) {
     case SIGINT:
@@ -884,7 +884,7 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
   if (!result.regression) return kExitOk;
   std::vector<std::string> worse;
   for (const auto& c : result.jobs) {
-    if (c.verdict == "slower" || c.verdict == "failed in B") {
+    if (c.regressed()) {
       worse.push_back(fmt::format("{} {} ({})", c.model, c.precision, c.verdict));
     }
   }

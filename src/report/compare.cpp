@@ -103,7 +103,7 @@ CompareResult compare_results(const std::vector<JobRecord>& a_records,
     } else {
       c.verdict = x ? "only in A" : "only in B";
     }
-    if (c.verdict == "slower" || c.verdict == "failed in B") result.regression = true;
+    if (c.regressed()) result.regression = true;
     result.jobs.push_back(std::move(c));
   };
   for (const auto& x : a) {

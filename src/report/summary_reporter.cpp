@@ -29,7 +29,7 @@ constexpr std::size_t kWidth = 100;
 /// `text` wrapped at kWidth after `first` (the first line's prefix), later lines indented.
 std::string wrapped(const std::string& first, const std::string& text) {
   const std::string indent(first.size(), ' ');
-  std::string out = first, line;
+  std::string out = first;
   std::size_t used = first.size();
   std::size_t start = 0;
   while (start < text.size()) {

@@ -24,12 +24,14 @@ struct JobComparison {
   /// How the verdict was reached: "95% intervals apart", "95% intervals overlap", or, without
   /// an interval on both sides, "no interval: the difference against ±N%".
   std::string basis;
+
+  /// B is slower than A, or failed where A trained: what a CI gate fails on.
+  bool regressed() const { return verdict == "slower" || verdict == "failed in B"; }
 };
 
 struct CompareResult {
   std::vector<JobComparison> jobs;  ///< A's jobs in their order, then those only in B
-  /// B is slower than A on some job, or failed where A trained: what a CI gate fails on.
-  bool regression = false;
+  bool regression = false;  ///< some job regressed (JobComparison::regressed)
 };
 
 /// Compares job by job (model, precision, memory cap; the device may differ: that is usually
