@@ -291,7 +291,12 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
     const auto decision = warmup_done(warm_ms, seconds_since(warm_start), t, autotune);
     if (decision.done) {
       const std::string why = step->unsettled();
-      if (!why.empty() && settling_steps < kMaxSettlingSteps) {
+      // Every 8 settling steps the losses are read (a sync, outside any window): a loss already
+      // NaN or infinite will not settle, so the warm-up ends there and the window's first
+      // reading says `diverged` instead of 64 more steps of a broken model.
+      const bool broken = !why.empty() && settling_steps > 0 && settling_steps % 8 == 0 &&
+                          !read_losses(*step).non_finite.empty();
+      if (!why.empty() && settling_steps < kMaxSettlingSteps && !broken) {
         if (settling_steps == 0) worker_log(record.model, "warm-up goes on: " + why);
         settling = why;
         ++settling_steps;
@@ -301,7 +306,9 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
         if (settling_steps > 0) {
           detail += fmt::format("{}then {} more step{} while {}{}", detail.empty() ? "" : "; ",
                                 settling_steps, settling_steps == 1 ? "" : "s", settling,
-                                why.empty() ? "" : " (still so)");
+                                broken        ? " (stopped: a loss is no longer finite)"
+                                : why.empty() ? ""
+                                              : " (still so)");
         }
         break;
       }

@@ -154,15 +154,16 @@ TEST(RunnerTest, AWorkloadsOwnDegeneracyCheckMakesTheJobDiverged) {
 /// A step that is unsettled (an fp16 loss scale backing off, say) for its first `runs` runs.
 class SettlingStep : public TrainStep {
  public:
-  explicit SettlingStep(int unsettled_runs, int* window_runs)
-      : unsettled_runs_(unsettled_runs), window_runs_(window_runs) {}
+  /// `nan_after`: from that run on its loss is NaN (a scale that never settles broke the model).
+  explicit SettlingStep(int unsettled_runs, int* window_runs, int nan_after = 1 << 30)
+      : unsettled_runs_(unsettled_runs), nan_after_(nan_after), window_runs_(window_runs) {}
   double run() override {
     ++runs_;
     if (in_window_) ++*window_runs_;
     return 3;
   }
   std::map<std::string, torch::Tensor> losses() const override {
-    return {{"loss", torch::tensor(1.0)}};
+    return {{"loss", torch::tensor(runs_ >= nan_after_ ? std::nan("") : 1.0)}};
   }
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
     return {{"model", {weight_}}};
@@ -181,17 +182,18 @@ class SettlingStep : public TrainStep {
 
  private:
   int unsettled_runs_;
+  int nan_after_;
   int* window_runs_;
   int runs_ = 0, runs_at_window_ = 0;
   bool in_window_ = false;
   torch::Tensor weight_ = torch::zeros({4}).requires_grad_(true);
 };
 
-Architecture settling_architecture(int unsettled_runs, int* window_runs) {
+Architecture settling_architecture(int unsettled_runs, int* window_runs, int nan_after = 1 << 30) {
   Architecture a;
   a.name = "settling";
   a.prepare = [=](const StepContext&) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<SettlingStep>(unsettled_runs, window_runs);
+    return std::make_unique<SettlingStep>(unsettled_runs, window_runs, nan_after);
   };
   return a;
 }
@@ -217,6 +219,20 @@ TEST(RunnerTest, AStepThatNeverSettlesIsTimedAfterABoundedWarmUpAndSaysSo) {
   // Its own verdict on the window then decides the job.
   EXPECT_EQ(r.status, "diverged");
   EXPECT_NE(r.message.find("timed before it settled"), std::string::npos) << r.message;
+}
+
+TEST(RunnerTest, AWarmUpStopsSettlingOnceALossIsNoLongerFinite) {
+  int window_runs = 0;
+  // Unsettled for good, NaN from its 12th run: the losses are read every 8 settling steps, so
+  // the warm-up stops after 1 + 16 steps instead of 1 + 64, and the window says diverged.
+  const JobRecord r =
+      time_on_cpu(settling_architecture(/*unsettled_runs=*/1000, &window_runs, /*nan_after=*/12));
+  EXPECT_EQ(r.warmup["steps"], 1 + 16);
+  EXPECT_NE(r.warmup["detail"].get<std::string>().find("a loss is no longer finite"),
+            std::string::npos)
+      << r.warmup["detail"];
+  EXPECT_EQ(r.status, "diverged");
+  EXPECT_NE(r.message.find("loss 'loss' is NaN"), std::string::npos) << r.message;
 }
 
 TEST(RunnerTest, ADivergedJobIsNotNormalized) {
