@@ -130,7 +130,10 @@ fi
 
 for s in ${*:-build stylegan fp32 bf16 tiers refs}; do
   case $s in
-    build) stage build "$self" --fn build ;;
+    # Always rebuilt (incremental on a warm machine); when it fails nothing else runs, so no stage
+    # times a stale binary or marks itself done without one.
+    build) rm -f "$R/build.done"; stage build "$self" --fn build
+           [ -f "$R/build.done" ] || { log "build failed (see $R/build.log): stopping"; break; } ;;
     stylegan) stage stylegan scripts/gpu/health_check.sh build/gpubench "$R/health" stylegan ;;
     fp32) stage fp32 scripts/run_all.sh --gpu 0 --precision fp32 --out "$R/fp32" ;;
     bf16) stage bf16 scripts/run_all.sh --gpu 0 --precision amp-bf16 --out "$R/bf16" ;;
