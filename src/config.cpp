@@ -95,6 +95,9 @@ Json parse_json(const std::string& text, const std::string& file) {
     }
     throw ConfigError(fmt::format("{}:{}:{}: not valid JSON: {} (fix the syntax at that line)",
                                   file, line, column, e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    // out_of_range 406: a number beyond a double (1e400), found by fuzzing (issue 14).
+    throw ConfigError(fmt::format("{}: not valid JSON: {}", file, e.what()));
   }
 }
 
