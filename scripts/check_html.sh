@@ -60,12 +60,16 @@ size() { wc -c <"$1" | tr -d ' '; }
 if [ "$hostile" = 1 ]; then
   render --dump-dom "file://$work/report.html" >"$work/dom.html" ||
     fail "chromium could not load the hostile report: $(tail -5 "$work/chromium.log")"
-  for markup in '<script' '<img' '<iframe' '<svg onload' ' onerror=' ' onload=' 'data-pwned' \
-    '<h1 style' 'display:none!important'; do
+  for markup in '<script' '<img' '<iframe' '<svg onload' 'data-pwned' '<h1 style' \
+    '<style>body{display:none'; do
     if grep -qiF -- "$markup" "$work/dom.html"; then
       fail "hostile content became markup in the rendered DOM: $markup"
     fi
   done
+  # An event handler inside a tag (the payloads' "onerror=" shown as text is fine).
+  if grep -qiE '<[a-z][^<>]*[[:space:]]on[a-z]+=' "$work/dom.html"; then
+    fail "an event handler attribute in the rendered DOM: $(grep -oiE '<[a-z][^<>]*[[:space:]]on[a-z]+=' "$work/dom.html" | head -1)"
+  fi
   for text in '&lt;script&gt;document.body.dataset.pwned=1&lt;/script&gt;' \
     '&lt;/style&gt;&lt;style&gt;' 'bytes cut'; do
     grep -qF -- "$text" "$work/dom.html" || fail "missing from the rendered DOM (escaped): $text"

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 
 namespace gpubench {
@@ -53,6 +54,11 @@ TEST(ReaderRobustnessTest, ResultValuesOfTheWrongTypeAreBadInputNamingTheFile) {
   // fuzzing: tests/fuzz/regressions/result/number-beyond-a-double).
   EXPECT_THROWS_WITH(parse_json(R"({"schema_version": 1e3081})", "r.json"), ConfigError,
                      "r.json: not valid JSON");
+  // In YAML it reads as infinity (which the typed readers refuse) instead of escaping as
+  // std::out_of_range (tests/fuzz/regressions/config/yaml-number-beyond-a-double).
+  EXPECT_TRUE(std::isinf(
+      parse_yaml("a: 1e999\nb: 123456789012345678901234567890\n", "c.yaml")["a"].get<double>()));
+  EXPECT_EQ(parse_yaml("a: 1e-400\n", "c.yaml")["a"].get<double>(), 0.0);
 }
 
 TEST(ReaderRobustnessTest, DamagedJournalLinesAreBadInputNamingTheLine) {
