@@ -41,7 +41,7 @@ std::string terminal_text(std::string_view text, std::size_t max_line = 1000);
 std::string shortened(std::string_view text, std::size_t max_bytes);
 
 /// `text` as literal text in a markdown table cell or list item: valid UTF-8, newlines as
-/// spaces, markdown's punctuation (| \\ ` * _ [ ] # ! ~) backslash-escaped, and < > & as HTML
+/// spaces, markdown's punctuation (| \ ` * _ [ ] # ! ~) backslash-escaped, and < > & as HTML
 /// entities, so that no name or message becomes a link, an image, markup or a new column.
 std::string markdown_escape(std::string_view text);
 
