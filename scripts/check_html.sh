@@ -3,6 +3,13 @@
 # that is not blank, and the DOM after rendering with every chart and table in it.
 #
 #   scripts/check_html.sh GPUBENCH_EXE RESULT_FILE...
+#   scripts/check_html.sh --hostile GPUBENCH_EXE HOSTILE_RESULT_FILE
+#
+# --hostile (ctest: HostileHtmlReportIsInertInChromium, on tests/hostile/hostile-report.json):
+# records whose names, devices and messages hold <script>, event handlers, </style>, </table>,
+# ANSI and C1 escapes and 20000-byte names. Checks that nothing executes (no script element, no
+# handler, no data-pwned mark the payloads would set), the text shows escaped, and the layout
+# holds: the page is not wider than the window (the tables scroll in their own box).
 #
 # ctest runs it as HtmlReportRendersInChromium on the golden fixture (tests/golden/inputs/).
 # Exit 0: renders; 1: does not, or no Chromium; 77: skipped (GPUBENCH_SKIP_BROWSER_TESTS=1).
@@ -14,7 +21,9 @@ if [ "${GPUBENCH_SKIP_BROWSER_TESTS:-0}" = 1 ]; then
   echo "check_html: skipped (GPUBENCH_SKIP_BROWSER_TESTS=1)"
   exit 77
 fi
-[ $# -ge 2 ] || { echo "usage: $0 GPUBENCH_EXE RESULT_FILE..." >&2; exit 1; }
+hostile=0
+if [ "${1:-}" = --hostile ]; then hostile=1; shift; fi
+[ $# -ge 2 ] || { echo "usage: $0 [--hostile] GPUBENCH_EXE RESULT_FILE..." >&2; exit 1; }
 exe=$1
 shift
 
@@ -47,6 +56,63 @@ render() {
     --user-data-dir="$work/profile" "$@" 2>>"$work/chromium.log"
 }
 size() { wc -c <"$1" | tr -d ' '; }
+
+if [ "$hostile" = 1 ]; then
+  render --dump-dom "file://$work/report.html" >"$work/dom.html" ||
+    fail "chromium could not load the hostile report: $(tail -5 "$work/chromium.log")"
+  for markup in '<script' '<img' '<iframe' '<svg onload' 'data-pwned' '<h1 style' \
+    '<style>body{display:none'; do
+    if grep -qiF -- "$markup" "$work/dom.html"; then
+      fail "hostile content became markup in the rendered DOM: $markup"
+    fi
+  done
+  # An event handler inside a tag (the payloads' "onerror=" shown as text is fine).
+  if grep -qiE '<[a-z][^<>]*[[:space:]]on[a-z]+=' "$work/dom.html"; then
+    fail "an event handler attribute in the rendered DOM: $(grep -oiE '<[a-z][^<>]*[[:space:]]on[a-z]+=' "$work/dom.html" | head -1)"
+  fi
+  for text in '&lt;script&gt;document.body.dataset.pwned=1&lt;/script&gt;' \
+    '&lt;/style&gt;&lt;style&gt;' 'bytes cut'; do
+    grep -qF -- "$text" "$work/dom.html" || fail "missing from the rendered DOM (escaped): $text"
+  done
+  tables=$(grep -o '<table>' "$work/dom.html" | wc -l | tr -d ' ')
+  [ "$tables" -ge 3 ] || fail "expected the report's tables in the DOM, found $tables"
+  # The layout: measured inside the page by a wrapper that frames it (same origin with
+  # --allow-file-access-from-files), written into the wrapper's DOM for --dump-dom to show.
+  cat >"$work/wrapper.html" <<'HTML'
+<!DOCTYPE html><html><body style="margin:0">
+<iframe id="f" src="report.html" style="width:1400px;height:3000px;border:0"></iframe>
+<script>
+document.getElementById('f').addEventListener('load', function () {
+  var d = this.contentDocument, w = this.contentWindow;
+  var out = document.createElement('pre');
+  out.id = 'measure';
+  out.textContent = 'width=' + d.documentElement.scrollWidth +
+    ' pwned=' + (d.body.dataset.pwned ? 1 : 0) +
+    ' scripts=' + d.getElementsByTagName('script').length +
+    ' h1=' + d.getElementsByTagName('h1').length +
+    ' bodyvisible=' + (w.getComputedStyle(d.body).display !== 'none' ? 1 : 0);
+  document.body.appendChild(out);
+});
+</script></body></html>
+HTML
+  render --allow-file-access-from-files --virtual-time-budget=10000 --window-size=1400,3000 \
+    --dump-dom "file://$work/wrapper.html" >"$work/wrapper-dom.html" ||
+    fail "chromium could not load the wrapper page: $(tail -5 "$work/chromium.log")"
+  measure=$(grep -o 'width=[0-9]* pwned=[0-9] scripts=[0-9]* h1=[0-9]* bodyvisible=[0-9]' \
+    "$work/wrapper-dom.html" || true)
+  [ -n "$measure" ] || fail "the wrapper could not measure the report (see $work)"
+  width=${measure#width=}; width=${width%% *}
+  [ "$width" -le 1400 ] || fail "the hostile report is ${width}px wide: a name broke the layout"
+  case "$measure" in
+    *"pwned=0 scripts=0 h1=1 bodyvisible=1"*) ;;
+    *) fail "the hostile report is not inert or its layout broke: $measure" ;;
+  esac
+  render --screenshot="$work/report.png" --window-size=1400,3000 "file://$work/report.html" \
+    >/dev/null || fail "chromium could not take a screenshot of the hostile report"
+  [ "$(wc -c <"$work/report.png" | tr -d ' ')" -gt 20000 ] || fail "the hostile report renders blank"
+  echo "check_html: OK: the hostile report is inert in $browser ($measure; escaped text shown)"
+  exit 0
+fi
 
 # 1. The screenshot: a PNG of the window's size, far bigger than the same window left blank
 #    (a white 1400x3000 PNG compresses to a few KB; charts and tables do not).

@@ -13,3 +13,12 @@ else
 fi
 build_dir=${GPUBENCH_BUILD_DIR:-build}
 ctest --test-dir "$build_dir" --output-on-failure -j "${GPUBENCH_JOBS:-$(nproc)}"
+
+# Issue 14: the CPU tests of everything but the models under ASan + UBSan, then each fuzz target
+# for a short bounded time from the seed corpora (a finding fails CI). Costs about 12 min on 2
+# cores, most of it building build-fuzz once (docs/reliability.md, "CI");
+# GPUBENCH_SKIP_SANITIZE=1 skips both, GPUBENCH_SKIP_FUZZ=1 the fuzzing alone.
+if [ "${GPUBENCH_SKIP_SANITIZE:-0}" != 1 ]; then
+  scripts/sanitize.sh
+  GPUBENCH_FUZZ_OUT=build-fuzz/ci scripts/fuzz.sh "${GPUBENCH_FUZZ_CI_SECONDS:-20}"
+fi

@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -28,14 +29,18 @@ Json yaml_scalar(const YAML::Node& node) {
   if (text == "false" || text == "False" || text == "FALSE") return false;
   static const std::regex kInt(R"([-+]?[0-9]+)");
   static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
+  // strtod, not stod: a number beyond a double (1e999) reads as infinity and an underflow as
+  // 0 or a denormal, which the typed readers then judge; stod threw std::out_of_range, which
+  // escaped as an internal error (found by fuzzing, issue 14).
+  const auto to_double = [&text] { return std::strtod(text.c_str(), nullptr); };
   if (std::regex_match(text, kInt)) {
     try {
       return static_cast<int64_t>(std::stoll(text));
     } catch (const std::out_of_range&) {
-      return std::stod(text);
+      return to_double();
     }
   }
-  if (std::regex_match(text, kFloat)) return std::stod(text);
+  if (std::regex_match(text, kFloat)) return to_double();
   if (text == ".inf" || text == "+.inf") return std::numeric_limits<double>::infinity();
   if (text == "-.inf") return -std::numeric_limits<double>::infinity();
   if (text == ".nan") return std::numeric_limits<double>::quiet_NaN();
@@ -95,6 +100,9 @@ Json parse_json(const std::string& text, const std::string& file) {
     }
     throw ConfigError(fmt::format("{}:{}:{}: not valid JSON: {} (fix the syntax at that line)",
                                   file, line, column, e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    // out_of_range 406: a number beyond a double (1e400), found by fuzzing (issue 14).
+    throw ConfigError(fmt::format("{}: not valid JSON: {}", file, e.what()));
   }
 }
 

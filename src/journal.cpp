@@ -38,8 +38,13 @@ JournalHeader parse_header(const Json& j, const std::string& path) {
   GPUBENCH_CHECK(j.is_object() && j.value("schema", std::string()) == kSchema, ConfigError,
                  "{}:1: not a gpubench journal (no \"schema\": \"{}\" on the first line)", path,
                  kSchema);
-  const int version = j.value("schema_version", 0);
-  GPUBENCH_CHECK(version == kJournalSchemaVersion, ConfigError,
+  // Read as JSON, not as an int: a version of 1e30 must be refused, not overflow a cast.
+  const Json& version_json = j.contains("schema_version") ? j["schema_version"] : Json(0);
+  const std::string version =
+      version_json.is_number_integer() ? version_json.dump() : quote_value(version_json);
+  const bool supported =
+      version_json.is_number_integer() && version_json.get<int64_t>() == kJournalSchemaVersion;
+  GPUBENCH_CHECK(supported, ConfigError,
                  "{}:1: journal schema version {} is not supported by this gpubench (it reads "
                  "version {}); use the gpubench that wrote it",
                  path, version, kJournalSchemaVersion);
@@ -118,7 +123,11 @@ Journal parse_journal(const std::string& text, const std::string& path) {
       break;
     }
     if (!have_header) {
-      journal.header = parse_header(j, path);
+      try {
+        journal.header = parse_header(j, path);
+      } catch (const Json::exception& e) {
+        throw ConfigError(fmt::format("{}:1: not a gpubench journal header: {}", path, e.what()));
+      }
       have_header = true;
       continue;
     }
@@ -128,8 +137,8 @@ Journal parse_journal(const std::string& text, const std::string& path) {
                    path, line_number);
     try {
       journal.jobs.push_back(JobRecord::from_json(j["job"]));
-    } catch (const Json::exception& e) {
-      throw ConfigError(fmt::format("{}:{}: not a job record: {}", path, line_number, e.what()));
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("{}:{}: {}", path, line_number, e.what()));
     }
   }
   GPUBENCH_CHECK(have_header, ConfigError,
@@ -163,7 +172,7 @@ std::optional<JournalWriter> JournalWriter::create_if_absent(const std::string& 
   }
   lock_or_throw(fd, path);
   JournalWriter writer(path, fd);
-  writer.write_line(header.to_json().dump());
+  writer.write_line(dump_json(header.to_json()));
   // The new file's name is durable too, not only its content.
   const auto slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
@@ -208,7 +217,7 @@ JournalWriter::~JournalWriter() {
 }
 
 void JournalWriter::append(const JobRecord& record) {
-  write_line(Json{{"job", record.to_json()}}.dump());
+  write_line(dump_json(Json{{"job", record.to_json()}}));
 }
 
 void JournalWriter::write_line(const std::string& line) { write_raw(line + '\n'); }

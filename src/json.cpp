@@ -21,7 +21,7 @@ std::string quote_value(const Json& value) {
     const double v = value.get<double>();
     return std::isnan(v) ? ".nan (not a number)" : v > 0 ? ".inf (infinity)" : "-.inf (infinity)";
   }
-  return value.dump();
+  return dump_json(value);
 }
 
 void throw_bad_value(const Where& where, const std::string& expected, const Json& got,
@@ -113,6 +113,10 @@ std::string read_choice(const Json& value, const Where& where,
   const auto suggestion = closest_match(text, choices);
   throw_bad_value(where, expected, value,
                   suggestion ? fmt::format("did you mean '{}'?", *suggestion) : std::string());
+}
+
+std::string dump_json(const Json& value, int indent) {
+  return value.dump(indent, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
 }
 
 void merge_into(Json& base, const Json& patch) {

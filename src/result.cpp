@@ -2,16 +2,25 @@
 
 #include "gpubench/errors.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <vector>
 
 namespace gpubench {
+
+namespace {
+JobRecord job_record_from_json(const Json& j);
+ResultDocument result_document_from_json(const Json& j, const std::string& file);
+}  // namespace
 
 Json JobRecord::to_json() const {
   Json params = Json::object();
@@ -68,6 +77,33 @@ Json JobRecord::to_json() const {
 }
 
 JobRecord JobRecord::from_json(const Json& j) {
+  // A record is read from files anyone can edit: a value of the wrong type is bad input (exit
+  // 2, with the reason), never an escaped nlohmann exception.
+  GPUBENCH_CHECK(j.is_object(), ConfigError, "not a job record (expected a JSON object, got {})",
+                 j.type_name());
+  // Integer fields read through nlohmann's get<int64_t>, which casts a float: 1e30 or 1e400
+  // (infinity) would overflow the cast (undefined behaviour). No benchmark value is that large.
+  std::vector<const Json*> todo = {&j};
+  while (!todo.empty()) {
+    const Json* node = todo.back();
+    todo.pop_back();
+    if (node->is_structured()) {
+      for (const auto& child : *node) todo.push_back(&child);
+    } else if (node->is_number_float()) {
+      const double v = node->get<double>();
+      GPUBENCH_CHECK(std::isfinite(v) && std::fabs(v) < 9.2e18, ConfigError,
+                     "not a job record: the number {} is out of range", dump_json(*node));
+    }
+  }
+  try {
+    return job_record_from_json(j);
+  } catch (const Json::exception& e) {
+    throw ConfigError(fmt::format("not a job record: {}", e.what()));
+  }
+}
+
+namespace {
+JobRecord job_record_from_json(const Json& j) {
   JobRecord r;
   r.model = j.value("model", std::string());
   r.family = j.value("family", std::string());
@@ -124,6 +160,7 @@ JobRecord JobRecord::from_json(const Json& j) {
   r.created_utc = j.value("created_utc", std::string());
   return r;
 }
+}  // namespace
 
 Json ResultDocument::to_json() const {
   Json jobs_json = Json::array();
@@ -138,11 +175,25 @@ Json ResultDocument::to_json() const {
 }
 
 ResultDocument ResultDocument::from_json(const Json& j, const std::string& file) {
+  try {
+    return result_document_from_json(j, file);
+  } catch (const Json::exception& e) {
+    throw ConfigError(fmt::format("{}: not a gpubench result file: {}", file, e.what()));
+  }
+}
+
+namespace {
+ResultDocument result_document_from_json(const Json& j, const std::string& file) {
   GPUBENCH_CHECK(j.is_object() && j.value("schema", std::string()) == "gpubench-result",
                  ConfigError, "{}: not a gpubench result file (no \"schema\": \"gpubench-result\")",
                  file);
-  const int version = j.value("schema_version", 0);
-  GPUBENCH_CHECK(version == kResultSchemaVersion, ConfigError,
+  // Read as JSON, not as an int: a version of 1e30 must be refused, not overflow a cast.
+  const Json& version_json = j.contains("schema_version") ? j["schema_version"] : Json(0);
+  const std::string version =
+      version_json.is_number_integer() ? version_json.dump() : quote_value(version_json);
+  const bool supported =
+      version_json.is_number_integer() && version_json.get<int64_t>() == kResultSchemaVersion;
+  GPUBENCH_CHECK(supported, ConfigError,
                  "{}: result schema version {} is not supported by this gpubench (it reads "
                  "version {}); use the gpubench that wrote it",
                  file, version, kResultSchemaVersion);
@@ -151,10 +202,18 @@ ResultDocument ResultDocument::from_json(const Json& j, const std::string& file)
   d.command_line = j.value("command_line", std::vector<std::string>());
   d.run_settings = j.value("run_settings", Json::object());
   d.environment = j.value("environment", Json::object());
-  for (const auto& job : j.value("jobs", Json::array()))
-    d.jobs.push_back(JobRecord::from_json(job));
+  const Json jobs = j.value("jobs", Json::array());
+  GPUBENCH_CHECK(jobs.is_array(), ConfigError, "{}: \"jobs\" is not a list", file);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    try {
+      d.jobs.push_back(JobRecord::from_json(jobs[i]));
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("{}: jobs[{}]: {}", file, i, e.what()));
+    }
+  }
   return d;
 }
+}  // namespace
 
 namespace {
 std::string folder_of(const std::string& path) {
@@ -164,29 +223,88 @@ std::string folder_of(const std::string& path) {
 }
 }  // namespace
 
+namespace {
+std::string base_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+/// The prefix of every temporary file write_file_atomically makes for `path`:
+/// FOLDER/.NAME.gpubench-tmp. (a dot file beside the target, so the rename stays in one
+/// filesystem and a listing of the folder does not show it).
+std::string temp_prefix(const std::string& path) {
+  const std::string folder = folder_of(path);
+  return (path.find('/') == std::string::npos ? std::string() : folder + "/") + "." +
+         base_of(path) + ".gpubench-tmp.";
+}
+
+[[noreturn]] void throw_write_error(const std::string& path, int err) {
+  throw AbortError(fmt::format("cannot write '{}': {}{}", path, std::strerror(err),
+                               err == EFBIG || err == ENOSPC || err == EDQUOT
+                                   ? " (free space or raise the file size limit)"
+                                   : " (choose a writable folder)"));
+}
+}  // namespace
+
 void write_file_atomically(const std::string& path, const std::string& content) {
-  const std::string temp = path + ".tmp." + std::to_string(getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  GPUBENCH_CHECK(fd >= 0, ConfigError, "cannot write '{}': {} (choose a writable folder)", path,
-                 std::strerror(errno));
+  remove_stale_temp_files(path);
+  // A fresh name each time, created only if nothing is there (O_EXCL) and never through a
+  // symbolic link (O_NOFOLLOW): a link planted at a guessable temp name cannot redirect the
+  // write. The rename then replaces `path` itself; a symlink at `path` is replaced, not followed.
+  const std::string prefix = temp_prefix(path) + std::to_string(getpid()) + ".";
+  static unsigned counter = 0;
+  std::string temp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    const unsigned n = ++counter;
+    temp = prefix + std::to_string(n) + "." +
+           std::to_string(static_cast<unsigned>(std::time(nullptr)) ^ (n * 2654435761u));
+    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) throw_write_error(path, errno);
+  }
+  if (fd < 0) throw_write_error(path, EEXIST);
+  auto fail = [&](int err) {
+    ::close(fd);
+    ::unlink(temp.c_str());
+    throw_write_error(path, err);
+  };
   std::size_t written = 0;
   while (written < content.size()) {
     const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(temp.c_str());
-      throw ConfigError(fmt::format("cannot write '{}': {}", path, std::strerror(err)));
-    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail(n < 0 ? errno : ENOSPC);  // SIGXFSZ is ignored: a size limit is EFBIG
     written += static_cast<std::size_t>(n);
   }
-  ::fsync(fd);
-  ::close(fd);
+  if (::fsync(fd) != 0 && errno != EINVAL) fail(errno);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    throw_write_error(path, err);
+  }
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(temp.c_str());
-    throw ConfigError(fmt::format("cannot write '{}': {}", path, std::strerror(err)));
+    throw_write_error(path, err);
   }
+}
+
+void remove_stale_temp_files(const std::string& path) {
+  // Left by a gpubench killed between creating and renaming one: FOLDER/.NAME.gpubench-tmp.PID.*
+  // whose process is gone. Those of a live process (another gpubench writing now) stay.
+  const std::string prefix = base_of(temp_prefix(path));
+  DIR* dir = ::opendir(folder_of(path).c_str());
+  if (!dir) return;
+  std::vector<std::string> stale;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      stale.push_back(folder_of(path) + "/" + name);
+    }
+  }
+  ::closedir(dir);
+  for (const auto& file : stale) ::unlink(file.c_str());
 }
 
 void check_writable(const std::string& path, const std::string& flag) {
@@ -203,6 +321,41 @@ void check_writable(const std::string& path, const std::string& flag) {
                    "{} '{}': the file exists and is not writable (choose another path)", flag,
                    path);
   }
+}
+
+namespace {
+bool process_is_gone(const std::string& digits) {
+  char* end = nullptr;
+  const long pid = std::strtol(digits.c_str(), &end, 10);
+  return pid > 0 && end != digits.c_str() && ::kill(static_cast<pid_t>(pid), 0) != 0 &&
+         errno == ESRCH;
+}
+}  // namespace
+
+int remove_stale_work_files(const std::string& folder) {
+  DIR* dir = ::opendir(folder.c_str());
+  if (!dir) return 0;
+  std::vector<std::string> stale;
+  const std::string tmp_tag = ".gpubench-tmp.";
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    bool gone = false;
+    if (const auto tag = name.find(tmp_tag);
+        name.rfind(".gpubench-", 0) == 0 && tag != std::string::npos) {
+      gone = process_is_gone(name.substr(tag + tmp_tag.size()));  // its writer
+    } else {
+      for (const char* kind : {"gpubench-spec-", "gpubench-out-"}) {
+        if (name.rfind(kind, 0) == 0) {
+          gone = process_is_gone(name.substr(std::strlen(kind)));  // the run that made it
+        }
+      }
+    }
+    if (gone) stale.push_back(folder + "/" + name);
+  }
+  ::closedir(dir);
+  int removed = 0;
+  for (const auto& file : stale) removed += ::unlink(file.c_str()) == 0 ? 1 : 0;
+  return removed;
 }
 
 std::string utc_now() {

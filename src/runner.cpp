@@ -622,7 +622,9 @@ namespace {
 std::string temp_path(const char* tag) {
   const char* env = std::getenv("TMPDIR");
   const std::string dir = env && *env ? env : "/tmp";
-  std::string pattern = fmt::format("{}/gpubench-{}-XXXXXX", dir, tag);
+  // The run's pid in the name: a later run removes the files of one that was killed
+  // (remove_stale_work_files).
+  std::string pattern = fmt::format("{}/gpubench-{}-{}-XXXXXX", dir, tag, getpid());
   std::vector<char> buffer(pattern.begin(), pattern.end());
   buffer.push_back('\0');
   const int fd = mkstemp(buffer.data());
@@ -658,7 +660,15 @@ JobRecord WorkerLauncher::launch(const JobSpec& spec, double timeout_s) {
   if (in.good() && process.exit_code == 0) {
     std::stringstream buffer;
     buffer << in.rdbuf();
-    record = JobRecord::from_json(Json::parse(buffer.str()));
+    try {
+      record = JobRecord::from_json(Json::parse(buffer.str()));
+    } catch (const std::exception& e) {
+      // A worker that wrote garbage fails its own job, not the run.
+      record = JobRecord();
+      record.model = spec.model;
+      record.status = "failed";
+      record.message = fmt::format("the worker's record cannot be read: {}", e.what());
+    }
   } else {
     record.model = spec.model;
     record.status = process.timed_out ? "timeout" : process.signal ? "crashed" : "failed";

@@ -49,15 +49,137 @@ std::string did_you_mean(std::string_view name, const std::vector<std::string>& 
   return match ? fmt::format(" (did you mean '{}'?)", *match) : std::string();
 }
 
+namespace {
+
+/// Length of the well-formed UTF-8 sequence at text[i], or 0 when the byte there starts none
+/// (RFC 3629: no overlongs, no surrogates, nothing past U+10FFFF).
+std::size_t utf8_length(std::string_view text, std::size_t i) {
+  const auto at = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char b = at(i);
+  if (b < 0x80) return 1;
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the allowed range of the second byte
+  if (b >= 0xc2 && b <= 0xdf) {
+    n = 2;
+  } else if (b >= 0xe0 && b <= 0xef) {
+    n = 3;
+    if (b == 0xe0) lo = 0xa0;  // overlong
+    if (b == 0xed) hi = 0x9f;  // surrogates
+  } else if (b >= 0xf0 && b <= 0xf4) {
+    n = 4;
+    if (b == 0xf0) lo = 0x90;  // overlong
+    if (b == 0xf4) hi = 0x8f;  // past U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + n > text.size()) return 0;
+  if (at(i + 1) < lo || at(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k) {
+    if (at(i + k) < 0x80 || at(i + k) > 0xbf) return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string valid_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = utf8_length(text, i);
+    if (n == 0) {
+      out += "\xef\xbf\xbd";  // U+FFFD REPLACEMENT CHARACTER
+      ++i;
+    } else {
+      out.append(text.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
 std::string terminal_safe(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7f) {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const std::size_t n = utf8_length(text, i);
+    const bool c0 = n == 1 && ((byte < 0x20 && byte != '\n' && byte != '\t') || byte == 0x7f);
+    // C1 controls are U+0080-U+009F: 0xc2 0x80-0x9f in UTF-8.
+    const bool c1 = n == 2 && byte == 0xc2 && static_cast<unsigned char>(text[i + 1]) <= 0x9f;
+    if (n == 0 || c0) {
       out += fmt::format("\\x{:02x}", byte);
+      ++i;
+    } else if (c1) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(text[i + 1]));
+      i += 2;
     } else {
-      out += c;
+      out.append(text.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
+std::string terminal_text(std::string_view text, std::size_t max_line) {
+  const std::string safe = terminal_safe(text);
+  std::string out;
+  out.reserve(safe.size());
+  std::size_t start = 0;
+  while (start <= safe.size()) {
+    std::size_t end = safe.find('\n', start);
+    const bool last = end == std::string::npos;
+    if (last) end = safe.size();
+    std::string_view line(safe.data() + start, end - start);
+    out += shortened(line, max_line);
+    if (last) break;
+    out += '\n';
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string shortened(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  std::size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) --cut;
+  return fmt::format("{}... ({} bytes cut)", text.substr(0, cut), text.size() - cut);
+}
+
+std::string markdown_escape(std::string_view text) {
+  const std::string valid = valid_utf8(text);
+  std::string out;
+  out.reserve(valid.size());
+  for (const char c : valid) {
+    switch (c) {
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '\n':
+      case '\r':
+        out += ' ';
+        break;
+      case '|':
+      case '\\':
+      case '`':
+      case '*':
+      case '_':
+      case '[':
+      case ']':
+      case '#':
+      case '!':
+      case '~':
+        out += '\\';
+        out += c;
+        break;
+      default:
+        out += c;
     }
   }
   return out;

@@ -27,7 +27,7 @@ TEST(StringsTest, TerminalSafeEscapesControlBytesAndKeepsTheRest) {
   EXPECT_EQ(terminal_safe("\x1b[31mred\x1b[0m"), "\\x1b[31mred\\x1b[0m");
   EXPECT_EQ(terminal_safe(std::string("a\rb\x07") + "c\x7f"), "a\\x0db\\x07c\\x7f");
   EXPECT_EQ(terminal_safe("two\nlines\tand a tab"), "two\nlines\tand a tab");
-  EXPECT_EQ(terminal_safe("caf\xc3\xa9 \xff"), "caf\xc3\xa9 \xff");  // not control bytes
+  EXPECT_EQ(terminal_safe("caf\xc3\xa9 \xff"), "caf\xc3\xa9 \\xff");  // invalid UTF-8 escaped
   EXPECT_EQ(terminal_safe(std::string("nul\0byte", 8)), "nul\\x00byte");
 }
 

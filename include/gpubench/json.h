@@ -53,6 +53,11 @@ std::string read_string(const Json& value, const Where& where);
 std::string read_choice(const Json& value, const Where& where,
                         const std::vector<std::string>& choices);
 
+/// `value` as JSON text (indented when `indent` >= 0) that never throws on the strings in it:
+/// invalid UTF-8 (a message quoting a binary file, a truncated name) becomes U+FFFD instead of
+/// nlohmann's type_error 316, which would lose the record or the journal line that held it.
+std::string dump_json(const Json& value, int indent = -1);
+
 /// Overlays `patch` onto `base`: objects merge key by key, everything else replaces.
 void merge_into(Json& base, const Json& patch);
 

@@ -87,7 +87,7 @@ int run_list(const ListOptions& o, std::ostream& out, std::ostream& err) {
     std::vector<std::string> from;
     for (const auto& s : sources) from.push_back(s.get<std::string>());
     if (!from.empty()) err << "gpubench: " << o.config_dump << " from " << join(from, ", ") << '\n';
-    out << dump.dump(2) << '\n';
+    out << dump_json(dump, 2) << '\n';
     return kExitOk;
   }
   if (o.json) {
@@ -107,7 +107,7 @@ int run_list(const ListOptions& o, std::ostream& out, std::ostream& err) {
            {"reference_2020", m.reference_2020 ? Json(m.reference_2020->row) : Json(nullptr)},
            {"description", m.description}});
     }
-    out << list.dump(2) << '\n';
+    out << dump_json(list, 2) << '\n';
     return kExitOk;
   }
   std::vector<std::vector<std::string>> rows;
@@ -140,7 +140,8 @@ int run_info(const InfoOptions& o, std::ostream& out, std::ostream& /*err*/) {
   if (o.json) {
     Json list = Json::array();
     for (const auto& d : devices) list.push_back(d.to_json());
-    out << Json{{"gpubench", gpubench}, {"software", software}, {"devices", list}}.dump(2) << '\n';
+    out << dump_json(Json{{"gpubench", gpubench}, {"software", software}, {"devices", list}}, 2)
+        << '\n';
     return kExitOk;
   }
   auto text = [](const Json& v) { return v.is_string() ? v.get<std::string>() : std::string("-"); };
@@ -427,7 +428,8 @@ struct OutputPaths {
 
 void write_outputs(const OutputPaths& paths, const ResultDocument& document,
                    const ReferenceTable& reference) {
-  if (!paths.json.empty()) write_file_atomically(paths.json, document.to_json().dump(2) + "\n");
+  if (!paths.json.empty())
+    write_file_atomically(paths.json, dump_json(document.to_json(), 2) + "\n");
   if (!paths.csv.empty()) {
     std::ostringstream csv;
     make_reporter("csv", csv)->report(document.jobs, reference);
@@ -742,7 +744,7 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
                                            : JournalWriter::create(o.journal_path, header));
   }
   auto log = [&err, quiet = o.quiet](const std::string& line) {
-    if (!quiet) err << "gpubench: " << line << '\n' << std::flush;
+    if (!quiet) err << "gpubench: " << terminal_text(line) << '\n' << std::flush;
   };
   log(fmt::format("journal: {} (if this run is interrupted: gpubench run --resume {})",
                   journal->path(), journal->path()));
@@ -767,9 +769,25 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
         document.environment = job.environment;
       }
     }
-    write_outputs(outputs, document,
-                  store.reference());  // nothing measured is lost to a later crash
+    try {
+      write_outputs(outputs, document,
+                    store.reference());  // nothing measured is lost to a later crash
+    } catch (const AbortError& e) {
+      // The journal already holds the job (run_suite appends before it calls back): say so.
+      throw AbortError(fmt::format(
+          "{}; the journal {} keeps every finished job: fix that, then continue with: gpubench "
+          "run --resume {}",
+          e.what(), journal->path(), journal->path()));
+    }
   };
+
+  // Work files of runs and workers killed before they could remove them (kill -9, a reboot).
+  const char* tmpdir = std::getenv("TMPDIR");
+  const std::string work_folder = tmpdir && *tmpdir ? tmpdir : "/tmp";
+  remove_stale_work_files(work_folder);
+  for (const auto* f : {&outputs.json, &outputs.csv}) {
+    if (!f->empty()) remove_stale_temp_files(*f);
+  }
 
   WorkerLauncher workers(o.worker_exe);
   InProcessLauncher in_process;
@@ -785,6 +803,7 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
     // before the next starts, one during a job stops its worker (run_process).
     const StopSignals stop_signals;
     run_suite(plan, earlier, launcher, *journal, callbacks);
+    remove_stale_work_files(work_folder);  // a worker killed mid-write leaves its temp file
     stop_if_asked();
   } catch (const Interrupted& e) {
     // Said even with --quiet: the user stopped it and should know what was kept.
@@ -810,8 +829,10 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
                                   [](const JobRecord& r) { return job_is_done(r); });
   const auto failed = static_cast<std::ptrdiff_t>(plan.jobs.size()) - done;
   if (failed) {
-    err << "gpubench: " << failure_summary(document.jobs, failed, plan.jobs.size(), journal->path())
-        << '\n' << std::flush;
+    err << "gpubench: "
+        << terminal_text(failure_summary(document.jobs, failed, plan.jobs.size(), journal->path()))
+        << '\n'
+        << std::flush;
   }
   return failed ? kExitJobFailed : kExitOk;
 }
@@ -837,7 +858,7 @@ int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
   if (!o.output.empty()) check_writable(o.output, "--output");
   const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
   const ResultFiles files = read_result_files(o.files);
-  for (const auto& note : files.notes) err << "gpubench: " << note << '\n';
+  for (const auto& note : files.notes) err << "gpubench: " << terminal_text(note) << '\n';
   reporter->report(files.jobs, store.reference());
   if (o.output.empty()) {
     out << text.str();
@@ -875,7 +896,7 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
   const ResultFiles a = read_result_files({o.files.at(0)});
   const ResultFiles b = read_result_files({o.files.at(1)});
   for (const auto* files : {&a, &b}) {
-    for (const auto& note : files->notes) err << "gpubench: " << note << '\n';
+    for (const auto& note : files->notes) err << "gpubench: " << terminal_text(note) << '\n';
   }
   std::ostringstream text;  // nothing is printed unless the whole comparison can be
   const CompareResult result = compare_results(a.jobs, b.jobs, o.noise_pct / 100.0);
@@ -888,7 +909,7 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
       worse.push_back(fmt::format("{} {} ({})", c.model, c.precision, c.verdict));
     }
   }
-  err << "gpubench: B regressed against A: " << join(worse, ", ") << '\n';
+  err << "gpubench: B regressed against A: " << terminal_text(join(worse, ", ")) << '\n';
   return kExitJobFailed;
 }
 
@@ -904,6 +925,9 @@ void setup_worker(CLI::App& app, WorkerOptions& o) {
 // ---- dispatch ----
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  // A file size limit (ulimit -f) then fails a write with EFBIG, which gpubench reports (exit
+  // 4, the journal kept), instead of SIGXFSZ killing the process mid-write. Workers inherit it.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"gpubench: GPU training benchmark of the 2020 Lambda workloads, rebuilt in C++"};
   app.require_subcommand(1);
   app.set_version_flag("--version", fmt::format("gpubench {} ({})", version_info::kVersion,
@@ -948,7 +972,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     // Point at the help of the command being parsed: its options are what went wrong.
     const bool command =
         argc > 1 && std::find(commands.begin(), commands.end(), argv[1]) != commands.end();
-    err << "error: " << terminal_safe(e.what()) << " (run 'gpubench "
+    err << "error: " << terminal_text(e.what()) << " (run 'gpubench "
         << (command ? std::string(argv[1]) + " " : std::string()) << "--help')\n";
     return kExitBadInput;
   }
@@ -970,10 +994,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     std::raise(e.signal_number());
     return e.exit_code();
   } catch (const Error& e) {
-    err << "error: " << terminal_safe(e.what()) << '\n';
+    err << "error: " << terminal_text(e.what()) << '\n';
     return e.exit_code();
   } catch (const std::exception& e) {
-    err << "error: " << terminal_safe(e.what()) << '\n';
+    err << "error: " << terminal_text(e.what()) << '\n';
     return kExitJobFailed;
   }
   return kExitBadInput;

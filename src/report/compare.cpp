@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <sstream>
 
 namespace gpubench {
 
@@ -149,7 +150,7 @@ void print_comparison(std::ostream& out, const CompareResult& result, const std:
                       {"verdict", c.verdict},
                       {"basis", c.basis}});
     }
-    out << Json{{"regression", result.regression}, {"jobs", jobs}}.dump(2) << '\n';
+    out << dump_json(Json{{"regression", result.regression}, {"jobs", jobs}}, 2) << '\n';
     return;
   }
   GPUBENCH_CHECK(format == "table" || format == "md", ConfigError,
@@ -170,12 +171,18 @@ void print_comparison(std::ostream& out, const CompareResult& result, const std:
   auto devices = [](const std::set<std::string>& names) {
     return std::vector<std::string>(names.begin(), names.end());
   };
-  out << "A: " << join(devices(a_devices), ", ") << "; B: " << join(devices(b_devices), ", ")
-      << '\n';
-  render_grid(out, {"model", "precision", "A", "B", "B / A", "verdict"}, rows, 2,
-              format == "md" ? GridStyle::kMarkdown : GridStyle::kPlain);
-  if (!notes.empty()) out << '\n';
-  for (const auto& line : notes) out << (format == "md" ? "- " : "note: ") << line << '\n';
+  // Device names and notes come from the records: literal text in markdown, and the whole
+  // output made safe for a terminal (render_grid escapes the cells).
+  const bool md = format == "md";
+  auto text = [md](const std::string& s) { return md ? markdown_escape(s) : s; };
+  std::ostringstream body;
+  body << text("A: " + join(devices(a_devices), ", ") + "; B: " + join(devices(b_devices), ", "))
+       << '\n';
+  render_grid(body, {"model", "precision", "A", "B", "B / A", "verdict"}, rows, 2,
+              md ? GridStyle::kMarkdown : GridStyle::kPlain);
+  if (!notes.empty()) body << '\n';
+  for (const auto& line : notes) body << (md ? "- " : "note: ") << text(line) << '\n';
+  out << terminal_text(body.str());
 }
 
 }  // namespace gpubench

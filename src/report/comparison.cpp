@@ -3,6 +3,8 @@
 #include "gpubench/report/reporter.h"
 #include "gpubench/strings.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>

@@ -3,12 +3,20 @@
 //   model,family,device,...,message
 //   bert-base,language,NVIDIA H200,...,
 #include "gpubench/report/reporter.h"
+#include "gpubench/strings.h"
 
 namespace gpubench {
 
 namespace {
 
-std::string csv_field(const std::string& value) {
+std::string csv_field(const std::string& raw) {
+  std::string value = valid_utf8(raw);
+  // A text cell a spreadsheet would run as a formula (=, +, @, or a tab or CR before one) gets a
+  // leading apostrophe (OWASP's CSV injection advice); numbers, negative ones included, stay.
+  if (!value.empty() && (value[0] == '=' || value[0] == '+' || value[0] == '@' ||
+                         value[0] == '\t' || value[0] == '\r')) {
+    value = "'" + value;
+  }
   if (value.find_first_of(",\"\n\r") == std::string::npos) return value;
   std::string quoted = "\"";
   for (char ch : value) {

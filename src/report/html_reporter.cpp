@@ -36,7 +36,8 @@ const std::vector<std::string>& strong_colors() {
 }
 constexpr const char* kMutedColor = "#b3bac2";
 
-const char* kStyle = R"(body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #1d2329; margin: 24px auto; max-width: 1320px; padding: 0 16px; }
+const char* kStyle =
+    R"(body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #1d2329; margin: 24px auto; max-width: 1320px; padding: 0 16px; overflow-wrap: break-word; }
 h1 { font-size: 24px; margin: 0 0 4px; }
 h2 { font-size: 18px; margin: 32px 0 8px; border-bottom: 1px solid #d9dee3; padding-bottom: 4px; }
 p.lede { color: #56616c; margin-top: 0; }
@@ -49,9 +50,10 @@ th { background: #eef1f4; font-weight: 600; white-space: normal; vertical-align:
 td.ref, th.ref { background: #f6f7f8; color: #4a5561; }
 td.oom { color: #8a6d00; }
 td.fail { color: #b3261e; font-weight: 600; }
-td.message { white-space: pre-wrap; min-width: 24em; }
-ul.notes { color: #56616c; font-size: 13px; padding-left: 20px; }
+td.message { white-space: pre-wrap; min-width: 24em; overflow-wrap: anywhere; }
+ul.notes { color: #56616c; font-size: 13px; padding-left: 20px; overflow-wrap: anywhere; }
 ul.legend { list-style: none; padding: 0; margin: 4px 0 12px; display: flex; flex-wrap: wrap; gap: 4px 20px; }
+ul.legend li { min-width: 0; overflow-wrap: anywhere; }
 .swatch { display: inline-block; width: 14px; height: 10px; margin-right: 6px; }
 .swatch.marker { width: 0; height: 12px; border-left: 2px dashed #3d4650; }
 figure { margin: 8px 0 24px; }
@@ -81,7 +83,7 @@ std::string env_text(const Json& env, std::initializer_list<const char*> path) {
   }
   if (node->is_string()) return node->get<std::string>().empty() ? "-" : node->get<std::string>();
   if (node->is_null()) return "-";
-  return node->dump();
+  return dump_json(*node);
 }
 
 /// One environment: the software and device a set of records ran on.
@@ -310,7 +312,7 @@ class HtmlReporter final : public Reporter {
     }
     if (!uncharted.empty()) {
       out_ << "<p class=\"lede\">Not charted (no 2020 row, so no normalized score): "
-           << html_escape(join(uncharted, ", ")) << ". See the tables.</p>\n";
+           << html_escape(shortened(join(uncharted, ", "), 2000)) << ". See the tables.</p>\n";
     }
   }
 
@@ -319,7 +321,7 @@ class HtmlReporter final : public Reporter {
     for (std::size_t k = 0; k < c.runs.size(); ++k) {
       out_ << "<li><span class=\"swatch\" style=\"background:"
            << strong_colors()[k % strong_colors().size()] << "\"></span>"
-           << html_escape(c.runs[k].label) << " (measured)</li>\n";
+           << html_escape(shortened(c.runs[k].label, 200)) << " (measured)</li>\n";
     }
     out_ << "<li><span class=\"swatch\" style=\"background:" << kMutedColor
          << "\"></span>Lambda 2020 GPUs (labelled bar by bar)</li>\n"
@@ -407,7 +409,10 @@ class HtmlReporter final : public Reporter {
       out_ << "<tr>";
       for (std::size_t i = 0; i < s.headers.size(); ++i) {
         const std::string text = i < row.size() ? row[i] : "";
-        out_ << "<td" << classes(i, text, false) << ">" << html_escape(text) << "</td>";
+        // A one-line cell stays one line: a name of a megabyte would push the table off the page.
+        const bool message = s.headers[i] == "message";
+        out_ << "<td" << classes(i, text, false) << ">"
+             << html_escape(message ? shortened(text, 4000) : shortened(text, 200)) << "</td>";
       }
       out_ << "</tr>\n";
     }
@@ -418,7 +423,8 @@ class HtmlReporter final : public Reporter {
   void note_list(const std::vector<std::string>& notes) {
     if (notes.empty()) return;
     out_ << "<ul class=\"notes\">\n";
-    for (const auto& note : notes) out_ << "<li>" << html_escape(note) << "</li>\n";
+    for (const auto& note : notes)
+      out_ << "<li>" << html_escape(shortened(note, 4000)) << "</li>\n";
     out_ << "</ul>\n";
   }
 };

@@ -146,7 +146,7 @@ class JsonReporter final : public Reporter {
                            {"notes", report::report_notes(view)},
                            {"superseded_records", view.superseded},
                            {"jobs", jobs}};
-    out_ << document.dump(2) << '\n';
+    out_ << dump_json(document, 2) << '\n';
   }
 };
 

@@ -228,9 +228,24 @@ std::vector<JobRecord> read_results(const std::vector<std::string>& paths) {
 void render_grid(std::ostream& out, const std::vector<std::string>& headers,
                  const std::vector<std::vector<std::string>>& rows, std::size_t left_columns,
                  GridStyle style) {
+  // Cells hold model names, device names and messages from files anyone can write: each is one
+  // line of literal text (markdown-escaped, or terminal-safe and at most kMaxCell bytes).
+  constexpr std::size_t kMaxCell = 200;
+  auto safe = [style](const std::string& text) {
+    if (style == GridStyle::kMarkdown) return markdown_escape(text);
+    std::string one_line = text;
+    std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+    return terminal_text(one_line, kMaxCell);
+  };
+  std::vector<std::vector<std::string>> escaped;
+  escaped.reserve(rows.size());
+  for (const auto& row : rows) {
+    escaped.emplace_back();
+    for (const auto& text : row) escaped.back().push_back(safe(text));
+  }
   std::vector<std::size_t> width(headers.size());
   for (std::size_t c = 0; c < headers.size(); ++c) width[c] = headers[c].size();
-  for (const auto& row : rows) {
+  for (const auto& row : escaped) {
     for (std::size_t c = 0; c < row.size() && c < width.size(); ++c) {
       width[c] = std::max(width[c], row[c].size());
     }
@@ -271,7 +286,7 @@ void render_grid(std::ostream& out, const std::vector<std::string>& headers,
     }
     out << rule << '\n';
   }
-  for (const auto& row : rows) line(row);
+  for (const auto& row : escaped) line(row);
 }
 
 }  // namespace gpubench

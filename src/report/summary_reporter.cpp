@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <set>
+#include <sstream>
 
 namespace gpubench {
 
@@ -67,6 +68,15 @@ class SummaryReporter final : public Reporter {
   using Reporter::Reporter;
 
   void report(const std::vector<JobRecord>& jobs, const ReferenceTable& reference) override {
+    // Made safe for a terminal in one place (see TableReporter::report).
+    std::ostringstream text;
+    write(text, jobs, reference);
+    out_ << terminal_text(text.str());
+  }
+
+ private:
+  void write(std::ostream& out, const std::vector<JobRecord>& jobs,
+             const ReferenceTable& reference) {
     const std::vector<JobRecord> merged = latest_records(jobs);
     std::set<std::string> devices, precisions;
     for (const auto& j : merged) {
@@ -75,7 +85,7 @@ class SummaryReporter final : public Reporter {
     }
     const bool one_device = devices.size() <= 1, one_precision = precisions.size() <= 1;
     if (!merged.empty() && one_device && one_precision) {
-      out_ << *devices.begin() << ", " << *precisions.begin() << '\n';
+      out << *devices.begin() << ", " << *precisions.begin() << '\n';
     }
     std::vector<std::string> headers = {"model"};
     if (!one_device) headers.push_back("device");
@@ -114,11 +124,11 @@ class SummaryReporter final : public Reporter {
       row.push_back(j.wall_seconds > 0 ? fmt::format("{:.0f} s", j.wall_seconds) : "-");
       rows.push_back(std::move(row));
     }
-    render_grid(out_, headers, rows, left, GridStyle::kPlain);
+    render_grid(out, headers, rows, left, GridStyle::kPlain);
     const report::ReportView view = report::make_view(merged, reference);
     const auto notes = report::report_notes(view);
-    if (!notes.empty()) out_ << '\n';
-    for (const auto& line : notes) out_ << wrapped("note: ", line) << '\n';
+    if (!notes.empty()) out << '\n';
+    for (const auto& line : notes) out << wrapped("note: ", line) << '\n';
   }
 };
 

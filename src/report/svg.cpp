@@ -34,10 +34,18 @@ std::string tick_text(double v) {
 
 }  // namespace
 
-std::string html_escape(std::string_view text) {
+std::string html_escape(std::string_view raw) {
+  // Valid UTF-8 first (a browser would guess at bytes that are not), and no C0 control but tab
+  // and newline: HTML forbids them as text, and they are never meant in a name or a message.
+  const std::string text = valid_utf8(raw);
   std::string out;
   out.reserve(text.size());
   for (char ch : text) {
+    const auto byte = static_cast<unsigned char>(ch);
+    if ((byte < 0x20 && ch != '\n' && ch != '\t') || byte == 0x7f) {
+      out += "&#xFFFD;";
+      continue;
+    }
     switch (ch) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;
@@ -104,8 +112,9 @@ std::string render_bar_chart(const BarChart& chart) {
   const double marker_x = chart.marker ? x_of(*chart.marker) : kLabelWidth;
   double y = kTop;
   for (const auto& group : chart.groups) {
-    svg += fmt::format("<g class=\"group\">\n<text x=\"8\" y=\"{}\" class=\"group-label\">{}</text>\n",
-                       px(y + 14), html_escape(group.label));
+    svg +=
+        fmt::format("<g class=\"group\">\n<text x=\"8\" y=\"{}\" class=\"group-label\">{}</text>\n",
+                    px(y + 14), html_escape(shortened(group.label, 120)));
     y += kGroupHeading;
     if (!group.bars.empty()) {
       const double block_bottom = y + static_cast<double>(group.bars.size()) * kRow - 2;
@@ -122,9 +131,10 @@ std::string render_bar_chart(const BarChart& chart) {
     }
     for (const auto& bar : group.bars) {
       const double text_y = y + kBarHeight - 1.5;
-      svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" class=\"{}\">{}</text>\n",
-                         px(kLabelWidth - 6), px(text_y),
-                         bar.muted ? "bar-label muted" : "bar-label", html_escape(bar.label));
+      svg +=
+          fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" class=\"{}\">{}</text>\n",
+                      px(kLabelWidth - 6), px(text_y), bar.muted ? "bar-label muted" : "bar-label",
+                      html_escape(shortened(bar.label, 60)));
       double end = kLabelWidth;
       if (bar.value && *bar.value > 0) {
         // At least one pixel, so a 0.3x bar next to a 40x one is still seen.

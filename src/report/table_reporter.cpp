@@ -13,9 +13,12 @@
 //   Measured
 //   model      device       precision  status  batch           throughput  ...
 #include "gpubench/report/reporter.h"
+#include "gpubench/strings.h"
 #include "src/report/sections.h"
 
 #include <fmt/format.h>
+
+#include <sstream>
 
 namespace gpubench {
 
@@ -26,6 +29,16 @@ class TableReporter final : public Reporter {
   TableReporter(std::ostream& out, GridStyle style) : Reporter(out), style_(style) {}
 
   void report(const std::vector<JobRecord>& jobs, const ReferenceTable& reference) override {
+    // Written whole, then made safe for a terminal in one place: nothing from a record (a name,
+    // a message) can send an escape sequence or a megabyte line to the screen.
+    std::ostringstream text;
+    write(text, jobs, reference);
+    out_ << terminal_text(text.str());
+  }
+
+ private:
+  void write(std::ostream& out, const std::vector<JobRecord>& jobs,
+             const ReferenceTable& reference) {
     const report::ReportView view = report::make_view(jobs, reference);
     std::vector<report::Section> sections = {report::normalized_section(view, reference)};
     if (auto s = report::summary_section(view, reference)) sections.push_back(std::move(*s));
@@ -33,24 +46,28 @@ class TableReporter final : public Reporter {
     for (auto& s : report::memory_tier_sections(view, reference)) sections.push_back(std::move(s));
     sections.push_back(report::measured_section(view, /*with_message=*/false));
     for (std::size_t i = 0; i < sections.size(); ++i) {
-      if (i > 0) out_ << '\n';
-      section(sections[i]);
+      if (i > 0) out << '\n';
+      section(out, sections[i]);
     }
-    notes(report::report_notes(view));
+    notes(out, report::report_notes(view));
   }
 
- private:
-  void section(const report::Section& s) {
-    out_ << (style_ == GridStyle::kMarkdown ? "### " + s.title + "\n\n" : s.title + "\n");
-    render_grid(out_, s.headers, s.rows, s.left_columns, style_);
-    notes(s.notes);
+  /// Text from the records as markdown shows it literally (the terminal pass comes after).
+  std::string text(const std::string& s) const {
+    return style_ == GridStyle::kMarkdown ? markdown_escape(s) : s;
   }
 
-  void notes(const std::vector<std::string>& lines) {
+  void section(std::ostream& out, const report::Section& s) {
+    out << (style_ == GridStyle::kMarkdown ? "### " + text(s.title) + "\n\n" : s.title + "\n");
+    render_grid(out, s.headers, s.rows, s.left_columns, style_);
+    notes(out, s.notes);
+  }
+
+  void notes(std::ostream& out, const std::vector<std::string>& lines) {
     if (lines.empty()) return;
-    out_ << '\n';
+    out << '\n';
     for (const auto& line : lines) {
-      out_ << (style_ == GridStyle::kMarkdown ? "- " : "note: ") << line << '\n';
+      out << (style_ == GridStyle::kMarkdown ? "- " : "note: ") << text(line) << '\n';
     }
   }
 

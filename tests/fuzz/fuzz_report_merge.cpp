@@ -1,0 +1,9 @@
+// The report's merge of many files: the input split into up to 8 files (result documents and
+// journals in any mix) read together, merged (the last record of a job wins) and rendered in
+// every format and compared; every terminal format must come out clean (no control byte,
+// valid UTF-8), the HTML without markup from the records.
+#include "tests/fuzz/targets.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return gpubench::fuzz::run_report_merge(data, size);
+}
