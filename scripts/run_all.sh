@@ -4,11 +4,13 @@
 #
 #   scripts/run_all.sh [--gpu N | --cpu] [--precision fp32|tf32|amp-bf16|amp-fp16]
 #                      [--suite all|image|language | --model NAME ...] [--memory-tiers 6,8,11,24,48]
-#                      [--out DIR] [-- more 'gpubench run' options, e.g. --config FILE]
+#                      [--same-batch] [--out DIR] [-- more 'gpubench run' options, e.g. --config FILE]
 #
 # Writes into DIR (default results/DATE-gpuN-PRECISION, relative to the current folder):
 #   journal.jsonl   every finished job, appended as it ends; results.json and results.csv
 #   tiers.jsonl     the memory-tier searches (with --memory-tiers)
+#   same-batch.jsonl  with --same-batch, each workload with a 2020 row again at the RTX 8000's
+#                   2020 batch: a same-batch score beside the max-batch one in the reports
 #   report.txt, report.md, report.html   everything above, beside the 2020 GPUs
 # The same command again with the same --out continues an interrupted run as it was started
 # (its journals keep their options): jobs already done are not repeated. Exit code: 0 when every
@@ -22,6 +24,7 @@ device_tag=gpu0
 precision=fp32
 selection=()
 tiers=""
+same_batch=""
 out=""
 extra=()
 while [ $# -gt 0 ]; do
@@ -31,9 +34,10 @@ while [ $# -gt 0 ]; do
     --precision) precision=$2; shift 2 ;;
     --suite|--model) selection+=("$1" "$2"); shift 2 ;;
     --memory-tiers) tiers=$2; shift 2 ;;
+    --same-batch) same_batch=1; shift ;;
     --out) out=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run_all.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -84,9 +88,17 @@ if [ -n "$tiers" ] && [ "$code" -le 1 ]; then
   worst "$code"
 fi
 
+if [ -n "$same_batch" ] && [ "$code" -le 1 ]; then
+  outputs=()
+  code=0
+  suite "$out/same-batch.jsonl" "${selection[@]}" --precision "$precision" --same-batch \
+    ${extra[@]+"${extra[@]}"} || code=$?
+  worst "$code"
+fi
+
 # Reports of whatever was measured, even when a run stopped with an error.
 journals=()
-for j in "$out/journal.jsonl" "$out/tiers.jsonl"; do
+for j in "$out/journal.jsonl" "$out/tiers.jsonl" "$out/same-batch.jsonl"; do
   [ -s "$j" ] && journals+=("$j")
 done
 if [ ${#journals[@]} -gt 0 ]; then

@@ -137,7 +137,7 @@ const std::vector<std::string> kModelKeys = {
     "name",       "architecture",    "family",           "description",
     "batch_unit", "throughput_unit", "trainable_params", "cpu_batch",
     "search",     "model",           "optimizer",        "smoke",
-    "runtime",    "reference_2020"};
+    "runtime",    "reference_2020",  "flops_per_unit"};
 const std::vector<std::string> kRequiredModelKeys = {
     "name", "architecture", "family", "batch_unit", "throughput_unit", "trainable_params"};
 const std::vector<std::string> kFamilies = {"image", "language"};
@@ -256,6 +256,9 @@ void validate_model_document(const Json& doc, const Where& where, const Registry
     read_param_targets(doc["trainable_params"], where.at("trainable_params"));
   }
   if (doc.contains("cpu_batch")) read_int(doc["cpu_batch"], where.at("cpu_batch"), 1);
+  if (doc.contains("flops_per_unit") && !doc["flops_per_unit"].is_null()) {
+    read_number(doc["flops_per_unit"], where.at("flops_per_unit"), 1);
+  }
   if (doc.contains("search")) read_search(doc["search"], where.at("search"));
   const Architecture& arch = registry.get(architecture);
   if (doc.contains("model")) validate_params(arch.model_schema, doc["model"], where.at("model"));
@@ -293,6 +296,9 @@ ModelConfig build_model_config(const Json& doc, const Where& where, const Regist
   c.trainable_params = read_param_targets(doc.at("trainable_params"), where.at("trainable_params"));
   c.cpu_batch = doc.contains("cpu_batch") ? doc["cpu_batch"].get<int64_t>() : c.cpu_batch;
   if (doc.contains("search")) c.search = read_search(doc["search"], where.at("search"));
+  if (doc.contains("flops_per_unit") && !doc["flops_per_unit"].is_null()) {
+    c.flops_per_unit = doc["flops_per_unit"].get<double>();
+  }
   const Architecture& arch = registry.get(c.architecture);
   const Json model = doc.value("model", Json::object());
   c.model = Params(arch.model_schema, model, where.at("model"));
@@ -445,6 +451,7 @@ Json ModelConfig::to_json() const {
                 {"model", smoke_model.json()},
                 {"optimizer", smoke_optimizer.json()}}},
               {"runtime", runtime.json()}};
+  if (flops_per_unit) out["flops_per_unit"] = *flops_per_unit;
   if (reference_2020) {
     Json max_batch = Json::object(), throughput = Json::object();
     for (const auto& [gpu, value] : reference_2020->max_batch) max_batch[gpu] = value;

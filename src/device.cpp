@@ -15,6 +15,7 @@
 
 #include <ATen/Context.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -170,9 +171,20 @@ MemoryStats memory_stats(const torch::Device& device) {
     s.allocated_peak = a.allocated_peak;
     s.reserved_current = a.reserved_current;
     s.reserved_peak = a.reserved_peak;
+    s.alloc_retries = a.alloc_retries;
+    s.ooms = a.ooms;
+    s.device_allocations = a.segments_allocated;
+    s.device_frees = a.segments_freed;
   }
 #endif
   return s;
+}
+
+Json allocator_counters_between(const MemoryStats& before, const MemoryStats& after) {
+  return {{"alloc_retries", after.alloc_retries - before.alloc_retries},
+          {"ooms", after.ooms - before.ooms},
+          {"device_allocations", after.device_allocations - before.device_allocations},
+          {"device_frees", after.device_frees - before.device_frees}};
 }
 
 void reset_peak_memory(const torch::Device& device) {
@@ -214,6 +226,33 @@ void set_memory_cap(const torch::Device& device, int64_t bytes) {
     c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device.index());
   }
 #endif
+}
+
+void touch_device_libraries(const torch::Device& device) {
+#if GPUBENCH_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto options = torch::TensorOptions().device(device);
+    const auto a = torch::ones({64, 64}, options);
+    (void)torch::mm(a, a);
+    const auto image = torch::ones({1, 8, 16, 16}, options);
+    const auto weight = torch::ones({8, 8, 3, 3}, options);
+    (void)torch::conv2d(image, weight, torch::Tensor(), /*stride=*/{1, 1}, /*padding=*/{1, 1});
+    synchronize(device);
+  }
+#else
+  (void)device;
+#endif
+}
+
+int64_t outside_allocator_bytes(const torch::Device& device) {
+  if (!device.is_cuda()) return 0;
+  synchronize(device);
+  const auto [free, total] = device_memory_info(device);
+  return std::max<int64_t>(0, total - free - memory_stats(device).reserved_current);
+}
+
+int64_t allocator_cap_bytes(int64_t cap_bytes, int64_t outside_bytes) {
+  return std::max(cap_bytes / 8, cap_bytes - std::max<int64_t>(0, outside_bytes));
 }
 
 void synchronize(const torch::Device& device) {
@@ -322,6 +361,64 @@ Json allocator_json(const torch::Device& device) {
   (void)device;
 #endif
   return j;
+}
+
+const std::vector<std::string>& matmul_peak_kinds() {
+  static const std::vector<std::string> kinds = {"fp32", "tf32", "bf16", "fp16"};
+  return kinds;
+}
+
+std::string matmul_peak_kind(const std::string& precision) {
+  if (precision == "fp32" || precision == "tf32") return precision;
+  if (precision == "amp-bf16") return "bf16";
+  if (precision == "amp-fp16") return "fp16";
+  return "";
+}
+
+std::optional<double> measure_matmul_peak_tflops(const torch::Device& device,
+                                                 const std::string& kind, int64_t n) {
+#if GPUBENCH_WITH_CUDA
+  if (!device.is_cuda() || n <= 0) return std::nullopt;
+  const torch::ScalarType dtype = kind == "bf16"   ? torch::kBFloat16
+                                  : kind == "fp16" ? torch::kHalf
+                                                   : torch::kFloat;
+  auto& context = at::globalContext();
+  const bool tf32_before = context.allowTF32CuBLAS();
+  std::optional<double> best;
+  try {
+    if (kind == "fp32" || kind == "tf32") context.setAllowTF32CuBLAS(kind == "tf32");
+    set_current_device(device);
+    const auto options = torch::TensorOptions().device(device).dtype(dtype);
+    const auto a = torch::randn({n, n}, options);
+    const auto b = torch::randn({n, n}, options);
+    auto c = torch::empty({n, n}, options);
+    const double flops =
+        2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+    auto seconds_for = [&](int iterations) {
+      synchronize(device);
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < iterations; ++i) torch::mm_out(c, a, b);
+      synchronize(device);
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    seconds_for(3);  // cuBLAS picks its kernel and loads it
+    const double one = std::max(seconds_for(1), 1e-6);
+    const int iterations = std::max(1, static_cast<int>(0.1 / one));
+    double tflops = 0;
+    for (int round = 0; round < 5; ++round) {
+      tflops = std::max(tflops, flops * iterations / seconds_for(iterations) / 1e12);
+    }
+    best = tflops;
+  } catch (const std::exception&) {
+    best.reset();
+  }
+  context.setAllowTF32CuBLAS(tf32_before);
+  release_cached_memory(device);  // the operands are gone; their blocks go back
+  return best;
+#else
+  (void)device, (void)kind, (void)n;
+  return std::nullopt;
+#endif
 }
 
 bool is_out_of_memory(const std::exception& error) {

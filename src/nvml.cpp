@@ -31,6 +31,9 @@ struct NvmlApi {
   nvmlReturn_t (*reasons)(nvmlDevice_t, unsigned long long*) = nullptr;
   nvmlReturn_t (*max_clock)(nvmlDevice_t, int, unsigned*) = nullptr;
   nvmlReturn_t (*power_limit)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*default_clock)(nvmlDevice_t, int, unsigned*) = nullptr;
+  nvmlReturn_t (*energy)(nvmlDevice_t, unsigned long long*) = nullptr;
+  nvmlReturn_t (*processes)(nvmlDevice_t, unsigned*, void*) = nullptr;
   bool ok = false;
 };
 
@@ -54,6 +57,10 @@ const NvmlApi& nvml() {
     if (!a.reasons) bind(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", a.reasons);
     bind(lib, "nvmlDeviceGetMaxClockInfo", a.max_clock);
     bind(lib, "nvmlDeviceGetEnforcedPowerLimit", a.power_limit);
+    bind(lib, "nvmlDeviceGetDefaultApplicationsClock", a.default_clock);
+    bind(lib, "nvmlDeviceGetTotalEnergyConsumption", a.energy);
+    // nvmlProcessInfo_v1_t {pid, usedGpuMemory}: the unversioned symbol keeps the v1 layout.
+    bind(lib, "nvmlDeviceGetComputeRunningProcesses", a.processes);
     a.ok = a.init && a.init() == kNvmlSuccess;
     return a;
   }();
@@ -121,6 +128,11 @@ ClockSampler::~ClockSampler() {
 void ClockSampler::start() {
   if (!device_ || running_) return;
   samples_.clear();
+  energy_start_mj_.reset();
+  energy_end_mj_.reset();
+  const NvmlApi& api = nvml();
+  unsigned long long mj = 0;
+  if (api.energy && api.energy(device_, &mj) == kNvmlSuccess) energy_start_mj_ = mj;
   running_ = true;
   thread_ = std::thread([this] { loop(); });
 }
@@ -142,11 +154,18 @@ Json summarize_clock_samples(const std::vector<ClockSample>& samples, const Cloc
   Json out = {{"samples", samples.size()}};
   if (limits.max_sm_mhz > 0) out["sm_clock_max_mhz"] = limits.max_sm_mhz;
   if (limits.power_limit_mw > 0) out["power_limit_w"] = limits.power_limit_mw / 1000.0;
+  if (limits.default_sm_mhz > 0) out["sm_clock_default_mhz"] = limits.default_sm_mhz;
   if (samples.empty()) return out;
   std::vector<unsigned> clocks;
   double power_sum = 0, power_max = 0;
   unsigned temperature_max = 0;
   unsigned long long reasons = 0;
+  Json share = Json::object();
+  for (const auto& r : kReasons) {
+    std::size_t with = 0;
+    for (const auto& s : samples) with += (s.reasons & r.bit) ? 1 : 0;
+    if (with > 0) share[r.name] = static_cast<double>(with) / static_cast<double>(samples.size());
+  }
   for (const auto& s : samples) {
     clocks.push_back(s.sm_mhz);
     power_sum += s.power_mw / 1000.0;
@@ -160,6 +179,7 @@ Json summarize_clock_samples(const std::vector<ClockSample>& samples, const Cloc
   out["power_w"] = {{"mean", power_sum / static_cast<double>(samples.size())}, {"max", power_max}};
   out["temperature_c_max"] = temperature_max;
   out["throttle_reasons"] = throttle_reason_names(reasons);
+  out["throttle_reason_share"] = share;
   const bool capped = (reasons & kPowerCapReason) != 0;
   out["power_capped"] = capped;
   // The power cap is how a loaded GPU runs; it slows the work only when it pulls the clocks down.
@@ -192,10 +212,55 @@ Json ClockSampler::stop() {
     if (api.power_limit && api.power_limit(device_, &limits.power_limit_mw) != kNvmlSuccess) {
       limits.power_limit_mw = 0;
     }
+    if (api.default_clock &&
+        api.default_clock(device_, kNvmlClockSm, &limits.default_sm_mhz) != kNvmlSuccess) {
+      limits.default_sm_mhz = 0;
+    }
+    unsigned long long mj = 0;
+    if (energy_start_mj_ && api.energy && api.energy(device_, &mj) == kNvmlSuccess) {
+      energy_end_mj_ = mj;
+    }
   }
   Json out = summarize_clock_samples(samples_, limits);
   out["available"] = device_ != nullptr;
   return out;
+}
+
+std::optional<double> ClockSampler::energy_joules() const {
+  if (!energy_start_mj_ || !energy_end_mj_ || *energy_end_mj_ < *energy_start_mj_) {
+    return std::nullopt;
+  }
+  return static_cast<double>(*energy_end_mj_ - *energy_start_mj_) / 1000.0;
+}
+
+Json energy_summary(std::optional<double> joules, double units, int64_t steps, double seconds) {
+  if (!joules || *joules <= 0 || steps <= 0) return Json::object();
+  Json out = {{"joules", *joules},
+              {"joules_per_step", *joules / static_cast<double>(steps)},
+              {"units_per_joule", units / *joules}};
+  if (seconds > 0) out["mean_power_w"] = *joules / seconds;
+  return out;
+}
+
+std::optional<long long> nvml_process_memory_bytes(const std::string& pci_bus_id, long pid) {
+  const NvmlApi& api = nvml();
+  if (!api.ok || !api.handle_by_pci || !api.processes || pci_bus_id.empty()) return std::nullopt;
+  nvmlDevice_t device = nullptr;
+  if (api.handle_by_pci(pci_bus_id.c_str(), &device) != kNvmlSuccess) return std::nullopt;
+  struct ProcessInfoV1 {  // nvmlProcessInfo_v1_t
+    unsigned pid;
+    unsigned long long used_gpu_memory;
+  };
+  ProcessInfoV1 infos[64] = {};
+  unsigned count = 64;
+  if (api.processes(device, &count, infos) != kNvmlSuccess) return std::nullopt;
+  for (unsigned i = 0; i < count && i < 64; ++i) {
+    // NVML_VALUE_NOT_AVAILABLE (all ones) where the driver cannot say (MIG, containers).
+    if (static_cast<long>(infos[i].pid) == pid && infos[i].used_gpu_memory != ~0ULL) {
+      return static_cast<long long>(infos[i].used_gpu_memory);
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace gpubench

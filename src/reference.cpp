@@ -1,6 +1,7 @@
 #include "gpubench/reference.h"
 
 #include "gpubench/errors.h"
+#include "gpubench/precision.h"
 #include "gpubench/strings.h"
 
 namespace gpubench {
@@ -45,7 +46,8 @@ ReferenceTable ReferenceTable::parse(const Json& document, const Where& where) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Where at{where.file, fmt::format("models[{}]", i)};
     check_keys(rows[i], at,
-               {"row", "family", "batch_unit", "throughput_unit", "max_batch", "throughput"});
+               {"row", "family", "batch_unit", "throughput_unit", "max_batch", "throughput",
+                "precision", "precision_evidence"});
     ReferenceRow row;
     row.model = read_string(require_key(rows[i], "row", at), at.at("row"));
     row.family =
@@ -57,6 +59,17 @@ ReferenceTable ReferenceTable::parse(const Json& document, const Where& where) {
         read_row_values(require_key(rows[i], "max_batch", at), at.at("max_batch"), gpus.size());
     row.throughput =
         read_row_values(require_key(rows[i], "throughput", at), at.at("throughput"), gpus.size());
+    if (rows[i].contains("precision")) {
+      row.precision = read_choice(rows[i]["precision"], at.at("precision"), precision_names());
+    }
+    if (rows[i].contains("precision_evidence")) {
+      row.precision_evidence =
+          read_string(rows[i]["precision_evidence"], at.at("precision_evidence"));
+    }
+    GPUBENCH_CHECK(row.precision == "fp32" || !row.precision_evidence.empty(), ConfigError,
+                   "{}: a 2020 precision other than fp32 needs precision_evidence (why the "
+                   "numbers point to it)",
+                   at.at("precision").str());
     GPUBENCH_CHECK(row.throughput[table.baseline_] > 0, ConfigError,
                    "{}: the baseline GPU '{}' needs a throughput above 0 to normalize against",
                    at.at("throughput").str(), baseline);

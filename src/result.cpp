@@ -73,6 +73,7 @@ Json JobRecord::to_json() const {
   // How the step ran (launch, precision, optimizer kernels): written by timed runs only, so
   // records without one read and write as before.
   if (!runtime.empty()) out["runtime"] = runtime;
+  if (!compute.empty()) out["compute"] = compute;  // timed runs that know their FLOPs or peak
   return out;
 }
 
@@ -144,6 +145,7 @@ JobRecord job_record_from_json(const Json& j) {
     r.throughput_stats = SampleStats::from_json(j["throughput_stats"]);
   }
   r.clocks = j.value("clocks", Json::object());
+  r.compute = j.value("compute", Json::object());
   if (j.contains("normalized") && j["normalized"].is_object()) {
     const Json& n = j["normalized"];
     NormalizedScore s;

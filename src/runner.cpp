@@ -273,6 +273,8 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   }
   reset_peak_memory(device);
 
+  const MemoryStats before_warmup = memory_stats(device);  // its counters, for the warm-up's
+
   // Warm-up: until cuDNN autotuning and allocator growth are over and step times are steady.
   worker_log(record.model, fmt::format("warm-up at batch {}", ctx.batch));
   StepClock clock(device);
@@ -345,10 +347,12 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   }
   // The warm-up's peak holds autotuning's trial workspaces; the timed window's is training's.
   const MemoryStats warm_stats = memory_stats(device);
-  record.memory = {{"autotune_peak_allocated_bytes", warm_stats.allocated_peak},
-                   {"autotune_peak_reserved_bytes", warm_stats.reserved_peak},
-                   {"cudnn", cudnn_algorithm_choice_json()},
-                   {"allocator", allocator_json(device)}};
+  record.memory = {
+      {"autotune_peak_allocated_bytes", warm_stats.allocated_peak},
+      {"autotune_peak_reserved_bytes", warm_stats.reserved_peak},
+      {"cudnn", cudnn_algorithm_choice_json()},
+      {"allocator", allocator_json(device)},
+      {"allocator_counters_warmup", allocator_counters_between(before_warmup, warm_stats)}};
   record.peak_memory_bytes = warm_stats.reserved_peak;
   record.peak_allocated_bytes = warm_stats.allocated_peak;
   // The model's health before the window: reading the losses synchronizes, so it happens here,
@@ -372,6 +376,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
     return;
   }
   reset_peak_memory(device);
+  const MemoryStats before_window = memory_stats(device);
   step->begin_window();
   worker_log(record.model, fmt::format("timing: at least {} and {} s", counted(t.min_steps, "step"),
                                        format_number(t.min_seconds)));
@@ -403,6 +408,10 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   record.clocks = sampler.stop();
   double window_seconds = 0;
   for (double ms : times) window_seconds += ms / 1000.0;
+  if (Json energy = energy_summary(sampler.energy_joules(), units, steps, window_seconds);
+      !energy.empty()) {
+    record.clocks["energy"] = std::move(energy);
+  }
   record.step_time_ms = times;
   record.timing = summarize_steps(times, window_seconds);
   record.units_per_step = units / steps;
@@ -413,6 +422,22 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   record.memory["resident_bytes"] = stats.allocated_current;
   record.memory["window_peak_allocated_bytes"] = stats.allocated_peak;
   record.memory["window_peak_reserved_bytes"] = stats.reserved_peak;
+  // What the process holds outside the allocator once training ran (context, kernels, handles).
+  if (device.is_cuda()) record.memory["outside_allocator_bytes"] = outside_allocator_bytes(device);
+  const Json window_counters = allocator_counters_between(before_window, stats);
+  record.memory["allocator_counters_window"] = window_counters;
+  // A window where the allocator had to free its cache and retry, or ran out, timed thrashing.
+  if (window_counters.value("alloc_retries", int64_t{0}) > 0 ||
+      window_counters.value("ooms", int64_t{0}) > 0) {
+    const std::string warning = fmt::format(
+        "warning: the caching allocator retried {} and ran out of memory {} in the timed "
+        "window (the batch is at the memory edge; its time includes freeing and refilling "
+        "the cache)",
+        counted(window_counters.value("alloc_retries", int64_t{0}), "allocation"),
+        counted(window_counters.value("ooms", int64_t{0}), "time"));
+    worker_log(record.model, warning);
+    record.message = record.message.empty() ? warning : record.message + "; " + warning;
+  }
   Heartbeat::phase("");
   const LossReading at_end = read_losses(*step);
   record.losses = at_end.values;
@@ -494,6 +519,7 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
   const torch::Device device(spec.device);
   record.device = device.is_cuda() ? cuda_device_info(device.index()) : cpu_device_info();
   record.environment = environment_json(record.device);
+  Json cap_record;  // a memory cap: the cap, what is outside the allocator, the allocator's part
   try {
     int64_t capacity = 0;
     if (device.is_cuda()) {
@@ -510,8 +536,26 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
                        "a smaller card (choose caps below that)",
                        format_number(*run.memory_cap_gib), record.device.name,
                        static_cast<double>(capacity) / double(int64_t{1} << 30));
-        set_memory_cap(device, cap);
-        capacity = std::min(capacity, cap);
+        // A real card of `cap` bytes also holds the context and the loaded kernels, which the
+        // allocator's cap does not see: load them, measure them, and leave the allocator the rest.
+        touch_device_libraries(device);
+        const int64_t outside = outside_allocator_bytes(device);
+        const int64_t allocator_cap = allocator_cap_bytes(cap, outside);
+        set_memory_cap(device, allocator_cap);
+        capacity = std::min(capacity, allocator_cap);
+        cap_record = {{"cap_bytes", cap},
+                      {"outside_allocator_bytes", outside},
+                      {"allocator_cap_bytes", allocator_cap}};
+        // NVML's count of this process's memory (context and allocator together), to check the
+        // reading against; NVML cannot always say (another PID namespace, MIG).
+        if (const auto used = nvml_process_memory_bytes(record.device.pci_bus_id, getpid())) {
+          cap_record["nvml_process_bytes"] = *used;
+        }
+        worker_log(config.name,
+                   fmt::format("memory cap {}: {} outside the allocator, which gets {}",
+                               format_bytes(static_cast<double>(cap)),
+                               format_bytes(static_cast<double>(outside)),
+                               format_bytes(static_cast<double>(allocator_cap))));
       }
     }
     apply_math_mode(run.precision, run.cudnn_benchmark);
@@ -604,7 +648,15 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
       GPUBENCH_ASSERT(spec.batch > 0);
       record.batch = spec.batch;
       time_phase(record, arch, make_context(config, run, device, spec.batch), run);
+      if (record.ok()) {
+        // The step is gone: the device's matmul peak at this precision, for the utilisation.
+        const std::string kind = matmul_peak_kind(to_string(run.precision));
+        const auto peak =
+            device.is_cuda() ? measure_matmul_peak_tflops(device, kind) : std::optional<double>();
+        record.compute = compute_summary(record.throughput, config.flops_per_unit, kind, peak);
+      }
     }
+    if (!cap_record.is_null()) record.memory["cap"] = cap_record;
   } catch (const std::exception& e) {
     record.status = is_out_of_memory(e) ? "oom" : "failed";
     record.message = explain_failure(short_message(e.what()), run.precision, device);
@@ -847,7 +899,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   int64_t batch = 0;
   if (plan.fixed_batch) {
     batch = *plan.fixed_batch;
-    source = "flag";
+    source = plan.same_batch ? "2020" : "flag";
   } else if (plan.device == "cpu") {
     batch = config.cpu_batch;
     source = "cpu";
@@ -922,7 +974,19 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
         "the search's batch {} did not fit in a fresh process with autotuning; timed at {}",
         outcomes.front().first, record.batch);
   }
-  if (record.ok() && run.repeat > 1) repeat_timed_run(record, spec, run, launcher, log);
+  if (record.ok() && run.repeat > 1) {
+    repeat_timed_run(record, spec, run, launcher, log);
+    if (record.ok() && !record.compute.empty()) {  // the achieved FLOP/s of the median
+      const Json& c = record.compute;
+      record.compute = compute_summary(
+          record.throughput,
+          c.contains("flops_per_unit") ? std::optional<double>(c["flops_per_unit"].get<double>())
+                                       : std::nullopt,
+          c.value("peak_kind", std::string()),
+          c.contains("peak_tflops") ? std::optional<double>(c["peak_tflops"].get<double>())
+                                    : std::nullopt);
+    }
+  }
   if (!search_warning.empty() && record.ok() && record.message.empty()) {
     record.message = search_warning;  // the timed run's record must not drop it
   }

@@ -101,6 +101,7 @@ Json SuitePlan::to_json() const {
           {"device_name", device_name},
           {"fixed_batch", fixed_batch ? Json(*fixed_batch) : Json(nullptr)},
           {"model_batches", model_batches},
+          {"same_batch", same_batch},
           {"overlays", overlays_json}};
 }
 
@@ -116,6 +117,7 @@ SuitePlan SuitePlan::from_json(const Json& json, const std::string& file) {
     if (json.contains("model_batches")) {  // journals before per-model batches have none
       plan.model_batches = json["model_batches"].get<std::map<std::string, int64_t>>();
     }
+    plan.same_batch = json.value("same_batch", false);
     for (const auto& overlay : json.at("overlays")) {
       plan.overlays.emplace_back(overlay.at("file").get<std::string>(), overlay.at("document"));
     }
@@ -207,6 +209,7 @@ SuiteOutcome run_suite(const SuitePlan& plan, const std::vector<JobRecord>& earl
     job_plan.model = job.model;
     job_plan.device = plan.device;
     job_plan.fixed_batch = job.search_only ? std::nullopt : plan.fixed_batch_of(job.model);
+    job_plan.same_batch = plan.same_batch && job_plan.fixed_batch.has_value();
     job_plan.overlays = job_overlays(plan, job);
     job_plan.search_only = job.search_only;
     job_plan.search_hint = hint_for(job.model, outcome.records);

@@ -170,4 +170,21 @@ TimingStats TimingStats::from_json(const Json& json) {
   return s;
 }
 
+Json compute_summary(double throughput, std::optional<double> flops_per_unit,
+                     const std::string& peak_kind, std::optional<double> peak_tflops) {
+  Json out = Json::object();
+  std::optional<double> achieved;
+  if (flops_per_unit && *flops_per_unit > 0) {
+    out["flops_per_unit"] = *flops_per_unit;
+    if (throughput > 0) achieved = throughput * *flops_per_unit / 1e12;
+  }
+  if (achieved) out["tflops"] = *achieved;
+  if (!peak_kind.empty() && peak_tflops && *peak_tflops > 0) {
+    out["peak_kind"] = peak_kind;
+    out["peak_tflops"] = *peak_tflops;
+    if (achieved) out["peak_share"] = *achieved / *peak_tflops;
+  }
+  return out;
+}
+
 }  // namespace gpubench

@@ -119,6 +119,16 @@ TEST(CliTest, BadInputIsExitCodeTwoWithAClearMessage) {
                "unknown command 'runn' (did you mean 'run'?)");
   EXPECT_ERROR(cli({"report", "x.json", "--format", "xml"}), 2, "unknown format 'xml'");
   EXPECT_ERROR(cli({"report", "/nonexistent/r.json"}), 2, "cannot be read");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--same-batch", "--batch", "4"}), 2,
+               "--same-batch sets each workload's batch (the RTX 8000's of 2020): it "
+               "contradicts --batch");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base-mlm", "--same-batch"}), 2,
+               "--same-batch: none of bert-base-mlm has a 2020 row");
+  // A price is checked before any file is read.
+  EXPECT_ERROR(cli({"report", "/nonexistent/r.json", "--price", "H200=-5"}), 2,
+               "--price H200: expected a price in USD above 0, got '-5'");
+  EXPECT_ERROR(cli({"report", "/nonexistent/r.json", "--price", "H200"}), 2,
+               "--price: expected GPU=USD");
 }
 
 // A message quoting what the user gave (an argument, a config's key or value) prints its control
@@ -252,6 +262,24 @@ TEST(CliTest, ReportReadsDocumentsAndJournalsAndWritesOutputAtomically) {
     EXPECT_EQ(testing::read_file(dir.file(std::string("report.") + format)),
               cli({"report", dir.file("fp32.json"), "--format", format}).out);
   }
+  // A price for a GPU no record ran on is refused, naming the GPUs measured; a known one adds
+  // the per-dollar table.
+  EXPECT_ERROR(cli({"report", dir.file("fp32.json"), "--price", "A100=10000"}), 2,
+               "--price A100: no record in these files ran on a GPU of that name (measured: "
+               "NVIDIA H200)");
+  Json scored = Json::parse(result_document("fp32", 1880));
+  scored["jobs"][0]["config"] = {{"reference_2020", {{"row", "BERT Base"}}}};
+  scored["jobs"][0]["normalized"] = {{"reference_row", "BERT Base"},
+                                     {"baseline_gpu", "quadro-rtx-8000"},
+                                     {"baseline_throughput", 94},
+                                     {"baseline_max_batch", 128},
+                                     {"score", 20}};
+  testing::write_file(dir.file("scored.json"), scored.dump());
+  const auto priced = cli({"report", dir.file("scored.json"), "--price", "h200=30000"});
+  ASSERT_EQ(priced.code, 0) << priced.err;
+  EXPECT_NE(priced.out.find("Performance per dollar"), std::string::npos) << priced.out;
+  EXPECT_EQ(cli({"report", dir.file("fp32.json")}).out.find("Performance per dollar"),
+            std::string::npos);
   // The real executable, short flags.
   const auto real = testing::run_gpubench("report '" + dir.file("fp32.json") + "' -f md -o '" +
                                           dir.file("cli.md") + "'");

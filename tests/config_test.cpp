@@ -102,6 +102,32 @@ TEST(ConfigTest, ASingleModelFileIsShorthandForModels) {
   EXPECT_FALSE(store.model("bert-base").modified);  // batch settings keep the workload itself
 }
 
+// FLOPs per unit: stated per workload, null where not derived, kept in the record's config.
+TEST(ConfigTest, FlopsPerUnitIsOptionalAndInTheResolvedConfig) {
+  ConfigStore store = builtin();
+  const ModelConfig& bert = store.model("bert-base");
+  ASSERT_TRUE(bert.flops_per_unit.has_value());
+  // The stated figure follows the config's shape (docs/workloads/bert-base.md): per layer and
+  // token 4h^2 + 2h*ff + 2sh multiply-adds, the MLM head on the masked positions, the pooler;
+  // x2 for FLOPs, x3 for forward and backward.
+  const double h = static_cast<double>(bert.model.i64("hidden_size"));
+  const double layers = static_cast<double>(bert.model.i64("layers"));
+  const double ff = static_cast<double>(bert.model.i64("intermediate_size"));
+  const double seq = static_cast<double>(bert.model.i64("seq_length"));
+  const double vocab = static_cast<double>(bert.model.i64("vocab_size"));
+  const double masked = static_cast<double>(bert.model.i64("masked_per_sequence"));
+  const double macs = layers * seq * (4 * h * h + 2 * h * ff + 2 * seq * h) +
+                      masked * (h * h + h * vocab) + h * h + 2 * h;
+  EXPECT_NEAR(*bert.flops_per_unit, 6 * macs, 0.005 * 6 * macs);
+  // Workloads without a derivation say so with null.
+  EXPECT_FALSE(store.model("mask-rcnn").flops_per_unit.has_value());
+  EXPECT_DOUBLE_EQ(bert.to_json()["flops_per_unit"].get<double>(), *bert.flops_per_unit);
+  apply_yaml(store, "name: bert-base\nflops_per_unit: null\n");
+  EXPECT_FALSE(store.model("bert-base").flops_per_unit.has_value());
+  EXPECT_FALSE(store.model("bert-base").to_json().contains("flops_per_unit"));
+  EXPECT_FALSE(store.model("bert-base").modified);  // how it is counted, not what it trains
+}
+
 // ---- Errors: each names the file, the key, the bad value and the fix ----
 
 TEST(ConfigTest, UnknownKeysAreRejectedWithADidYouMean) {
@@ -136,6 +162,8 @@ TEST(ConfigTest, WrongTypesAndValuesNameTheKeyAndTheValue) {
                      "run.cudnn_benchmark: expected true or false, got 'maybe'");
   EXPECT_THROWS_WITH(apply_yaml(store, "models: {bert-base: {cpu_batch: 0}}\n"), ConfigError,
                      "models.bert-base.cpu_batch: expected an integer >= 1, got 0");
+  EXPECT_THROWS_WITH(apply_yaml(store, "models: {bert-base: {flops_per_unit: -5}}\n"), ConfigError,
+                     "models.bert-base.flops_per_unit: expected a number >= 1, got -5");
   EXPECT_THROWS_WITH(
       apply_yaml(store, "models: {bert-base: {search: {min_batch: 8, max_batch: 4}}}\n"),
       ConfigError, "min_batch (8) is above max_batch (4)");

@@ -109,14 +109,14 @@ bert-base      sequences        1312           1400               300         8 
 bert-base-mlm  sequences        1100
 
 Measured
-model          device       precision  status           batch       throughput  vs RTX 8000  step median  peak memory            search    wall
--------------  -----------  ---------  ------  --------------  ---------------  -----------  -----------  -----------  ----------------  ------
-bert-base      NVIDIA H200  fp32       ok      1312 sequences  1880 examples/s         20.0       100 ms    130.0 GiB  5 probes, 21.5 s  40.2 s
-bert-base      NVIDIA H200  amp-bf16   ok      1400 sequences  4700 examples/s         50.0       100 ms    130.0 GiB  5 probes, 21.5 s  40.2 s
-bert-base-mlm  NVIDIA H200  fp32       ok      1100 sequences  1500 examples/s            -       100 ms    130.0 GiB  5 probes, 21.5 s  40.2 s
-bert-base      NVIDIA H200  fp32       ok       300 sequences  1700 examples/s         18.1       100 ms    130.0 GiB  5 probes, 21.5 s  40.2 s
+model          device       precision  status           batch       throughput  vs RTX 8000  step median  SM clock  power  per joule  TFLOP/s  of peak  peak memory            search    wall
+-------------  -----------  ---------  ------  --------------  ---------------  -----------  -----------  --------  -----  ---------  -------  -------  -----------  ----------------  ------
+bert-base      NVIDIA H200  fp32       ok      1312 sequences  1880 examples/s         20.0       100 ms         -      -          -        -        -    130.0 GiB  5 probes, 21.5 s  40.2 s
+bert-base      NVIDIA H200  amp-bf16   ok      1400 sequences  4700 examples/s         50.0       100 ms         -      -          -        -        -    130.0 GiB  5 probes, 21.5 s  40.2 s
+bert-base-mlm  NVIDIA H200  fp32       ok      1100 sequences  1500 examples/s            -       100 ms         -      -          -        -        -    130.0 GiB  5 probes, 21.5 s  40.2 s
+bert-base      NVIDIA H200  fp32       ok       300 sequences  1700 examples/s         18.1       100 ms         -      -          -        -        -    130.0 GiB  5 probes, 21.5 s  40.2 s
 
-note: @N GiB columns are emulated: the caching allocator was capped at N GiB; the CUDA context and library workspaces outside the allocator are not capped, so a real card of that size fits somewhat less.
+note: @N GiB columns are emulated: the cap limited PyTorch's caching allocator only (records from before the cap took the context off it): the CUDA context and the loaded kernels, about 0.5-0.7 GiB on an H200, came on top, so a real card of that size fits less.
 )");
 }
 
@@ -146,9 +146,9 @@ TEST(ReportTest, MarkdownGolden) {
 
 ### Measured
 
-| model     | device      | precision | status |          batch |      throughput | vs RTX 8000 | step median | peak memory |           search |   wall |
-| :-------- | :---------- | :-------- | :----- | -------------: | --------------: | ----------: | ----------: | ----------: | ---------------: | -----: |
-| bert-base | NVIDIA H200 | fp32      | ok     | 1312 sequences | 1880 examples/s |        20.0 |      100 ms |   130.0 GiB | 5 probes, 21.5 s | 40.2 s |
+| model     | device      | precision | status |          batch |      throughput | vs RTX 8000 | step median | SM clock | power | per joule | TFLOP/s | of peak | peak memory |           search |   wall |
+| :-------- | :---------- | :-------- | :----- | -------------: | --------------: | ----------: | ----------: | -------: | ----: | --------: | ------: | ------: | ----------: | ---------------: | -----: |
+| bert-base | NVIDIA H200 | fp32      | ok     | 1312 sequences | 1880 examples/s |        20.0 |      100 ms |        - |     - |         - |       - |       - |   130.0 GiB | 5 probes, 21.5 s | 40.2 s |
 )");
 }
 
@@ -164,13 +164,17 @@ TEST(ReportTest, CsvGolden) {
             "throughput,throughput_unit,throughput_runs,throughput_ci95_low,throughput_ci95_high,"
             "normalized_score,rtx8000_2020_throughput,"
             "rtx8000_2020_max_batch,step_time_ms_median,step_time_ms_mean,step_time_ms_min,"
-            "step_time_ms_max,step_time_ms_stddev,timed_steps,window_seconds,peak_memory_bytes,"
+            "step_time_ms_max,step_time_ms_stddev,timed_steps,window_seconds,"
+            "sm_clock_mhz_median,sm_clock_max_mhz,power_w_mean,power_limit_w,throttled,"
+            "joules_per_step,units_per_joule,flops_per_unit,tflops,peak_tflops,peak_share,"
+            "window_alloc_retries,outside_allocator_bytes,peak_memory_bytes,"
             "bytes_per_sample,fixed_bytes,trainable_params,wall_seconds,gpubench_commit,"
             "created_utc,message");
   EXPECT_EQ(csv.substr(header.size() + 1),
             "bert-base,language,NVIDIA H200,cuda,fp32,false,false,,ok,1312,sequences,search,1312,"
             "1024,5,"
-            "21.5,1880,examples/s,,,,20,94,128,100,100,99,101,1,3,0.3,139586437120,100000000,"
+            "21.5,1880,examples/s,,,,20,94,128,100,100,99,101,1,3,0.3,,,,,,,,,,,,,,139586437120,"
+            "100000000,"
             "2000000000,0,40.25,,2026-11-30T00:00:00Z,\"warning: a \"\"quoted\"\", message\"\n");
 }
 
@@ -237,6 +241,81 @@ TEST(ReportTest, ADivergedJobIsAFailedRowNeverAThroughput) {
     }
   }
   EXPECT_EQ(counted, 1);
+}
+
+// A 2020 row that was probably fp16 (conv-seq2seq) is marked, and the like-for-like table
+// scores it by the amp-fp16 run, the fp32 rows by the fp32 run.
+TEST(ReportTest, A2020RowOfAnotherPrecisionIsMarkedAndScoredAtThatPrecision) {
+  const ReferenceRow* row = store().reference().find_row("Conv. Seq2Seq");
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->precision, "amp-fp16");
+  EXPECT_FALSE(row->precision_evidence.empty());
+  EXPECT_EQ(store().reference().find_row("BERT Base")->precision, "fp32");
+  const std::vector<JobRecord> jobs = {
+      h200("bert-base", "fp32", 1312, 1880), h200("conv-seq2seq", "fp32", 150000, 90000),
+      h200("conv-seq2seq", "amp-fp16", 200000, 224500), h200("bert-base", "amp-fp16", 1500, 4230)};
+  const std::string table = render("table", jobs);
+  EXPECT_NE(table.find("conv-seq2seq (!)"), std::string::npos);
+  const auto at = table.find("Like-for-like precision");
+  ASSERT_NE(at, std::string::npos);
+  const std::string like = table.substr(at, table.find("\n\n", at) - at);
+  auto line_of = [&](const std::string& model) {
+    const auto start = like.find("\n" + model + " ");
+    return start == std::string::npos ? std::string()
+                                      : like.substr(start + 1, like.find('\n', start + 1) - start);
+  };
+  // conv-seq2seq: 224500 / 22450 = 10.0 from the amp-fp16 run; bert-base 1880 / 94 = 20.0 fp32.
+  const std::string conv = line_of("conv-seq2seq");
+  EXPECT_NE(conv.find("amp-fp16"), std::string::npos) << like;
+  EXPECT_NE(conv.find("10.0 (200000)"), std::string::npos) << like;
+  const std::string bert = line_of("bert-base");
+  EXPECT_NE(bert.find("20.0 (1312)"), std::string::npos) << like;
+  EXPECT_EQ(bert.find("45.0"), std::string::npos) << like;  // not the amp-fp16 run's 4230 / 94
+  // Without such a row, no table.
+  EXPECT_EQ(render("table", sample()).find("Like-for-like"), std::string::npos);
+}
+
+// A run at the RTX 8000's 2020 batch (--same-batch) is its own column beside the max-batch run
+// of the same job, not a retry that replaces it.
+TEST(ReportTest, ASameBatchRunIsAColumnBesideTheMaxBatchRun) {
+  JobRecord same = h200("bert-base", "fp32", 128, 1100);
+  same.batch_source = "2020";
+  same.search.reset();
+  const std::vector<JobRecord> jobs = {h200("bert-base", "fp32", 1312, 1880), same};
+  EXPECT_NE(job_key(jobs[0]), job_key(jobs[1]));
+  const Comparison c = build_comparison(jobs, store().reference());
+  ASSERT_EQ(c.runs.size(), 2u);
+  EXPECT_EQ(c.runs[1].label, "H200 fp32 @2020 batch");
+  EXPECT_DOUBLE_EQ(*c.cells[0][0].normalized, 1880.0 / 94);
+  EXPECT_DOUBLE_EQ(*c.cells[0][1].normalized, 1100.0 / 94);
+  EXPECT_NE(render("table", jobs).find("11.7 (128)"), std::string::npos);
+}
+
+TEST(ReportTest, PricesAreCheckedAndGiveScorePerThousandDollars) {
+  EXPECT_THROW(parse_prices({"H200=-1"}), ConfigError);
+  EXPECT_THROW(parse_prices({"H200=0"}), ConfigError);
+  EXPECT_THROW(parse_prices({"H200=abc"}), ConfigError);
+  EXPECT_THROW(parse_prices({"H200=30000$"}), ConfigError);
+  EXPECT_THROW(parse_prices({"=30000"}), ConfigError);
+  EXPECT_THROW(parse_prices({"H200=1", "h200=2"}), ConfigError);
+  const auto prices = parse_prices({"H200=30000"});
+  ASSERT_EQ(prices.size(), 1u);
+  EXPECT_DOUBLE_EQ(prices[0].usd, 30000);
+  ReferenceTable reference = store().reference();
+  const auto jobs = sample();
+  EXPECT_THROW(apply_prices(reference, parse_prices({"A100=1"}), jobs), ConfigError);
+  apply_prices(reference, prices, jobs);
+  ASSERT_TRUE(reference.measured_price("NVIDIA H200").has_value());
+  std::ostringstream out;
+  make_reporter("table", out)->report(jobs, reference);
+  const std::string text = out.str();
+  const auto at = text.find("Performance per dollar");
+  ASSERT_NE(at, std::string::npos);
+  const std::string section = text.substr(at, text.find("\nnote:", at) - at);
+  // bert-base fp32 scored 20.0: per $1000 at $30000, 0.667; the RTX 8000's 1.00 at $5500, 0.182.
+  EXPECT_NE(section.find("H200 fp32 ($30000)"), std::string::npos) << section;
+  EXPECT_NE(section.find("0.667"), std::string::npos) << section;
+  EXPECT_NE(section.find("0.182"), std::string::npos) << section;
 }
 
 TEST(ReportTest, UnknownFormatIsABadInput) {
@@ -467,9 +546,20 @@ TEST(ReportTest, MemoryTierRecordsMakeTheirOwnTableNotThroughputColumns) {
   EXPECT_NE(table.find("bert-base      sequences     OOM     49      80     233      1312          8"),
             std::string::npos)
       << table;
-  EXPECT_NE(table.find("note: emulated: the cap limits PyTorch's caching allocator only"),
+  // Records without memory.cap capped the allocator alone, and the note says so.
+  EXPECT_NE(table.find("note: emulated: the cap limited PyTorch's caching allocator only"),
             std::string::npos);
+  EXPECT_EQ(table.find("the cap stands for the whole card"), std::string::npos);
   EXPECT_EQ(table.find("@N GiB columns are emulated"), std::string::npos);
+  // Records that took the context off the cap get the whole-card note instead.
+  std::vector<JobRecord> whole = jobs;
+  for (auto& job : whole) {
+    if (job.memory_cap_gib) job.memory["cap"] = {{"outside_allocator_bytes", 600 << 20}};
+  }
+  const std::string whole_table = render("table", whole);
+  EXPECT_NE(whole_table.find("note: emulated: the cap stands for the whole card"),
+            std::string::npos);
+  EXPECT_EQ(whole_table.find("caching allocator only"), std::string::npos);
 }
 
 TEST(ReportTest, EachCapIsMatchedWithTheClosest2020MemorySize) {

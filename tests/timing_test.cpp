@@ -1,5 +1,6 @@
 #include "gpubench/timing.h"
 
+#include "gpubench/device.h"
 #include "gpubench/nvml.h"
 
 #include <gtest/gtest.h>
@@ -42,6 +43,75 @@ TEST(TimingTest, ThePowerCapAloneIsNotThrottlingUnlessItLowersTheClocks) {
   const Json none = summarize_clock_samples({}, ClockLimits{});
   EXPECT_EQ(none["samples"], 0);
   EXPECT_FALSE(none.contains("throttled"));
+}
+
+// The share of samples per reason: a window mostly at the power cap with one thermal sample.
+TEST(TimingTest, CountsTheShareOfSamplesPerThrottleReason) {
+  std::vector<ClockSample> samples(8, ClockSample{1980, 690000, 70, kPowerCapReason});
+  samples[3].reasons = kPowerCapReason | 0x20;
+  samples[5].reasons = 0;
+  const Json s = summarize_clock_samples(samples, ClockLimits{1980, 700000, 1590});
+  EXPECT_DOUBLE_EQ(s["throttle_reason_share"]["sw_power_cap"].get<double>(), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(s["throttle_reason_share"]["sw_thermal_slowdown"].get<double>(), 1.0 / 8);
+  EXPECT_FALSE(s["throttle_reason_share"].contains("hw_slowdown"));
+  EXPECT_EQ(s["sm_clock_default_mhz"], 1590);
+  // One thermal sample is a slowdown: throttled, whatever the clocks.
+  EXPECT_TRUE(s["throttled"].get<bool>());
+  EXPECT_FALSE(summarize_clock_samples(samples, ClockLimits{}).contains("sm_clock_default_mhz"));
+}
+
+// Energy over the window: joules per step, units per joule (throughput per watt), mean power.
+TEST(TimingTest, EnergySummaryDividesTheCountersDifference) {
+  const Json e = energy_summary(3000.0, 6000.0, 30, 5.0);
+  EXPECT_DOUBLE_EQ(e["joules"].get<double>(), 3000.0);
+  EXPECT_DOUBLE_EQ(e["joules_per_step"].get<double>(), 100.0);
+  EXPECT_DOUBLE_EQ(e["units_per_joule"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(e["mean_power_w"].get<double>(), 600.0);
+  EXPECT_TRUE(energy_summary(std::nullopt, 6000.0, 30, 5.0).empty());  // no counter (CPU)
+  EXPECT_TRUE(energy_summary(0.0, 6000.0, 30, 5.0).empty());           // a counter that stood
+  EXPECT_TRUE(energy_summary(3000.0, 6000.0, 0, 5.0).empty());
+  EXPECT_FALSE(energy_summary(3000.0, 6000.0, 30, 0).contains("mean_power_w"));
+}
+
+// Achieved TFLOP/s and the share of the measured peak, each only where its inputs are known.
+TEST(TimingTest, ComputeSummaryIsThroughputTimesFlopsOverThePeak) {
+  const Json c = compute_summary(1000.0, 6.0e10, "bf16", 600.0);  // 60 TFLOP/s of 600
+  EXPECT_DOUBLE_EQ(c["tflops"].get<double>(), 60.0);
+  EXPECT_DOUBLE_EQ(c["peak_share"].get<double>(), 0.1);
+  EXPECT_EQ(c["peak_kind"], "bf16");
+  const Json no_flops = compute_summary(1000.0, std::nullopt, "bf16", 600.0);
+  EXPECT_FALSE(no_flops.contains("tflops"));
+  EXPECT_FALSE(no_flops.contains("peak_share"));
+  EXPECT_DOUBLE_EQ(no_flops["peak_tflops"].get<double>(), 600.0);
+  const Json no_peak = compute_summary(1000.0, 6.0e10, "fp32", std::nullopt);
+  EXPECT_DOUBLE_EQ(no_peak["tflops"].get<double>(), 60.0);
+  EXPECT_FALSE(no_peak.contains("peak_share"));
+  EXPECT_TRUE(compute_summary(0.0, std::nullopt, "", std::nullopt).empty());
+}
+
+// A capped card: what the process holds outside the allocator comes off the cap.
+TEST(TimingTest, MemoryCapLeavesTheAllocatorWhatTheContextDoesNotTake) {
+  const int64_t gib = int64_t{1} << 30;
+  EXPECT_EQ(allocator_cap_bytes(8 * gib, 600 << 20), 8 * gib - (600 << 20));
+  EXPECT_EQ(allocator_cap_bytes(8 * gib, 0), 8 * gib);
+  EXPECT_EQ(allocator_cap_bytes(8 * gib, -5), 8 * gib);   // a reading below zero: none
+  EXPECT_EQ(allocator_cap_bytes(gib, 2 * gib), gib / 8);  // never nothing
+  EXPECT_EQ(matmul_peak_kind("amp-bf16"), "bf16");
+  EXPECT_EQ(matmul_peak_kind("amp-fp16"), "fp16");
+  EXPECT_EQ(matmul_peak_kind("tf32"), "tf32");
+  EXPECT_EQ(matmul_peak_kind("fp64"), "");
+  // The CPU has no peak probe and no counters.
+  EXPECT_FALSE(measure_matmul_peak_tflops(torch::Device(torch::kCPU), "fp32").has_value());
+  MemoryStats before, after;
+  after.alloc_retries = 2;
+  after.ooms = 1;
+  after.device_allocations = 7;
+  before.device_allocations = 4;
+  const Json counters = allocator_counters_between(before, after);
+  EXPECT_EQ(counters["alloc_retries"], 2);
+  EXPECT_EQ(counters["ooms"], 1);
+  EXPECT_EQ(counters["device_allocations"], 3);
+  EXPECT_EQ(counters["device_frees"], 0);
 }
 
 TEST(TimingTest, SummarizesStepTimes) {

@@ -190,6 +190,13 @@ struct AllocatorStats {
   int64_t allocated_peak = 0;
   int64_t reserved_current = 0;
   int64_t reserved_peak = 0;
+  // Counters since the process started. num_alloc_retries and num_ooms exist in 1.13 and 2.x;
+  // num_device_alloc/free only in newer 2.x, so device allocations are counted as segments
+  // (Stat::allocated/freed, in every version): each is one cudaMalloc (or mapping) and free.
+  int64_t alloc_retries = 0;
+  int64_t ooms = 0;
+  int64_t segments_allocated = 0;
+  int64_t segments_freed = 0;
 };
 
 inline AllocatorStats allocator_stats(int device) {
@@ -200,6 +207,10 @@ inline AllocatorStats allocator_stats(int device) {
   out.allocated_peak = stats.allocated_bytes[0].peak;
   out.reserved_current = stats.reserved_bytes[0].current;
   out.reserved_peak = stats.reserved_bytes[0].peak;
+  out.alloc_retries = stats.num_alloc_retries;
+  out.ooms = stats.num_ooms;
+  out.segments_allocated = stats.segment[0].allocated;
+  out.segments_freed = stats.segment[0].freed;
   return out;
 }
 

@@ -52,6 +52,9 @@ struct ModelConfig {
   std::map<std::string, int64_t> trainable_params;
   std::optional<ModelReference> reference_2020;  ///< absent for peer twins
   int64_t cpu_batch = 2;                         ///< fixed batch on the CPU (no search). Default: 2
+  /// Training FLOPs per throughput unit (forward + backward, analytic; derived in
+  /// docs/workloads/); none where not derived. Turns a throughput into TFLOP/s.
+  std::optional<double> flops_per_unit;
   SearchSettings search;
   Params model;             ///< architecture parameters (the `model:` section)
   Params optimizer;         ///< optimizer parameters (the `optimizer:` section)

@@ -50,8 +50,16 @@ struct MemoryStats {
   int64_t allocated_peak = 0;
   int64_t reserved_current = 0;
   int64_t reserved_peak = 0;
+  // Counters since the process started; differences of two readings say what happened between.
+  int64_t alloc_retries = 0;       ///< cudaMalloc failures that made the allocator free its cache
+  int64_t ooms = 0;                ///< out-of-memory errors raised
+  int64_t device_allocations = 0;  ///< segments the allocator took from the driver
+  int64_t device_frees = 0;        ///< segments it gave back
 };
 MemoryStats memory_stats(const torch::Device& device);
+/// The allocator's counters between two readings: {alloc_retries, ooms, device_allocations,
+/// device_frees}.
+Json allocator_counters_between(const MemoryStats& before, const MemoryStats& after);
 void reset_peak_memory(const torch::Device& device);
 /// Returns cached blocks to the driver (after a probe, after an out-of-memory error).
 void release_cached_memory(const torch::Device& device);
@@ -59,6 +67,17 @@ void release_cached_memory(const torch::Device& device);
 std::pair<int64_t, int64_t> device_memory_info(const torch::Device& device);
 /// Caps the caching allocator at `bytes` (setMemoryFraction) to emulate a smaller card.
 void set_memory_cap(const torch::Device& device, int64_t bytes);
+/// Loads what every step needs outside the caching allocator: the context, the cuBLAS handle
+/// and a cuDNN convolution's kernels (CUDA loads modules lazily), with one small matmul and
+/// one small convolution. Does nothing on the CPU.
+void touch_device_libraries(const torch::Device& device);
+/// What the device holds outside this process's caching allocator: used memory (total - free,
+/// cudaMemGetInfo) minus the allocator's reserved bytes: the CUDA context, loaded kernels,
+/// library handles (and any other process on the device). 0 on the CPU.
+int64_t outside_allocator_bytes(const torch::Device& device);
+/// The allocator's share of a `cap_bytes` card once `outside_bytes` of it is taken outside the
+/// allocator (at least 1/8 of the cap, so a wrong reading cannot leave nothing).
+int64_t allocator_cap_bytes(int64_t cap_bytes, int64_t outside_bytes);
 /// Waits for all work queued on the device.
 void synchronize(const torch::Device& device);
 /// Makes `device` current for the calling thread.
@@ -89,6 +108,18 @@ void configure_allocator(bool expandable_segments);
 /// For the record: {"conf": the options the allocator was given (or null),
 /// "expandable_segments": whether its segments are expandable (null when it holds none)}.
 Json allocator_json(const torch::Device& device);
+
+/// The dense-matmul peaks `info` and the timed runs measure: "fp32" (TF32 off), "tf32",
+/// "bf16", "fp16".
+const std::vector<std::string>& matmul_peak_kinds();
+/// The peak kind a training precision runs its matmuls at: fp32 -> "fp32", tf32 -> "tf32",
+/// amp-bf16 -> "bf16", amp-fp16 -> "fp16"; empty for an unknown name.
+std::string matmul_peak_kind(const std::string& precision);
+/// Measures the device's dense-matmul throughput of `kind` [TFLOP/s]: square n x n products
+/// (2n^3 FLOPs each), the best of five rounds of about 0.1 s. Sets the cuBLAS TF32 mode for
+/// fp32 and tf32 and restores it. None on the CPU or when it fails (out of memory, say).
+std::optional<double> measure_matmul_peak_tflops(const torch::Device& device,
+                                                 const std::string& kind, int64_t n = 8192);
 
 /// True for out-of-memory: c10::OutOfMemoryError, and the cuDNN/cuBLAS allocation failures
 /// (CUDNN_STATUS_ALLOC_FAILED, CUBLAS_STATUS_ALLOC_FAILED, "out of memory") that mean the same.

@@ -5,6 +5,7 @@
 #include "gpubench/json.h"
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,14 +29,16 @@ struct ClockSample {
 struct ClockLimits {
   unsigned max_sm_mhz = 0;      ///< nvmlDeviceGetMaxClockInfo(SM)
   unsigned power_limit_mw = 0;  ///< nvmlDeviceGetEnforcedPowerLimit
+  unsigned default_sm_mhz = 0;  ///< nvmlDeviceGetDefaultApplicationsClock(SM): base clock
 };
 
 /// A median SM clock at or above this share of the device's maximum is not slowed down.
 constexpr double kUnthrottledClockShare = 0.97;
 
 /// The summary of a timed window's samples: {samples, sm_clock_mhz {min, median, max},
-/// sm_clock_max_mhz, power_w {mean, max}, power_limit_w, temperature_c_max, throttle_reasons
-/// [...], power_capped, throttled, throttle_note}. `power_capped`: the power limit held the
+/// sm_clock_max_mhz, sm_clock_default_mhz, power_w {mean, max}, power_limit_w,
+/// temperature_c_max, throttle_reasons [...], throttle_reason_share {name: share of the samples
+/// that had it}, power_capped, throttled, throttle_note}. `power_capped`: the power limit held the
 /// clocks at some sample (NVML's sw_power_cap, the normal state of a loaded GPU). `throttled`:
 /// the clocks were really slowed: a thermal or hardware slowdown, or the power cap with the
 /// median SM clock below kUnthrottledClockShare of the device's maximum (or of the highest
@@ -54,6 +57,9 @@ class ClockSampler {
   void start();
   /// Stops and summarizes: {available, ...summarize_clock_samples()}.
   Json stop();
+  /// The energy the device used between start() and stop() [J], from NVML's total-energy
+  /// counter (Volta and later); none where the counter cannot be read.
+  std::optional<double> energy_joules() const;
 
  private:
   using Sample = ClockSample;
@@ -64,7 +70,17 @@ class ClockSampler {
   std::atomic<bool> running_{false};
   std::thread thread_;
   std::vector<Sample> samples_;
+  std::optional<unsigned long long> energy_start_mj_, energy_end_mj_;
 };
+
+/// The energy fields of a timed window: {joules, joules_per_step, units_per_joule (throughput
+/// per watt: units/s over J/s), mean_power_w}; an empty object without a reading, a step or a
+/// positive energy.
+Json energy_summary(std::optional<double> joules, double units, int64_t steps, double seconds);
+
+/// Total memory the process `pid` holds on the device per NVML (context, loaded kernels, every
+/// allocation); none where NVML cannot say.
+std::optional<long long> nvml_process_memory_bytes(const std::string& pci_bus_id, long pid);
 
 /// Names of the throttle-reason bits set in `mask`.
 std::vector<std::string> throttle_reason_names(unsigned long long mask);

@@ -4,6 +4,7 @@
 
 #include "gpubench/json.h"
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,10 @@ struct ReferenceRow {
   std::string throughput_unit;  ///< "images/s" | "examples/s" | "words/s"
   std::vector<double> max_batch;
   std::vector<double> throughput;
+  /// The precision the evidence points to for the 2020 numbers (the post does not say):
+  /// "fp32" unless the row says otherwise, and why (`precision_evidence`).
+  std::string precision = "fp32";
+  std::string precision_evidence;
 };
 
 /// Both 2020 tables for all eight GPUs.
@@ -50,11 +55,21 @@ class ReferenceTable {
   /// throughput / baseline throughput; 0 where the GPU could not train the model.
   double normalized(const ReferenceRow& row, std::size_t gpu) const;
 
+  /// The price of a measured GPU (`report --price`), by the device name its records carry
+  /// ("NVIDIA H200"); for the performance-per-dollar section.
+  void set_measured_price(const std::string& device, double usd) { prices_[device] = usd; }
+  std::optional<double> measured_price(const std::string& device) const {
+    const auto it = prices_.find(device);
+    return it == prices_.end() ? std::nullopt : std::optional<double>(it->second);
+  }
+  bool has_measured_prices() const { return !prices_.empty(); }
+
  private:
   std::string source_;
   std::vector<ReferenceGpu> gpus_;
   std::vector<ReferenceRow> rows_;
   std::size_t baseline_ = 0;
+  std::map<std::string, double> prices_;
 };
 
 /// normalized score = throughput / baseline throughput (0 when the baseline is 0).

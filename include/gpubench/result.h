@@ -73,7 +73,10 @@ struct JobRecord {
   Json losses_start = Json::object();               ///< loss values before the timed window
   Json losses = Json::object();                     ///< loss values after the timed window
   double diverged_throughput = 0;  ///< what a diverged job timed (not a result: throughput is 0)
-  Json clocks = Json::object();                     ///< NVML samples over the window
+  Json clocks = Json::object();    ///< NVML samples (and energy) over the window
+  /// The throughput as arithmetic (compute_summary, timing.h): FLOPs per unit, achieved TFLOP/s,
+  /// the device's measured matmul peak for the precision and the share of it. Timed CUDA runs.
+  Json compute = Json::object();
   std::optional<NormalizedScore> normalized;
   Json config = Json::object();       ///< the resolved model config
   Json environment = Json::object();  ///< host, device, software, gpubench

@@ -122,6 +122,9 @@ struct JobPlan {
   std::string model;
   std::string device = "cpu";          ///< "cpu" | "cuda:N"
   std::optional<int64_t> fixed_batch;  ///< --batch: no search
+  /// --same-batch: fixed_batch is the baseline GPU's 2020 batch; the record's batch_source says
+  /// "2020", so reports keep it beside the max-batch record of the same job.
+  bool same_batch = false;
   std::vector<ConfigOverlay> overlays;
   bool search_only = false;               ///< a memory tier: the search is the result
   std::optional<SearchHint> search_hint;  ///< memory line of an earlier search of this model

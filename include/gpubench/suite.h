@@ -36,6 +36,7 @@ struct SuitePlan {
   std::string device_name;              ///< "NVIDIA H200": a resume must run on the same kind
   std::optional<int64_t> fixed_batch;   ///< --batch N: every job without its own
   std::map<std::string, int64_t> model_batches;  ///< --batch MODEL=N: that model's jobs
+  bool same_batch = false;  ///< --same-batch: model_batches are the RTX 8000's 2020 batches
   /// The fixed batch of `model`'s jobs (its own, else the plan's), none for a search.
   std::optional<int64_t> fixed_batch_of(const std::string& model) const;
   std::vector<ConfigOverlay> overlays;  ///< config file, then the command line

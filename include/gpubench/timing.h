@@ -5,6 +5,7 @@
 #include "gpubench/json.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,5 +78,12 @@ int autotune_steps(bool uniform_steps, int64_t cycle_steps);
 
 /// Whether the timed window has enough steps and time.
 bool window_done(int steps, double elapsed_seconds, const TimingSettings& settings);
+
+/// What a throughput means in arithmetic: {flops_per_unit, tflops (achieved: throughput x
+/// FLOPs per unit), peak_kind, peak_tflops (the device's measured dense-matmul peak for the
+/// precision), peak_share (tflops / peak_tflops)}; each only where its inputs are known (no
+/// flops_per_unit: the workload's FLOPs are not derived, docs/workloads/).
+Json compute_summary(double throughput, std::optional<double> flops_per_unit,
+                     const std::string& peak_kind, std::optional<double> peak_tflops);
 
 }  // namespace gpubench

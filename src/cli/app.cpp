@@ -128,18 +128,39 @@ void setup_info(CLI::App& app, InfoOptions& o) {
   auto* cmd = app.add_subcommand(
       "info", "Show the devices and the driver, CUDA, cuDNN and libtorch versions");
   cmd->add_flag("--json", o.json, "Print JSON");
+  cmd->add_flag("--no-peak", o.no_peak,
+                "Skip measuring each GPU's dense-matmul peak (fp32, tf32, bf16, fp16: a few "
+                "seconds per GPU)");
 }
 
 int run_info(const InfoOptions& o, std::ostream& out, std::ostream& /*err*/) {
   std::vector<DeviceInfo> devices;
   for (int i = 0; i < cuda_device_count(); ++i) devices.push_back(cuda_device_info(i));
+  // The peaks a utilisation is a share of, measured rather than read off a datasheet.
+  std::vector<Json> peaks;
+  for (const auto& d : devices) {
+    Json peak = Json::object();
+    if (!o.no_peak) {
+      const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(d.index));
+      for (const auto& kind : matmul_peak_kinds()) {
+        const auto tflops = measure_matmul_peak_tflops(device, kind);
+        peak[kind] = tflops ? Json(*tflops) : Json(nullptr);
+      }
+    }
+    peaks.push_back(peak);
+  }
   devices.push_back(cpu_device_info());
+  peaks.push_back(Json::object());
   const Json software = software_versions();
   const Json gpubench = {{"version", version_info::kVersion},
                          {"git_commit", version_info::kGitCommit}};
   if (o.json) {
     Json list = Json::array();
-    for (const auto& d : devices) list.push_back(d.to_json());
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      Json d = devices[i].to_json();
+      if (!peaks[i].empty()) d["matmul_peak_tflops"] = peaks[i];
+      list.push_back(d);
+    }
     out << dump_json(Json{{"gpubench", gpubench}, {"software", software}, {"devices", list}}, 2)
         << '\n';
     return kExitOk;
@@ -159,6 +180,22 @@ int run_info(const InfoOptions& o, std::ostream& out, std::ostream& /*err*/) {
   }
   render_grid(out, {"device", "name", "memory", "SMs / threads", "compute capability"}, rows, 2,
               GridStyle::kPlain);
+  std::vector<std::vector<std::string>> peak_rows;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    if (peaks[i].empty()) continue;
+    std::vector<std::string> row = {fmt::format("cuda:{}", devices[i].index)};
+    for (const auto& kind : matmul_peak_kinds()) {
+      row.push_back(peaks[i][kind].is_number() ? format_significant(peaks[i][kind].get<double>(), 3)
+                                               : std::string("-"));
+    }
+    peak_rows.push_back(row);
+  }
+  if (!peak_rows.empty()) {
+    out << "\nDense matmul peak, TFLOP/s (8192 x 8192 x 8192, best of five rounds):\n";
+    std::vector<std::string> headers = {"device"};
+    for (const auto& kind : matmul_peak_kinds()) headers.push_back(kind);
+    render_grid(out, headers, peak_rows, 1, GridStyle::kPlain);
+  }
   return kExitOk;
 }
 
@@ -254,6 +291,9 @@ void setup_run(CLI::App& app, RunOptions& o) {
                   "Fixed batch in the workload's unit, no search: N for every workload, or "
                   "MODEL=N for one (repeatable)")
       ->check(kBatchValue);
+  cmd->add_flag("--same-batch", o.same_batch,
+                "Time each workload at the RTX 8000's 2020 batch (no search): a same-batch score "
+                "beside the max-batch one; workloads without a 2020 row are left out");
   cmd->add_option("--precision", o.precision, "fp32 (default, strict), tf32, amp-bf16, amp-fp16")
       ->check(kNonEmpty);
   cmd->add_option("--memory-cap", o.memory_cap_gib,
@@ -547,6 +587,7 @@ void check_resume_options(const RunOptions& o) {
   if (!o.suites.empty()) given.push_back("--suite");
   if (!o.config_file.empty()) given.push_back("--config");
   if (!o.batches.empty()) given.push_back("--batch");
+  if (o.same_batch) given.push_back("--same-batch");
   if (!o.precision.empty()) given.push_back("--precision");
   if (o.memory_cap_gib) given.push_back("--memory-cap");
   if (!o.memory_tiers_gib.empty()) given.push_back("--memory-tiers");
@@ -683,8 +724,35 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
       store.apply_document(flags, "command line");
       plan.overlays.emplace_back("command line", flags);
     }
-    const std::vector<std::string> models = expand_models(o, store);
-    const FixedBatches batches = split_batches(o.batches);
+    std::vector<std::string> models = expand_models(o, store);
+    FixedBatches batches = split_batches(o.batches);
+    if (o.same_batch) {
+      GPUBENCH_CHECK(o.batches.empty() && o.memory_tiers_gib.empty(), ConfigError,
+                     "--same-batch sets each workload's batch (the RTX 8000's of 2020): it "
+                     "contradicts {}; give one",
+                     o.batches.empty() ? "--memory-tiers" : "--batch");
+      // The baseline's 2020 batch, in the workload's unit; twins without a 2020 row have none.
+      const std::string baseline = store.reference().baseline().id;
+      std::vector<std::string> kept, left_out;
+      for (const auto& m : models) {
+        const auto& reference = store.model(m).reference_2020;
+        const double batch = reference ? reference->max_batch.at(baseline) : 0;
+        if (batch >= 1) {
+          batches.by_model[m] = static_cast<int64_t>(batch);
+          kept.push_back(m);
+        } else {
+          left_out.push_back(m);
+        }
+      }
+      GPUBENCH_CHECK(!kept.empty(), ConfigError,
+                     "--same-batch: none of {} has a 2020 row, so none has a 2020 batch",
+                     join(models, ", "));
+      if (!left_out.empty()) {
+        err << "gpubench: --same-batch leaves out " << join(left_out, ", ")
+            << " (no 2020 row, so no 2020 batch)\n";
+      }
+      models = kept;
+    }
     for (const auto& [model, batch] : batches.by_model) {
       if (std::find(models.begin(), models.end(), model) != models.end()) continue;
       store.model(model);  // an unknown name: say so, with a did-you-mean
@@ -712,6 +780,7 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
     plan.device = select_device(o, err);
     plan.fixed_batch = batches.all;
     plan.model_batches = batches.by_model;
+    plan.same_batch = o.same_batch;
     plan.jobs = plan_jobs(models, checked_tiers(o, plan.device));
     plan.device_name = device_name_of(plan.device);
     run_settings = store.run().to_json();
@@ -849,17 +918,24 @@ void setup_report(CLI::App& app, ReportOptions& o) {
                   "table (default: beside the eight 2020 GPUs), summary (a line per job), md, csv, "
                   "json, html");
   cmd->add_option("--output,-o", o.output, "Write the report to PATH instead of stdout");
+  cmd->add_option("--price", o.prices,
+                  "GPU=USD: a measured GPU's price (say, H200=30000; repeatable), for a "
+                  "performance-per-dollar table beside the 2020 GPUs' prices");
 }
 
 int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
-  // All bad input fails before anything is read or written: the format, then the output path.
+  // All bad input fails before anything is read or written: the format, the prices, then the
+  // output path.
   std::ostringstream text;
   auto reporter = make_reporter(o.format, text);
+  const std::vector<PriceSpec> prices = parse_prices(o.prices);
   if (!o.output.empty()) check_writable(o.output, "--output");
   const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
   const ResultFiles files = read_result_files(o.files);
   for (const auto& note : files.notes) err << "gpubench: " << terminal_text(note) << '\n';
-  reporter->report(files.jobs, store.reference());
+  ReferenceTable reference = store.reference();
+  apply_prices(reference, prices, files.jobs);  // a GPU no record ran on fails here
+  reporter->report(files.jobs, reference);
   if (o.output.empty()) {
     out << text.str();
   } else {

@@ -24,6 +24,7 @@ struct ListOptions {
 /// `gpubench info`
 struct InfoOptions {
   bool json = false;
+  bool no_peak = false;  ///< --no-peak: skip the dense-matmul peak probe of each CUDA device
 };
 
 /// `gpubench run`
@@ -48,6 +49,7 @@ struct RunOptions {
   std::string journal_path;              ///< --journal PATH (default: a new file here)
   std::string resume_path;               ///< --resume JOURNAL: continue that suite
   std::vector<double> memory_tiers_gib;  ///< --memory-tiers 6,8,11: search under each cap
+  bool same_batch = false;  ///< --same-batch: each workload at the RTX 8000's 2020 batch
   std::string format = "summary";        ///< --format: the report printed on stdout at the end
   bool quiet = false;                    ///< --quiet: no progress lines on stderr
   bool in_process = false;               ///< --in-process: no worker processes (debugging)
@@ -59,6 +61,7 @@ struct ReportOptions {
   std::vector<std::string> files;  ///< result documents and journals, in any mix
   std::string format = "table";    ///< --format table|md|csv|json|html
   std::string output;              ///< --output PATH (written atomically); default stdout
+  std::vector<std::string> prices;  ///< --price GPU=USD: a measured GPU's price, per $ section
 };
 
 /// `gpubench compare A B`

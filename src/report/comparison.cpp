@@ -33,11 +33,14 @@ RunColumn column_of(const JobRecord& job) {
   c.memory_cap_gib = job.memory_cap_gib;
   c.label = short_device_name(job.device) + " " + job.precision;
   if (job.memory_cap_gib) c.label += " @" + format_number(*job.memory_cap_gib) + "GiB";
+  c.same_batch = job.batch_source == "2020";
+  if (c.same_batch) c.label += " @2020 batch";
   return c;
 }
 
 bool same_column(const RunColumn& a, const RunColumn& b) {
-  return a.device == b.device && a.precision == b.precision && a.memory_cap_gib == b.memory_cap_gib;
+  return a.device == b.device && a.precision == b.precision &&
+         a.memory_cap_gib == b.memory_cap_gib && a.same_batch == b.same_batch;
 }
 
 std::string reference_row_of(const JobRecord& job) {
@@ -64,7 +67,9 @@ std::string job_key(const JobRecord& job) {
   // \x1f (unit separator) cannot occur in a model or device name.
   return fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}", job.model, device_of(job), job.precision,
                      job.memory_cap_gib ? format_number(*job.memory_cap_gib) : "-",
-                     job.search_only ? "search" : "full");
+                     job.search_only ? "search" : "full") +
+         // A run at the 2020 batch (--same-batch) is its own job beside the max-batch run.
+         (job.batch_source == "2020" ? std::string(1, '\x1f') + "2020-batch" : std::string());
 }
 
 std::vector<JobRecord> latest_records(const std::vector<JobRecord>& jobs) {

@@ -177,6 +177,8 @@ class HtmlReporter final : public Reporter {
       table(*summary);
     }
     section(report::normalized_section(view, reference));
+    if (auto s = report::precision_section(view, reference)) section(*s);
+    if (auto s = report::cost_section(view, reference)) section(*s);
     if (max_batch) section(*max_batch);
     for (const auto& s : tiers) section(s);
     section(report::measured_section(view, /*with_message=*/true));

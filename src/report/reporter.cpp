@@ -8,7 +8,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <fstream>
+#include <initializer_list>
+#include <optional>
 #include <sstream>
 
 namespace gpubench {
@@ -39,6 +43,27 @@ std::string search_summary(const JobRecord& j) {
 
 std::string normalized_text(const JobRecord& j) {
   return j.normalized ? format_significant(j.normalized->score) : "-";
+}
+
+/// A number at `path` in a record's JSON field, when there is one.
+std::optional<double> number_at(const Json& json, std::initializer_list<const char*> path) {
+  const Json* at = &json;
+  for (const char* key : path) {
+    if (!at->is_object() || !at->contains(key)) return std::nullopt;
+    at = &(*at)[key];
+  }
+  if (!at->is_number()) return std::nullopt;
+  return at->get<double>();
+}
+
+std::string raw_at(const Json& json, std::initializer_list<const char*> path) {
+  const auto v = number_at(json, path);
+  return v ? number(*v) : std::string();
+}
+
+/// The per-unit singular of a throughput unit: "images/s" -> "images".
+std::string unit_of(const JobRecord& j) {
+  return j.throughput_unit.substr(0, j.throughput_unit.find('/'));
 }
 }  // namespace
 
@@ -127,6 +152,74 @@ const std::vector<ResultColumn>& result_columns() {
       {"timed_steps", "steps", [](const JobRecord& j) { return integer(j.timing.steps); }, nullptr},
       {"window_seconds", "window s",
        [](const JobRecord& j) { return number(j.timing.window_seconds); }, nullptr},
+      // The GPU over the window (NVML): clock, power, energy; a dash where it was not sampled.
+      {"sm_clock_mhz_median", "SM clock",
+       [](const JobRecord& j) {
+         return raw_at(j.clocks, {"sm_clock_mhz", "median"});
+       },
+       [](const JobRecord& j) {
+         const auto v = number_at(j.clocks, {"sm_clock_mhz", "median"});
+         return v ? fmt::format("{:.0f} MHz", *v) : std::string("-");
+       }},
+      {"sm_clock_max_mhz", "max clock",
+       [](const JobRecord& j) { return raw_at(j.clocks, {"sm_clock_max_mhz"}); }, nullptr},
+      {"power_w_mean", "power",
+       [](const JobRecord& j) {
+         return raw_at(j.clocks, {"power_w", "mean"});
+       },
+       [](const JobRecord& j) {
+         const auto v = number_at(j.clocks, {"power_w", "mean"});
+         return v ? fmt::format("{:.0f} W", *v) : std::string("-");
+       }},
+      {"power_limit_w", "power limit",
+       [](const JobRecord& j) { return raw_at(j.clocks, {"power_limit_w"}); }, nullptr},
+      {"throttled", "throttled",
+       [](const JobRecord& j) {
+         return j.clocks.contains("throttled") && j.clocks["throttled"].is_boolean()
+                    ? std::string(j.clocks["throttled"].get<bool>() ? "true" : "false")
+                    : std::string();
+       },
+       nullptr},
+      {"joules_per_step", "J/step",
+       [](const JobRecord& j) {
+         return raw_at(j.clocks, {"energy", "joules_per_step"});
+       },
+       nullptr},
+      // Performance per watt: units per joule is (units/s) per (J/s).
+      {"units_per_joule", "per joule",
+       [](const JobRecord& j) {
+         return j.ok() ? raw_at(j.clocks, {"energy", "units_per_joule"}) : std::string();
+       },
+       [](const JobRecord& j) {
+         const auto v = number_at(j.clocks, {"energy", "units_per_joule"});
+         if (!j.ok() || !v) return std::string("-");
+         return fmt::format("{} {}/J", format_significant(*v, 3), unit_of(j));
+       }},
+      {"flops_per_unit", "FLOPs/unit",
+       [](const JobRecord& j) { return raw_at(j.compute, {"flops_per_unit"}); }, nullptr},
+      {"tflops", "TFLOP/s",
+       [](const JobRecord& j) { return j.ok() ? raw_at(j.compute, {"tflops"}) : std::string(); },
+       [](const JobRecord& j) {
+         const auto v = number_at(j.compute, {"tflops"});
+         return j.ok() && v ? format_significant(*v, 3) : std::string("-");
+       }},
+      {"peak_tflops", "peak TFLOP/s",
+       [](const JobRecord& j) { return raw_at(j.compute, {"peak_tflops"}); }, nullptr},
+      {"peak_share", "of peak",
+       [](const JobRecord& j) {
+         return j.ok() ? raw_at(j.compute, {"peak_share"}) : std::string();
+       },
+       [](const JobRecord& j) {
+         const auto v = number_at(j.compute, {"peak_share"});
+         return j.ok() && v ? fmt::format("{:.0f}%", 100 * *v) : std::string("-");
+       }},
+      {"window_alloc_retries", "alloc retries",
+       [](const JobRecord& j) {
+         return raw_at(j.memory, {"allocator_counters_window", "alloc_retries"});
+       },
+       nullptr},
+      {"outside_allocator_bytes", "outside allocator",
+       [](const JobRecord& j) { return raw_at(j.memory, {"outside_allocator_bytes"}); }, nullptr},
       {"peak_memory_bytes", "peak memory",
        [](const JobRecord& j) { return integer(j.peak_memory_bytes); },
        [](const JobRecord& j) {
@@ -153,6 +246,68 @@ const std::vector<ResultColumn>& result_columns() {
       {"message", "message", [](const JobRecord& j) { return j.message; }, nullptr},
   };
   return columns;
+}
+
+// ---- Prices ----
+
+namespace {
+std::string price_key(std::string text) {
+  for (auto& ch : text) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return text;
+}
+}  // namespace
+
+std::vector<PriceSpec> parse_prices(const std::vector<std::string>& values) {
+  std::vector<PriceSpec> out;
+  for (const auto& value : values) {
+    const auto eq = value.rfind('=');
+    GPUBENCH_CHECK(eq != std::string::npos && eq > 0, ConfigError,
+                   "--price: expected GPU=USD (say, H200=30000), got '{}'", value);
+    PriceSpec p;
+    p.gpu = value.substr(0, eq);
+    const std::string usd = value.substr(eq + 1);
+    std::size_t used = 0;
+    try {
+      p.usd = std::stod(usd, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    GPUBENCH_CHECK(used > 0 && used == usd.size() && std::isfinite(p.usd) && p.usd > 0, ConfigError,
+                   "--price {}: expected a price in USD above 0, got '{}'", p.gpu, usd);
+    for (const auto& other : out) {
+      GPUBENCH_CHECK(price_key(other.gpu) != price_key(p.gpu), ConfigError,
+                     "--price: {} is given twice; give each GPU one price", p.gpu);
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+void apply_prices(ReferenceTable& reference, const std::vector<PriceSpec>& prices,
+                  const std::vector<JobRecord>& jobs) {
+  std::vector<std::string> devices;
+  for (const auto& job : jobs) {
+    if (job.device.type == "cpu" || job.device.name.empty()) continue;
+    if (std::find(devices.begin(), devices.end(), job.device.name) == devices.end()) {
+      devices.push_back(job.device.name);
+    }
+  }
+  for (const auto& price : prices) {
+    const std::string wanted = price_key(price.gpu);
+    std::string match;
+    for (const auto& device : devices) {
+      const std::string name = price_key(device);
+      const auto space = name.find(' ');
+      if (name == wanted || (space != std::string::npos && name.substr(space + 1) == wanted)) {
+        match = device;
+      }
+    }
+    GPUBENCH_CHECK(!match.empty(), ConfigError,
+                   "--price {}: no record in these files ran on a GPU of that name (measured: "
+                   "{})",
+                   price.gpu, devices.empty() ? std::string("none") : join(devices, ", "));
+    reference.set_measured_price(match, price.usd);
+  }
 }
 
 // ---- Factory and reading ----

@@ -23,6 +23,30 @@ std::string cap_text(double gib) { return format_number(gib) + " GiB"; }
 
 std::string memory_gb_text(double gb) { return format_number(gb) + " GB"; }
 
+/// Whether the capped records of `device` at `precision` (any, when empty) took what the process
+/// holds outside the allocator off the cap (memory.cap), or capped the allocator alone (older
+/// records): {some did, some did not}.
+std::pair<bool, bool> cap_kinds(const std::vector<JobRecord>& jobs, const std::string& device,
+                                const std::string& precision) {
+  bool whole = false, allocator_only = false;
+  for (const auto& job : jobs) {
+    if (!job.memory_cap_gib || job.device.type != "cuda") continue;
+    if (!device.empty() && (job.device.name != device || job.precision != precision)) continue;
+    (job.memory.contains("cap") ? whole : allocator_only) = true;
+  }
+  return {whole, allocator_only};
+}
+
+const char* kWholeCardCapNote =
+    "the cap stands for the whole card: what the process held outside PyTorch's caching "
+    "allocator when the cap was set (the CUDA context, cuBLAS and cuDNN kernels and handles; "
+    "memory.cap.outside_allocator_bytes in the record) was taken off it, and the allocator "
+    "got the rest; kernels loaded later still come on top, so a real card may fit slightly less";
+const char* kAllocatorOnlyCapNote =
+    "the cap limited PyTorch's caching allocator only (records from before the cap took the "
+    "context off it): the CUDA context and the loaded kernels, about 0.5-0.7 GiB on an H200, "
+    "came on top, so a real card of that size fits less";
+
 }  // namespace
 
 std::string normalized_text(const RunCell& cell) {
@@ -85,6 +109,13 @@ Section normalized_section(const ReportView& view, const ReferenceTable& referen
   s.reference_from = 2 + c.runs.size();
   for (std::size_t r = 0; r < c.models.size(); ++r) {
     std::vector<std::string> row = {c.models[r], c.units[r]};
+    // A 2020 row probably not measured in fp32 is marked, and said why under the table.
+    if (c.reference[r] && c.reference[r]->precision != "fp32") {
+      row.front() += " (!)";
+      s.notes.push_back(fmt::format(
+          "{} (!): its 2020 number was probably {}, not fp32 (see the like-for-like table)",
+          c.models[r], c.reference[r]->precision));
+    }
     for (const auto& cell : c.cells[r]) row.push_back(normalized_text(cell));
     for (std::size_t g = 0; g < reference.gpus().size(); ++g) {
       row.push_back(reference_cell(reference, c.reference[r], g));
@@ -169,6 +200,102 @@ std::optional<Section> max_batch_section(const ReportView& view,
   return s;
 }
 
+std::optional<Section> precision_section(const ReportView& view, const ReferenceTable& reference) {
+  const Comparison& c = view.comparison;
+  // Only where some 2020 row of the report was probably not fp32.
+  bool marked = false;
+  for (const auto* row : c.reference) marked = marked || (row && row->precision != "fp32");
+  if (!marked) return std::nullopt;
+  std::vector<std::string> devices;  // uncapped runs' devices, in column order
+  for (const auto& run : c.runs) {
+    if (run.memory_cap_gib) continue;
+    if (std::find(devices.begin(), devices.end(), run.device) == devices.end()) {
+      devices.push_back(run.device);
+    }
+  }
+  Section s;
+  s.id = "like-precision";
+  s.title = fmt::format(
+      "Like-for-like precision: each model scored by the run at the precision its 2020 number "
+      "was probably measured in ({} = 1.00)",
+      reference.baseline().name);
+  s.headers = {"model", "2020 precision"};
+  for (const auto& device : devices) s.headers.push_back(device);
+  s.left_columns = 2;
+  for (std::size_t r = 0; r < c.models.size(); ++r) {
+    const ReferenceRow* row = c.reference[r];
+    if (!row) continue;
+    const bool mark = row->precision != "fp32";
+    std::vector<std::string> cells = {c.models[r] + (mark ? " (!)" : ""), row->precision};
+    for (const auto& device : devices) {
+      std::string text = "-";
+      for (std::size_t k = 0; k < c.runs.size(); ++k) {
+        const RunColumn& run = c.runs[k];
+        if (run.memory_cap_gib || run.device != device || run.precision != row->precision) continue;
+        text = normalized_text(c.cells[r][k]);
+        if (text.empty()) text = "-";
+      }
+      cells.push_back(text);
+    }
+    s.rows.push_back(cells);
+    if (mark) {
+      s.notes.push_back(fmt::format("{} (!): the 2020 number was probably {}: {}", c.models[r],
+                                    row->precision, row->precision_evidence));
+    }
+  }
+  s.notes.push_back(
+      "the post states no precision; rows are fp32 unless configs/reference says why not. A "
+      "cell is the score of that device's run at the row's precision, max batch in parentheses; "
+      "-: no such run (run that precision, e.g. --precision amp-fp16)");
+  return s;
+}
+
+std::optional<Section> cost_section(const ReportView& view, const ReferenceTable& reference) {
+  if (!reference.has_measured_prices() || view.summary.empty()) return std::nullopt;
+  const Comparison& c = view.comparison;
+  Section s;
+  s.id = "per-dollar";
+  s.title = fmt::format(
+      "Performance per dollar: geometric mean of normalized throughput per $1000 ({} at its "
+      "2020 price = {})",
+      reference.baseline().name, format_significant(1000.0 / reference.baseline().price_usd));
+  s.headers = {"family", "models"};
+  std::vector<std::size_t> priced;  // run columns with a price
+  for (std::size_t k = 0; k < c.runs.size(); ++k) {
+    if (const auto price = reference.measured_price(c.runs[k].device)) {
+      priced.push_back(k);
+      s.headers.push_back(fmt::format("{} (${})", c.runs[k].label, format_number(*price)));
+    }
+  }
+  for (const auto& gpu : reference.gpus()) {
+    s.headers.push_back(fmt::format("{} (${})", gpu.name, format_number(gpu.price_usd)));
+  }
+  s.left_columns = 2;
+  s.reference_from = 2 + priced.size();
+  auto per_k = [](const std::optional<double>& mean, double price) {
+    if (!mean || price <= 0) return std::string("-");
+    return format_significant(*mean / price * 1000.0);
+  };
+  for (const auto& summary : view.summary) {
+    std::vector<std::string> row = {summary.family,
+                                    fmt::format("{} of {}", summary.models.size(),
+                                                summary.models.size() + summary.missing.size())};
+    for (std::size_t k : priced) {
+      const auto& mean = summary.runs[k];
+      row.push_back(mean ? per_k(mean->value, *reference.measured_price(c.runs[k].device))
+                         : std::string());
+    }
+    for (std::size_t g = 0; g < reference.gpus().size(); ++g) {
+      row.push_back(per_k(summary.reference[g].value, reference.gpus()[g].price_usd));
+    }
+    s.rows.push_back(row);
+  }
+  s.notes.push_back(
+      "prices: the 2020 GPUs' street prices as the post quotes them (configs/reference), the "
+      "measured GPUs' as given with report --price; the means are the geometric-mean table's");
+  return s;
+}
+
 std::vector<Section> memory_tier_sections(const ReportView& view,
                                           const ReferenceTable& reference) {
   std::vector<Section> sections;
@@ -195,10 +322,9 @@ std::vector<Section> memory_tier_sections(const ReportView& view,
       }
       s.rows.push_back(row);
     }
-    s.notes.push_back(
-        "emulated: the cap limits PyTorch's caching allocator only; the CUDA context and the "
-        "cuBLAS/cuDNN workspaces outside the allocator are not modelled, so a real card of that "
-        "size fits somewhat less");
+    const auto [whole, allocator_only] = cap_kinds(view.jobs, t.device, t.precision);
+    if (whole) s.notes.push_back(std::string("emulated: ") + kWholeCardCapNote);
+    if (allocator_only) s.notes.push_back(std::string("emulated: ") + kAllocatorOnlyCapNote);
     s.notes.push_back(
         "caps are in GiB (2^30 bytes); the 2020 post gives card memory in GB, but that memory is "
         "binary (an \"11 GB\" RTX 2080 Ti carries 11 GiB, of which the driver and the CUDA context "
@@ -224,6 +350,11 @@ Section measured_section(const ReportView& view, bool with_message) {
                                                      "throughput",
                                                      "normalized_score",
                                                      "step_time_ms_median",
+                                                     "sm_clock_mhz_median",
+                                                     "power_w_mean",
+                                                     "units_per_joule",
+                                                     "tflops",
+                                                     "peak_share",
                                                      "peak_memory_bytes",
                                                      "search_seconds",
                                                      "wall_seconds"};
@@ -261,10 +392,13 @@ std::vector<std::string> report_notes(const ReportView& view) {
   std::set<std::string> seen;
   for (const auto& job : view.jobs) {
     if (job.emulated && !job.search_only && seen.insert("emulated").second) {
-      lines.push_back(
-          "@N GiB columns are emulated: the caching allocator was capped at N GiB; the CUDA "
-          "context and library workspaces outside the allocator are not capped, so a real card "
-          "of that size fits somewhat less.");
+      const auto [whole, allocator_only] = cap_kinds(view.jobs, "", "");
+      if (whole) {
+        lines.push_back(std::string("@N GiB columns are emulated: ") + kWholeCardCapNote + ".");
+      }
+      if (allocator_only || !whole) {
+        lines.push_back(std::string("@N GiB columns are emulated: ") + kAllocatorOnlyCapNote + ".");
+      }
     }
     if (job.device.type == "cpu" && seen.insert("cpu").second) {
       lines.push_back(

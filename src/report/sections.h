@@ -39,6 +39,13 @@ std::optional<Section> summary_section(const ReportView& view, const ReferenceTa
 /// Max batch, measured columns then the 2020 GPUs; none without throughput runs.
 std::optional<Section> max_batch_section(const ReportView& view,
                                          const ReferenceTable& reference);
+/// Each model with a 2020 row scored by each device's run at the precision the 2020 number was
+/// probably measured in (ReferenceRow::precision); none unless some row of the report is not
+/// fp32.
+std::optional<Section> precision_section(const ReportView& view, const ReferenceTable& reference);
+/// The family geometric means per $1000 for the 2020 GPUs and the measured GPUs with a price
+/// (report --price); none without a measured price.
+std::optional<Section> cost_section(const ReportView& view, const ReferenceTable& reference);
 /// One table per device and precision with memory-tier records.
 std::vector<Section> memory_tier_sections(const ReportView& view,
                                           const ReferenceTable& reference);

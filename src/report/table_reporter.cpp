@@ -42,6 +42,8 @@ class TableReporter final : public Reporter {
     const report::ReportView view = report::make_view(jobs, reference);
     std::vector<report::Section> sections = {report::normalized_section(view, reference)};
     if (auto s = report::summary_section(view, reference)) sections.push_back(std::move(*s));
+    if (auto s = report::precision_section(view, reference)) sections.push_back(std::move(*s));
+    if (auto s = report::cost_section(view, reference)) sections.push_back(std::move(*s));
     if (auto s = report::max_batch_section(view, reference)) sections.push_back(std::move(*s));
     for (auto& s : report::memory_tier_sections(view, reference)) sections.push_back(std::move(s));
     sections.push_back(report::measured_section(view, /*with_message=*/false));

@@ -41,6 +41,7 @@ struct RunColumn {
   std::string device;     ///< "NVIDIA H200"
   std::string precision;  ///< "fp32"
   std::optional<double> memory_cap_gib;
+  bool same_batch = false;  ///< run at the RTX 8000's 2020 batch (--same-batch): "@2020 batch"
 };
 
 /// One model in one column.
@@ -151,6 +152,22 @@ struct ResultColumn {
 };
 /// The flat columns of a job record, in CSV order.
 const std::vector<ResultColumn>& result_columns();
+
+// ---- Prices (report --price) ----
+
+/// A measured GPU's price as `report --price GPU=USD` gives it.
+struct PriceSpec {
+  std::string gpu;  ///< as given: "H200", "NVIDIA H200"
+  double usd = 0;
+};
+/// Parses "GPU=USD" values; throws ConfigError (exit 2) for a missing '=', an empty name, a
+/// price that is not a number above 0, or a GPU given twice.
+std::vector<PriceSpec> parse_prices(const std::vector<std::string>& values);
+/// Sets each price on `reference` under the device name of the records it names: the name
+/// itself, case-insensitively, or without its vendor prefix ("H200" for "NVIDIA H200"). Throws
+/// ConfigError naming the measured GPUs for a GPU that no record of `jobs` ran on.
+void apply_prices(ReferenceTable& reference, const std::vector<PriceSpec>& prices,
+                  const std::vector<JobRecord>& jobs);
 
 // ---- Reporters ----
 
