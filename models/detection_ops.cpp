@@ -1,5 +1,7 @@
 #include "models/detection_ops.h"
 
+#include "gpubench/compat.h"
+
 #include <c10/core/InferenceMode.h>
 #include <torch/torch.h>
 
@@ -240,110 +242,178 @@ torch::Tensor roi_levels(const torch::Tensor& boxes, int64_t k_min, int64_t k_ma
 
 // ---- RoIAlign ----
 
-FeatureAtlas::FeatureAtlas(std::vector<std::pair<int64_t, int64_t>> sizes,
-                           std::vector<double> scales, const torch::Device& device)
+namespace {
+
+/// FeatureRows::pack as an autograd function: one copy of the levels into the table forward;
+/// backward gives each level its rows of the table's gradient as a [N, C, H, W] view.
+struct PackRows : public torch::autograd::Function<PackRows> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::TensorList levels,
+                               int64_t rows_per_image, torch::ScalarType dtype) {
+    const auto& first = levels[0];
+    const int64_t images = first.size(0), channels = first.size(1);
+    auto rows = torch::empty({images * rows_per_image, channels}, first.options().dtype(dtype));
+    int64_t offset = 0;
+    std::vector<int64_t> shapes;
+    for (const auto& level : levels) {
+      const int64_t h = level.size(2), w = level.size(3);
+      rows.narrow(0, offset, images * h * w)
+          .view({images, h, w, channels})
+          .copy_(level.permute({0, 2, 3, 1}));
+      offset += images * h * w;
+      shapes.insert(shapes.end(), {h, w, static_cast<int64_t>(level.scalar_type())});
+    }
+    ctx->saved_data["shapes"] = shapes;
+    return rows;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto shapes = ctx->saved_data["shapes"].toIntVector();
+    const auto& grad = grads[0];
+    const int64_t levels = static_cast<int64_t>(shapes.size()) / 3;
+    const int64_t channels = grad.size(1);
+    int64_t pixels = 0;  // per image
+    for (int64_t l = 0; l < levels; ++l) pixels += shapes[3 * l] * shapes[3 * l + 1];
+    const int64_t images = grad.size(0) / pixels;
+    torch::autograd::variable_list out;
+    int64_t offset = 0;
+    for (int64_t l = 0; l < levels; ++l) {
+      const int64_t h = shapes[3 * l], w = shapes[3 * l + 1];
+      out.push_back(grad.narrow(0, offset, images * h * w)
+                        .view({images, h, w, channels})
+                        .permute({0, 3, 1, 2})
+                        .to(static_cast<torch::ScalarType>(shapes[3 * l + 2])));
+      offset += images * h * w;
+    }
+    out.emplace_back();  // rows_per_image
+    out.emplace_back();  // dtype
+    return out;
+  }
+};
+
+/// The two bilinear taps of each sample coordinate `s` [R, S] along a side of `size` [R, 1]
+/// pixels, as the legacy kernel takes them: (index [R, S, 2] int64, weight [R, S, 2] float).
+/// A sample beyond [-1, size] (or not finite) has weight 0 and index 0; one within a pixel
+/// outside reads the border pixel.
+std::pair<torch::Tensor, torch::Tensor> bilinear_taps(const torch::Tensor& s,
+                                                      const torch::Tensor& size) {
+  const auto outside = (s.ge(-1) & s.le(size)).logical_not().unsqueeze(-1);
+  const auto c = s.clamp_min(0);
+  const auto last = (size - 1).expand_as(c);
+  const auto floor = c.floor();
+  const auto edge = floor.ge(last);
+  const auto low = torch::where(edge, last, floor);
+  const auto frac = torch::where(edge, torch::zeros_like(c), c - low);
+  const auto high = torch::where(edge, low, low + 1);
+  auto index = torch::stack({low, high}, -1).masked_fill(outside, 0).to(torch::kLong);
+  auto weight = torch::stack({1 - frac, frac}, -1).masked_fill(outside, 0);
+  return {index, weight};
+}
+
+}  // namespace
+
+FeatureRows::FeatureRows(std::vector<std::pair<int64_t, int64_t>> sizes, std::vector<double> scales,
+                         const torch::Device& device)
     : sizes_(std::move(sizes)) {
   TORCH_CHECK(!sizes_.empty() && sizes_.size() == scales.size(),
-              "FeatureAtlas: one scale per level, at least one level");
-  // Level 0 at the top left; the rest stacked in a column to its right, with one zero row
-  // between levels and one zero column between level 0 and the column.
-  origins_.push_back({0, 0});
-  height_ = sizes_[0].first;
-  width_ = sizes_[0].second;
-  int64_t row = 0, column_width = 0;
-  for (std::size_t l = 1; l < sizes_.size(); ++l) {
-    origins_.push_back({row, sizes_[0].second + 1});
-    row += sizes_[l].first + 1;
-    column_width = std::max(column_width, sizes_[l].second);
-  }
-  if (sizes_.size() > 1) {
-    height_ = std::max(height_, row - 1);
-    width_ = sizes_[0].second + 1 + column_width;
-  }
-  TORCH_CHECK(height_ > 1 && width_ > 1, "FeatureAtlas: levels of at least 2x2 pixels");
-  std::vector<float> table;
+              "FeatureRows: one scale per level, at least one level");
+  std::vector<float> geometry;
+  std::vector<int64_t> layout;
   for (std::size_t l = 0; l < sizes_.size(); ++l) {
-    for (const double v :
-         {scales[l], static_cast<double>(origins_[l].first),
-          static_cast<double>(origins_[l].second), static_cast<double>(sizes_[l].first),
-          static_cast<double>(sizes_[l].second)}) {
-      table.push_back(static_cast<float>(v));
+    const auto [h, w] = sizes_[l];
+    TORCH_CHECK(h > 0 && w > 0, "FeatureRows: empty level ", l);
+    for (const double v : {scales[l], static_cast<double>(h), static_cast<double>(w)}) {
+      geometry.push_back(static_cast<float>(v));
     }
+    layout.insert(layout.end(), {pixels_, h * w, w});
+    pixels_ += h * w;
   }
-  table_ = torch::tensor(table).view({levels(), 5}).to(device);
+  geometry_ = torch::tensor(geometry).view({levels(), 3}).to(device);
+  layout_ = torch::tensor(layout).view({levels(), 3}).to(device);
 }
 
-torch::Tensor FeatureAtlas::pack(const std::vector<torch::Tensor>& levels) const {
+torch::Tensor FeatureRows::pack(const std::vector<torch::Tensor>& levels) const {
   TORCH_CHECK(static_cast<int64_t>(levels.size()) == this->levels(),
-              "FeatureAtlas: ", this->levels(), " levels expected, got ", levels.size());
-  const auto& first = levels[0];
-  auto packed = torch::zeros({first.size(0), first.size(1), height_, width_},
-                             first.options().dtype(torch::kFloat));
+              "FeatureRows: ", this->levels(), " levels expected, got ", levels.size());
   for (std::size_t l = 0; l < levels.size(); ++l) {
-    TORCH_CHECK(levels[l].size(2) == sizes_[l].first && levels[l].size(3) == sizes_[l].second,
-                "FeatureAtlas: level ", l, " has the wrong size");
-    packed.narrow(2, origins_[l].first, sizes_[l].first)
-        .narrow(3, origins_[l].second, sizes_[l].second)
-        .copy_(levels[l]);
+    TORCH_CHECK(levels[l].dim() == 4 && levels[l].size(2) == sizes_[l].first &&
+                    levels[l].size(3) == sizes_[l].second &&
+                    levels[l].size(0) == levels[0].size(0) &&
+                    levels[l].size(1) == levels[0].size(1),
+                "FeatureRows: level ", l, " has the wrong size");
   }
-  return packed;
+  const auto& first = levels[0];
+  return PackRows::apply(torch::TensorList(levels), pixels_,
+                         compat::embedding_bag_dtype(first.scalar_type(), first.device()));
 }
 
-torch::Tensor roi_align(const torch::Tensor& packed, const FeatureAtlas& atlas,
-                        const torch::Tensor& rois, const torch::Tensor& level, int64_t output_size,
-                        int64_t sampling_ratio) {
-  const int64_t images = rois.size(0), count = rois.size(1), channels = packed.size(1);
+torch::Tensor roi_align(const torch::Tensor& rows, const FeatureRows& layout,
+                        const torch::Tensor& rois, const torch::Tensor& image,
+                        const torch::Tensor& level, int64_t output_size, int64_t sampling_ratio) {
+  const int64_t count = rois.size(0), channels = rows.size(1);
+  const int64_t images = rows.size(0) / layout.pixels_per_image();
   const int64_t samples = output_size * sampling_ratio;  // per side of a RoI
+  const int64_t side = 2 * sampling_ratio;               // taps per side of a bin
   const auto real = rois.options().dtype(torch::kFloat);
   const auto r = rois.to(torch::kFloat);
-  const auto t = atlas.table().index_select(0, level.reshape({-1})).view({images, count, 5});
-  const auto scale = t.select(-1, 0), top = t.select(-1, 1), left = t.select(-1, 2);
-  const auto height = t.select(-1, 3), width = t.select(-1, 4);
+  const auto g = layout.geometry().index_select(0, level);  // [R, 3]
+  const auto t = layout.layout().index_select(0, level);    // [R, 3]
+  const auto scale = g.select(1, 0);
   // Legacy RoIAlign: scaled corners without a half-pixel offset, malformed RoIs forced to 1x1.
   const auto x1 = coord(r, 0) * scale, y1 = coord(r, 1) * scale;
   const auto bin_w = (coord(r, 2) * scale - x1).clamp_min(1) / static_cast<double>(output_size);
   const auto bin_h = (coord(r, 3) * scale - y1).clamp_min(1) / static_cast<double>(output_size);
   // Sample j of a side sits at (j + 0.5) / sampling_ratio bins: sampling_ratio per bin.
   const auto offset = (torch::arange(samples, real) + 0.5) / static_cast<double>(sampling_ratio);
-  const auto xs = x1.unsqueeze(-1) + offset * bin_w.unsqueeze(-1);  // [N, R, S]
-  const auto ys = y1.unsqueeze(-1) + offset * bin_h.unsqueeze(-1);
-  // The kernel reads 0 more than a pixel outside the level and the border pixel within one.
-  const auto w = width.unsqueeze(-1), h = height.unsqueeze(-1);
-  const auto inside_x = xs.ge(-1) & xs.le(w), inside_y = ys.ge(-1) & ys.le(h);
-  const auto ax = torch::minimum(xs.clamp_min(0), w - 1) + left.unsqueeze(-1);
-  const auto ay = torch::minimum(ys.clamp_min(0), h - 1) + top.unsqueeze(-1);
-  // grid_sample with align_corners: -1 and 1 are the centres of the first and last pixels. A
-  // sample outside is sent far off the map, where zero padding reads 0 from all four taps.
-  constexpr double kFarOff = -4.0;
-  const auto gx = ax * (2.0 / static_cast<double>(atlas.width() - 1)) - 1;
-  const auto gy = ay * (2.0 / static_cast<double>(atlas.height() - 1)) - 1;
-  const auto outside = (inside_y.unsqueeze(-1) & inside_x.unsqueeze(-2)).logical_not();
-  const std::vector<int64_t> square{images, count, samples, samples};
-  const auto grid = torch::stack({gx.unsqueeze(-2).expand(square).masked_fill(outside, kFarOff),
-                                  gy.unsqueeze(-1).expand(square).masked_fill(outside, kFarOff)},
-                                 -1)
-                        .view({images, count * samples, samples, 2});
-  const auto sampled = F::grid_sample(packed, grid,
-                                      F::GridSampleFuncOptions()
-                                          .mode(torch::kBilinear)
-                                          .padding_mode(torch::kZeros)
-                                          .align_corners(true));  // [N, C, R * S, S]
-  // Average each bin's samples (mean keeps no input for backward, unlike avg_pool2d).
-  const auto pooled = sampled
-                          .view({images, channels, count * output_size, sampling_ratio, output_size,
-                                 sampling_ratio})
-                          .mean({3, 5});
-  return pooled.view({images, channels, count, output_size, output_size})
-      .permute({0, 2, 1, 3, 4})
-      .reshape({images * count, channels, output_size, output_size});
+  const auto [ix, wx] =
+      bilinear_taps(x1.unsqueeze(-1) + offset * bin_w.unsqueeze(-1), g.narrow(1, 2, 1));
+  const auto [iy, wy] =
+      bilinear_taps(y1.unsqueeze(-1) + offset * bin_h.unsqueeze(-1), g.narrow(1, 1, 1));
+  // Bin (py, px) reads the side x side taps of its samples: [R, out, out, side, side].
+  const auto first_row = t.select(1, 0) * images + image * t.select(1, 1);  // [R]
+  const auto row =
+      first_row.view({count, 1, 1, 1, 1}) +
+      iy.view({count, output_size, 1, side, 1}) * t.select(1, 2).view({count, 1, 1, 1, 1}) +
+      ix.view({count, 1, output_size, 1, side});
+  const auto weight = wy.view({count, output_size, 1, side, 1}) *
+                      wx.view({count, 1, output_size, 1, side}) /
+                      static_cast<double>(sampling_ratio * sampling_ratio);
+  const int64_t taps = side * side, bags = count * output_size * output_size;
+  const auto index = row.reshape({-1}).to(torch::kInt);
+  const auto bag_offsets = torch::arange(0, bags * taps, taps, index.options());
+  torch::Tensor out;
+  {
+    // The maps' dtype whatever autocast would choose: no float copy of the table.
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    out = std::get<0>(torch::embedding_bag(rows, index, bag_offsets, /*scale_grad_by_freq=*/false,
+                                           /*mode=sum*/ 0, /*sparse=*/false,
+                                           weight.reshape({-1}).to(rows.scalar_type()),
+                                           /*include_last_offset=*/false));
+  }
+  // [R * out * out, C] -> [R, C, out, out] (NCHW, as the heads' convs and fc6 read it).
+  return out.view({count, output_size, output_size, channels}).permute({0, 3, 1, 2}).contiguous();
 }
 
 torch::Tensor roi_align(const torch::Tensor& features, const torch::Tensor& rois, double scale,
                         int64_t output_size, int64_t sampling_ratio) {
-  const FeatureAtlas atlas({{features.size(2), features.size(3)}}, {scale}, features.device());
-  const auto level = torch::zeros({rois.size(0), rois.size(1)},
-                                  torch::TensorOptions().dtype(torch::kLong).device(rois.device()));
-  return roi_align(atlas.pack({features}), atlas, rois, level, output_size, sampling_ratio);
+  const FeatureRows layout({{features.size(2), features.size(3)}}, {scale}, features.device());
+  const int64_t images = rois.size(0), count = rois.size(1);
+  const auto longs = torch::TensorOptions().dtype(torch::kLong).device(rois.device());
+  const auto image = torch::arange(images, longs).view({images, 1}).expand({images, count});
+  return roi_align(layout.pack({features}), layout, rois.reshape({-1, 4}), image.reshape({-1}),
+                   torch::zeros({images * count}, longs), output_size, sampling_ratio);
+}
+
+std::pair<torch::Tensor, torch::Tensor> pack_slots(const torch::Tensor& keep, int64_t slots) {
+  const auto flat = keep.reshape({-1});
+  const auto longs = torch::TensorOptions().dtype(torch::kLong).device(keep.device());
+  // An entry's slot is the number of kept entries before it; the others go to a spare slot.
+  const auto position = flat.to(torch::kLong).cumsum(0) - 1;
+  const auto target = position.masked_fill(flat.logical_not(), slots);
+  auto source = torch::zeros({slots + 1}, longs)
+                    .scatter_(0, target.clamp_max(slots), torch::arange(flat.numel(), longs));
+  const auto valid = torch::arange(slots, longs).lt(flat.sum());
+  return {source.narrow(0, 0, slots), valid};
 }
 
 torch::Tensor smooth_l1(const torch::Tensor& input, const torch::Tensor& target, double beta) {

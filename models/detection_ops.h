@@ -129,57 +129,72 @@ torch::Tensor roi_levels(const torch::Tensor& boxes, int64_t k_min, int64_t k_ma
                          double canonical_scale = 224, int64_t canonical_level = 4,
                          double eps = 1e-6);
 
-/// Several feature maps [N, C, H_l, W_l] packed into one zero-filled float map: level 0 at the
-/// top left, the others stacked in a column to its right, every level with at least one zero
-/// row and column between it and the next. One grid_sample call then reads any level, and
-/// bilinear taps at a level's last row or column (weight 0 beyond it) never reach another.
+/// The layout of several feature maps [N, C, H_l, W_l] (the FPN levels RoIAlign reads) as one
+/// table of pixel rows [N * sum(H_l * W_l), C]: level after level, each level's pixels in
+/// (image, y, x) order, a row holding one pixel's C channels. RoIAlign then gathers its bilinear
+/// taps as rows, for any RoI on any level and image, with one weighted gather (embedding_bag) in
+/// the maps' own dtype. The device tables are built once, outside the training step.
 ///
 /// Example:
 /// ```
-/// FeatureAtlas atlas({{200, 336}, {100, 168}, {50, 84}, {25, 42}},
+/// FeatureRows layout({{200, 336}, {100, 168}, {50, 84}, {25, 42}},
 ///                    {0.25, 0.125, 0.0625, 0.03125}, torch::kCUDA);
-/// auto packed = atlas.pack({p2, p3, p4, p5});  // [N, C, 200, 505]
-/// auto x = roi_align(packed, atlas, rois, roi_levels(rois, 2, 5), 7, 2);
+/// auto rows = layout.pack({p2, p3, p4, p5});  // [N * 89,250, 256], bf16 under autocast
+/// auto x = roi_align(rows, layout, rois, image, roi_levels(rois, 2, 5), 7, 2);  // [R, 256, 7, 7]
 /// ```
-class FeatureAtlas {
+class FeatureRows {
  public:
-  /// Plans the layout for levels of the given (height, width), read at the given spatial
-  /// scales (feature pixels per image pixel); the tables live on `device`.
-  FeatureAtlas(std::vector<std::pair<int64_t, int64_t>> sizes, std::vector<double> scales,
-               const torch::Device& device);
+  /// Plans the table for levels of the given (height, width), read at the given spatial scales
+  /// (feature pixels per image pixel); the tables live on `device`.
+  FeatureRows(std::vector<std::pair<int64_t, int64_t>> sizes, std::vector<double> scales,
+              const torch::Device& device);
 
-  /// The levels copied into a zero map [N, C, height(), width()] of float (the sampling
-  /// coordinates need float, so the map is float under autocast too). Differentiable.
+  /// The levels' pixels as rows [N * pixels_per_image(), C], in the maps' dtype (float where
+  /// libtorch has no embedding_bag in it: compat::embedding_bag_dtype). One copy of the maps,
+  /// differentiable; its backward hands each level its rows of the gradient as a view, and
+  /// roi_align does not keep the table for backward, so it lives only until the last RoIAlign.
   torch::Tensor pack(const std::vector<torch::Tensor>& levels) const;
 
-  int64_t height() const { return height_; }
-  int64_t width() const { return width_; }
   int64_t levels() const { return static_cast<int64_t>(sizes_.size()); }
-  /// (top row, left column) of each level in the atlas.
-  const std::vector<std::pair<int64_t, int64_t>>& origins() const { return origins_; }
-  /// Per level, float [L, 5]: scale, top row, left column, height, width.
-  const torch::Tensor& table() const { return table_; }
+  /// (height, width) of each level.
+  const std::vector<std::pair<int64_t, int64_t>>& sizes() const { return sizes_; }
+  /// sum(H_l * W_l): the rows of one image.
+  int64_t pixels_per_image() const { return pixels_; }
+  /// Per level, float [L, 3]: scale, height, width.
+  const torch::Tensor& geometry() const { return geometry_; }
+  /// Per level, int64 [L, 3]: the level's first row per image (times N: its first row in the
+  /// table), pixels per image (H * W), width.
+  const torch::Tensor& layout() const { return layout_; }
 
  private:
   std::vector<std::pair<int64_t, int64_t>> sizes_;
-  std::vector<std::pair<int64_t, int64_t>> origins_;
-  int64_t height_ = 0, width_ = 0;
-  torch::Tensor table_;
+  int64_t pixels_ = 0;
+  torch::Tensor geometry_, layout_;
 };
 
-/// maskrcnn-benchmark's legacy ROIAlign (aligned=False) of `rois` [N, R, 4] (image coordinates,
-/// RoIs of image n read image n) on the packed levels: each RoI reads level `level` [N, R]
-/// (int64, 0-based) at that level's scale, output_size x output_size bins of sampling_ratio^2
-/// bilinear samples each (a sample more than one pixel outside the level reads 0, one within a
-/// pixel reads the border). Returns [N * R, C, output_size, output_size].
-torch::Tensor roi_align(const torch::Tensor& packed, const FeatureAtlas& atlas,
-                        const torch::Tensor& rois, const torch::Tensor& level, int64_t output_size,
-                        int64_t sampling_ratio);
+/// maskrcnn-benchmark's legacy ROIAlign (aligned=False) of `rois` [R, 4] (image coordinates)
+/// on the packed levels `rows` (FeatureRows::pack): RoI r reads image `image`[r] on level
+/// `level`[r] (int64, 0-based) at that level's scale, output_size x output_size bins of
+/// sampling_ratio^2 bilinear samples each (a sample more than one pixel outside the level reads
+/// 0, one within a pixel reads the border). Each bin is one weighted sum of its
+/// 4 x sampling_ratio^2 taps, accumulated by embedding_bag (in float on CUDA) and stored in the
+/// table's dtype; backward scatters the same weights into the table's gradient. Returns
+/// [R, C, output_size, output_size] in the table's dtype.
+torch::Tensor roi_align(const torch::Tensor& rows, const FeatureRows& layout,
+                        const torch::Tensor& rois, const torch::Tensor& image,
+                        const torch::Tensor& level, int64_t output_size, int64_t sampling_ratio);
 
-/// Single-level RoIAlign of `rois` [N, R, 4] on `features` [N, C, H, W] at `scale`:
-/// [N * R, C, output_size, output_size].
+/// Single-level RoIAlign of `rois` [N, R, 4] on `features` [N, C, H, W] at `scale` (RoIs of
+/// image n read image n): [N * R, C, output_size, output_size].
 torch::Tensor roi_align(const torch::Tensor& features, const torch::Tensor& rois, double scale,
                         int64_t output_size, int64_t sampling_ratio);
+
+/// The entries of `keep` [N, S] (bool) packed into `slots` slots, image after image and in
+/// order within an image, without reading the count on the host: the flat index (n * S + s)
+/// of each slot's entry [slots] int64, and whether the slot holds one [slots] bool (the first
+/// count(keep) do; the rest point at entry 0). `slots` must be at least the count, which the
+/// caller bounds; entries beyond `slots` would be dropped.
+std::pair<torch::Tensor, torch::Tensor> pack_slots(const torch::Tensor& keep, int64_t slots);
 
 /// maskrcnn-benchmark's smooth_l1_loss, elementwise: 0.5 x^2 / beta below beta, |x| - beta / 2
 /// above.

@@ -48,6 +48,15 @@ torch::Tensor masked_mean(const torch::Tensor& values, const torch::Tensor& vali
          valid.sum().to(torch::kFloat).clamp_min(1);
 }
 
+/// Candidates per image and level before NMS, padded to the largest level's.
+int64_t candidates_per_level(const DetectionPlan& plan, const MaskRcnnOptions& o) {
+  int64_t per_level = 0;
+  for (const int64_t count : plan.level_anchors) {
+    per_level = std::max(per_level, std::min(o.pre_nms_top_n(), count));
+  }
+  return per_level;
+}
+
 }  // namespace
 
 // ---- Proposals ----
@@ -60,10 +69,7 @@ std::pair<torch::Tensor, torch::Tensor> rpn_proposals(const torch::Tensor& objec
   const int64_t images = objectness.size(0);
   const int64_t levels = static_cast<int64_t>(plan.level_anchors.size());
   const auto scores = objectness.sigmoid();
-  int64_t per_level = 0;  // candidates per level, padded to the largest
-  for (const int64_t count : plan.level_anchors) {
-    per_level = std::max(per_level, std::min(o.pre_nms_top_n(), count));
-  }
+  const int64_t per_level = candidates_per_level(plan, o);
   std::vector<torch::Tensor> index_levels, score_levels, valid_levels;
   int64_t offset = 0;
   for (const int64_t count : plan.level_anchors) {
@@ -458,9 +464,43 @@ DetectionPlan MaskRcnnImpl::plan(int64_t image_height, int64_t image_width, int6
                                                      p.level_sizes.begin() + kRoiLevels);
   std::vector<double> scales;
   for (int64_t l = 0; l < kRoiLevels; ++l) scales.push_back(1.0 / static_cast<double>(4 << l));
-  p.atlas = std::make_unique<det::FeatureAtlas>(roi_sizes, scales, device);
+  p.rows = std::make_unique<det::FeatureRows>(roi_sizes, scales, device);
   p.nms = std::make_unique<det::BatchedNms>();
   return p;
+}
+
+int64_t roi_slot_bound(int64_t images, int64_t per_image, int64_t gt_per_image, int64_t proposals) {
+  // An image's sample is at most min(per_image, p + G) for its p proposals and G boxes, which
+  // is at most g + min(p, per_image - g); the p add up to at most `proposals`.
+  const int64_t g = std::min(per_image, gt_per_image);
+  return images * g + std::min(proposals, images * (per_image - g));
+}
+
+RoiSlots MaskRcnnImpl::roi_slots(int64_t images, int64_t gt_per_image,
+                                 const DetectionPlan& plan) const {
+  const MaskRcnnOptions& o = options;
+  RoiSlots s;
+  const int64_t levels = static_cast<int64_t>(plan.level_anchors.size());
+  s.proposals_per_image = std::min(o.fpn_post_nms_top_n(), levels * candidates_per_level(plan, o));
+  // FPN_POST_NMS_PER_BATCH: fpn_post_nms_top_n over the batch, else that many per image.
+  s.proposals = o.fpn_post_nms_per_batch()
+                    ? std::min(o.fpn_post_nms_top_n(), images * s.proposals_per_image)
+                    : images * s.proposals_per_image;
+  const int64_t candidates = s.proposals_per_image + gt_per_image;
+  s.samples_per_image = std::min(o.roi_batch_per_image(), candidates);  // as balanced_sample
+  const int64_t positive_cap =
+      std::min(static_cast<int64_t>(static_cast<double>(o.roi_batch_per_image()) *
+                                    o.roi_positive_fraction()),
+               candidates);
+  s.mask_per_image = std::min(o.mask_rois_per_image(), positive_cap);
+  if (o.roi_heads() == RoiHeadSlots::kPerBatch) {
+    s.box = roi_slot_bound(images, s.samples_per_image, gt_per_image, s.proposals);
+    s.mask = roi_slot_bound(images, s.mask_per_image, gt_per_image, s.proposals);
+  } else {
+    s.box = images * s.samples_per_image;
+    s.mask = images * s.mask_per_image;
+  }
+  return s;
 }
 
 void MaskRcnnImpl::calibrate_frozen_batchnorm(const torch::Tensor& images) {
@@ -543,51 +583,97 @@ MaskRcnnLosses MaskRcnnImpl::forward(const DetectionBatch& batch, const Detectio
       o.roi_batch_per_image(), o.roi_positive_fraction());
   losses.positive_rois = roi_sample.positive.sum();
 
-  // Box head on the sampled RoIs.
-  const auto packed =
-      plan.atlas->pack(std::vector<torch::Tensor>(features.begin(), features.begin() + kRoiLevels));
-  const auto rois = gather_boxes(candidates, roi_sample.index);  // [N, S, 4]
-  const auto roi_gt = roi_match.gather(1, roi_sample.index).clamp_min(0);
-  const auto labels =
-      batch.labels.gather(1, roi_gt).masked_fill(roi_sample.positive.logical_not(), 0);
-  const auto box_features = det::roi_align(packed, *plan.atlas, rois,
-                                           det::roi_levels(rois, kFirstRoiLevel, kLastRoiLevel),
+  // The heads' RoIs as flat lists of slots over the batch: per_batch packs the sampled RoIs of
+  // all images into the batch-wide bound, fixed_max gives every image its most.
+  const RoiSlots slots = roi_slots(images, batch.boxes.size(1), plan);
+  const int64_t per_image = roi_sample.index.size(1);
+  TORCH_CHECK(
+      per_image == slots.samples_per_image && proposals.size(1) == slots.proposals_per_image,
+      "mask-rcnn: the RoI sets differ from roi_slots'");
+  const auto longs = torch::TensorOptions().dtype(torch::kLong).device(batch.images.device());
+  // The mask head takes the first mask_per_image positives of each image (the sample lists its
+  // positives first, in random order): all of them unless mask_rois_per_image is smaller.
+  const auto mask_keep =
+      roi_sample.positive & torch::arange(per_image, longs).lt(slots.mask_per_image).unsqueeze(0);
+  torch::Tensor box_source, box_valid, mask_source, mask_valid;  // flat n * per_image + s
+  if (o.roi_heads() == RoiHeadSlots::kPerBatch) {
+    std::tie(box_source, box_valid) = det::pack_slots(roi_sample.valid, slots.box);
+    std::tie(mask_source, mask_valid) = det::pack_slots(mask_keep, slots.mask);
+  } else {
+    box_source = torch::arange(images * per_image, longs);
+    box_valid = roi_sample.valid.reshape({-1});
+    mask_source = (torch::arange(images, longs).unsqueeze(1) * per_image +
+                   torch::arange(slots.mask_per_image, longs).unsqueeze(0))
+                      .reshape({-1});
+    mask_valid = mask_keep.narrow(1, 0, slots.mask_per_image).reshape({-1});
+  }
+  const int64_t candidates_per_image = candidates.size(1);
+  const int64_t gt_per_image = batch.boxes.size(1);
+  const auto flat_candidates = candidates.reshape({-1, 4});
+  const auto flat_match = roi_match.reshape({-1});
+  const auto flat_sample = roi_sample.index.reshape({-1});
+  const auto flat_gt_boxes = batch.boxes.reshape({-1, 4});
+  const auto flat_labels = batch.labels.reshape({-1});
+  // A slot's image, candidate (flat over the batch) and matched ground truth (flat).
+  struct SlotRois {
+    torch::Tensor image, rois, gt;
+  };
+  const auto slot_rois = [&](const torch::Tensor& source) {
+    SlotRois r;
+    r.image = source.div(per_image, "floor");
+    const auto candidate = r.image * candidates_per_image + flat_sample.index_select(0, source);
+    r.rois = flat_candidates.index_select(0, candidate);
+    r.gt = r.image * gt_per_image + flat_match.index_select(0, candidate).clamp_min(0);
+    return r;
+  };
+  const SlotRois box = slot_rois(box_source), mask = slot_rois(mask_source);
+
+  // RoIAlign for both heads from one table of the P2..P5 pixels in their own dtype, released
+  // before the heads run (RoIAlign's backward does not keep it).
+  auto rows =
+      plan.rows->pack(std::vector<torch::Tensor>(features.begin(), features.begin() + kRoiLevels));
+  const auto box_features = det::roi_align(rows, *plan.rows, box.rois, box.image,
+                                           det::roi_levels(box.rois, kFirstRoiLevel, kLastRoiLevel),
                                            o.box_resolution(), o.sampling_ratio());
+  const auto mask_features =
+      det::roi_align(rows, *plan.rows, mask.rois, mask.image,
+                     det::roi_levels(mask.rois, kFirstRoiLevel, kLastRoiLevel), o.mask_resolution(),
+                     o.sampling_ratio());
+  rows.reset();
+  losses.box_slots = box_features.size(0);
+  losses.mask_slots = mask_features.size(0);
+  losses.box_rois = box_valid.sum();
+  losses.mask_rois = mask_valid.sum();
+
+  // Box head on the sampled RoIs: cross-entropy over them, smooth L1 on the foreground's own
+  // class deltas, both divided by the number sampled.
+  const auto positive =
+      roi_sample.positive.reshape({-1}).index_select(0, box_source).logical_and(box_valid);
+  const auto labels = flat_labels.index_select(0, box.gt).masked_fill(positive.logical_not(), 0);
   const auto [class_logits, box_deltas] = box_head->forward(box_features);
-  const auto class_ce = F::cross_entropy(class_logits.to(torch::kFloat), labels.reshape({-1}),
+  const auto class_ce = F::cross_entropy(class_logits.to(torch::kFloat), labels,
                                          F::CrossEntropyFuncOptions().reduction(torch::kNone));
-  losses.classifier = masked_mean(class_ce, roi_sample.valid.reshape({-1}));
-  // Class-specific regression: the four deltas of each foreground RoI's own class.
+  losses.classifier = masked_mean(class_ce, box_valid);
   const auto own_deltas = box_deltas.to(torch::kFloat)
                               .view({labels.numel(), o.num_classes(), 4})
-                              .gather(1, labels.reshape({-1, 1, 1}).expand({-1, 1, 4}))
-                              .view_as(rois);
+                              .gather(1, labels.view({-1, 1, 1}).expand({-1, 1, 4}))
+                              .view({-1, 4});
   const auto& w = o.bbox_reg_weights();
-  const auto box_targets =
-      det::BoxCoder({w[0], w[1], w[2], w[3]}).encode(gather_boxes(batch.boxes, roi_gt), rois);
-  losses.box_reg = masked_smooth_l1_sum(own_deltas, box_targets, roi_sample.positive, 1.0) /
-                   roi_sample.valid.sum().to(torch::kFloat).clamp_min(1);
+  const auto box_targets = det::BoxCoder({w[0], w[1], w[2], w[3]})
+                               .encode(flat_gt_boxes.index_select(0, box.gt), box.rois);
+  losses.box_reg = masked_smooth_l1_sum(own_deltas, box_targets, positive, 1.0) /
+                   box_valid.sum().to(torch::kFloat).clamp_min(1);
 
-  // Mask head on the sampled foreground (keep_only_positive_boxes): a fixed number of slots
-  // per image, padding masked out of the loss.
-  const int64_t slots = std::min(o.mask_rois_per_image(), roi_sample.positive_index.size(1));
-  const auto mask_index = roi_sample.positive_index.narrow(1, 0, slots);
-  const auto mask_valid = roi_sample.positive_valid.narrow(1, 0, slots);
-  const auto mask_rois = gather_boxes(candidates, mask_index);
-  const auto mask_gt = roi_match.gather(1, mask_index).clamp_min(0);
-  const auto mask_features = det::roi_align(
-      packed, *plan.atlas, mask_rois, det::roi_levels(mask_rois, kFirstRoiLevel, kLastRoiLevel),
-      o.mask_resolution(), o.sampling_ratio());
+  // Mask head on the sampled foreground (keep_only_positive_boxes), empty slots masked out.
   const auto mask_logits =
-      mask_head->class_logits(mask_features, batch.labels.gather(1, mask_gt).reshape({-1}))
-          .to(torch::kFloat);  // [N * slots, M, M]
+      mask_head->class_logits(mask_features, flat_labels.index_select(0, mask.gt))
+          .to(torch::kFloat);  // [slots, M, M]
   const auto mask_targets =
-      ellipse_mask_targets(gather_boxes(batch.boxes, mask_gt), mask_rois, mask_logits.size(-1))
-          .view_as(mask_logits);
+      ellipse_mask_targets(flat_gt_boxes.index_select(0, mask.gt), mask.rois, mask_logits.size(-1));
   const auto mask_bce = F::binary_cross_entropy_with_logits(
       mask_logits, mask_targets,
       F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(torch::kNone));
-  losses.mask = masked_mean(mask_bce.mean({1, 2}), mask_valid.reshape({-1}));
+  losses.mask = masked_mean(mask_bce.mean({1, 2}), mask_valid);
   return losses;
 }
 
@@ -676,6 +762,12 @@ ParamSchema mask_rcnn_model_schema() {
        "mask-head RoI slots per image (128: every sampled positive)",
        {},
        1},
+      {"roi_heads",
+       ParamKind::kString,
+       "per_batch",
+       "RoI slots of the box and mask heads: per_batch (a batch-wide bound on what the sampler "
+       "can return, as maskrcnn-benchmark's work) or fixed_max (every image's most)",
+       {"per_batch", "fixed_max"}},
       {"gt_boxes_per_image", ParamKind::kInt, 7, "synthetic ground-truth objects per image", {}, 1},
       {"gt_min_size", ParamKind::kNumber, 16.0, "smallest synthetic sqrt(box area), pixels", {}, 1},
       {"gt_max_size", ParamKind::kNumber, 512.0, "largest synthetic sqrt(box area), pixels", {}, 1},
@@ -717,7 +809,9 @@ MaskRcnnOptions mask_rcnn_options(const Params& m) {
       .mlp_dim(m.i64("mlp_dim"))
       .mask_resolution(m.i64("mask_resolution"))
       .mask_conv_layers(m.i64s("mask_conv_layers"))
-      .mask_rois_per_image(m.i64("mask_rois_per_image"));
+      .mask_rois_per_image(m.i64("mask_rois_per_image"))
+      .roi_heads(m.str("roi_heads") == "fixed_max" ? RoiHeadSlots::kFixedMax
+                                                   : RoiHeadSlots::kPerBatch);
 }
 
 ParamSchema mask_rcnn_optimizer_schema() {
@@ -792,6 +886,9 @@ class MaskRcnnStep final : public train::RuntimeStep {
             ctx.model.i64("num_classes"), ctx.device, ctx.seed)),
         plan_(model_->plan(batch_.image_height, batch_.image_width, batch_.images.size(2),
                            batch_.images.size(3), ctx.device)),
+        slots_(model_->roi_slots(ctx.batch, batch_.boxes.size(1), plan_)),
+        roi_counts_(
+            torch::zeros({2}, torch::TensorOptions().dtype(torch::kLong).device(ctx.device))),
         updater_(runtime_.add("model", make_mask_rcnn_updater(*model_, ctx.optimizer, ctx.batch,
                                                               ctx.precision, ctx.device))) {
     if (ctx.model.flag("channels_last")) {
@@ -803,6 +900,7 @@ class MaskRcnnStep final : public train::RuntimeStep {
   }
 
   double run() override {
+    ++counted_steps_;
     return runtime_.run([&] {
       updater_.zero_grad();
       torch::Tensor loss;
@@ -816,6 +914,9 @@ class MaskRcnnStep final : public train::RuntimeStep {
         runtime_.record_loss("loss_classifier", losses.classifier);
         runtime_.record_loss("loss_box_reg", losses.box_reg);
         runtime_.record_loss("loss_mask", losses.mask);
+        // What the heads' losses counted, summed on the device (a buffer CUDA graph replays
+        // add to as well); read after the timed window by runtime_info().
+        roi_counts_.add_(torch::stack({losses.box_rois, losses.mask_rois}));
       }
       runtime_.backward(updater_, loss);
       runtime_.update(updater_);
@@ -834,10 +935,33 @@ class MaskRcnnStep final : public train::RuntimeStep {
         {"padded_size", {batch_.images.size(2), batch_.images.size(3)}},
         {"gt_boxes_per_image", batch_.boxes.size(1)},
         {"anchors_per_image", plan_.anchors.size(0)},
-        {"mask_rois_per_image",
-         std::min(model_->options.mask_rois_per_image(),
-                  static_cast<int64_t>(static_cast<double>(model_->options.roi_batch_per_image()) *
-                                       model_->options.roi_positive_fraction()))}};
+        {"roi_heads", roi_heads_name()},
+        // The heads' batch dimensions; the RoIs they counted are in runtime_info()'s roi_heads.
+        {"box_roi_slots", slots_.box},
+        {"mask_roi_slots", slots_.mask}};
+  }
+
+  void begin_window() override {
+    RuntimeStep::begin_window();
+    roi_counts_.zero_();
+    counted_steps_ = 0;
+    window_started_ = true;
+  }
+
+  /// The runtime's record, and the RoIs and positives per image the heads' losses counted,
+  /// averaged over the timed window: read once, after it (it synchronizes).
+  Json runtime_info() const override {
+    Json info = RuntimeStep::runtime_info();
+    Json heads{{"mode", roi_heads_name()}, {"box_slots", slots_.box}, {"mask_slots", slots_.mask}};
+    if (window_started_ && counted_steps_ > 0) {
+      const auto counts = roi_counts_.to(torch::kCPU);
+      const double images = static_cast<double>(counted_steps_ * batch_.images.size(0));
+      heads["steps"] = counted_steps_;
+      heads["rois_per_image"] = static_cast<double>(counts[0].item<int64_t>()) / images;
+      heads["positives_per_image"] = static_cast<double>(counts[1].item<int64_t>()) / images;
+    }
+    info["roi_heads"] = heads;
+    return info;
   }
 
  private:
@@ -857,9 +981,17 @@ class MaskRcnnStep final : public train::RuntimeStep {
     return model;
   }
 
+  const char* roi_heads_name() const {
+    return model_->options.roi_heads() == RoiHeadSlots::kPerBatch ? "per_batch" : "fixed_max";
+  }
+
   MaskRcnn model_;
   DetectionBatch batch_;
   DetectionPlan plan_;
+  RoiSlots slots_;
+  torch::Tensor roi_counts_;  ///< [2] int64: box RoIs, mask positives summed over counted steps
+  int64_t counted_steps_ = 0;
+  bool window_started_ = false;
   train::Updater& updater_;
 };
 

@@ -19,6 +19,16 @@
 
 namespace gpubench::models {
 
+/// How many RoIs the box and mask heads run (their batch dimension, fixed on the host).
+enum class RoiHeadSlots {
+  /// maskrcnn-benchmark's work: a batch-wide bound on the RoIs the sampler can return
+  /// (roi_slot_bound), the sampled RoIs of all images packed into it, image after image.
+  kPerBatch,
+  /// The most an image can have, for every image: roi_batch_per_image box RoIs and
+  /// mask_rois_per_image mask RoIs each, the empty ones masked out of the losses.
+  kFixedMax,
+};
+
 /// The shape of the network and the training-time target and proposal settings, with
 /// maskrcnn-benchmark's defaults for e2e_mask_rcnn_R_50_FPN_1x.
 ///
@@ -93,6 +103,26 @@ struct MaskRcnnOptions {
   /// Mask-head RoI slots per image: every sampled positive when it equals
   /// floor(roi_batch_per_image x roi_positive_fraction). Default: 128
   TORCH_ARG(int64_t, mask_rois_per_image) = 128;
+  /// RoI slots of the heads. Default: kPerBatch
+  TORCH_ARG(RoiHeadSlots, roi_heads) = RoiHeadSlots::kPerBatch;
+};
+
+/// The most RoIs an RoI head can get over a batch of `images` images that have at most
+/// `per_image` sampled each, when each image's candidates are its `gt_per_image` ground-truth
+/// boxes (add_gt_proposals) and its share of at most `proposals` proposals over the batch:
+/// images x g + min(proposals, images x (per_image - g)), g = min(per_image, gt_per_image).
+/// At batch 16 with 7 boxes per image and 2000 proposals: 2112 of 512 per image (box head),
+/// 2048 of 128 per image (mask head).
+int64_t roi_slot_bound(int64_t images, int64_t per_image, int64_t gt_per_image, int64_t proposals);
+
+/// The sizes of one batch's RoI sets, all known on the host.
+struct RoiSlots {
+  int64_t proposals_per_image = 0;  ///< proposal slots per image (rpn_proposals' K)
+  int64_t proposals = 0;            ///< the most valid proposals over the batch
+  int64_t samples_per_image = 0;    ///< the sampler's slots per image (<= roi_batch_per_image)
+  int64_t mask_per_image = 0;       ///< positives per image the mask head may take
+  int64_t box = 0;                  ///< RoIs the box head runs over the batch
+  int64_t mask = 0;                 ///< RoIs the mask head runs over the batch
 };
 
 // The backbone pieces live in their own namespace until they are merged with a general ResNet
@@ -224,7 +254,7 @@ struct DetectionPlan {
   std::vector<int64_t> level_anchors;                    ///< anchors per image on each level
   torch::Tensor anchors;                                 ///< [A, 4] every level's anchors, P2 first
   torch::Tensor visible;                           ///< [A] bool: inside the image (straddle_thresh)
-  std::unique_ptr<detection::FeatureAtlas> atlas;  ///< P2..P5 for RoIAlign
+  std::unique_ptr<detection::FeatureRows> rows;    ///< P2..P5 as RoIAlign reads them
   std::unique_ptr<detection::BatchedNms> nms;      ///< the RPN's NMS, with its scan buffers
 };
 
@@ -267,8 +297,15 @@ std::pair<torch::Tensor, torch::Tensor> rpn_proposals(const torch::Tensor& objec
 /// The five training losses of one iteration (0-dim float tensors).
 struct MaskRcnnLosses {
   torch::Tensor objectness, rpn_box_reg, classifier, box_reg, mask;
-  /// Sampled foreground RoIs over the batch (the mask head's real work), 0-dim int64.
+  /// Sampled foreground RoIs over the batch, 0-dim int64.
   torch::Tensor positive_rois;
+  /// Sampled RoIs the box head's losses count over the batch, 0-dim int64.
+  torch::Tensor box_rois;
+  /// Positives the mask head's loss counts over the batch (the sampled foreground, unless
+  /// mask_rois_per_image is below the positive share), 0-dim int64.
+  torch::Tensor mask_rois;
+  /// RoIs the box and mask heads ran: their batch dimension (RoiSlots::box and ::mask).
+  int64_t box_slots = 0, mask_slots = 0;
   torch::Tensor total() const { return objectness + rpn_box_reg + classifier + box_reg + mask; }
 };
 
@@ -281,6 +318,10 @@ class MaskRcnnImpl : public torch::nn::Module {
   /// `padded_width`, on `device`.
   DetectionPlan plan(int64_t image_height, int64_t image_width, int64_t padded_height,
                      int64_t padded_width, const torch::Device& device) const;
+
+  /// The RoI set sizes of a batch of `images` with `gt_per_image` ground-truth boxes each under
+  /// `plan` (options().roi_heads decides the heads' slots).
+  RoiSlots roi_slots(int64_t images, int64_t gt_per_image, const DetectionPlan& plan) const;
 
   /// Sets the statistics of every FrozenBatchNorm2d of the backbone from its convolution's
   /// output on `images` (one pass through the backbone without gradient, each layer measured on
@@ -295,8 +336,9 @@ class MaskRcnnImpl : public torch::nn::Module {
   void calibrate_frozen_batchnorm(const torch::Tensor& images);
 
   /// One training forward pass and its losses, as GeneralizedRCNN.forward in training mode:
-  /// backbone and FPN, RPN losses, proposals (no gradient), RoI sampling, box and mask heads.
-  /// Fixed shapes throughout: nothing is read back to the host.
+  /// backbone and FPN, RPN losses, proposals (no gradient), RoI sampling, box head on the
+  /// sampled RoIs, mask head on the sampled positives. Fixed shapes throughout (roi_slots):
+  /// nothing is read back to the host.
   MaskRcnnLosses forward(const DetectionBatch& batch, const DetectionPlan& plan);
 
   MaskRcnnOptions options;

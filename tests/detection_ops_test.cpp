@@ -2,6 +2,9 @@
 // of maskrcnn-benchmark's kernels (greedy NMS, legacy RoIAlign) on random inputs.
 #include "models/detection_ops.h"
 
+#include "gpubench/compat.h"
+#include "gpubench/device.h"
+
 #include <torch/torch.h>
 
 #include <gtest/gtest.h>
@@ -328,6 +331,19 @@ std::vector<float> reference_roi_align(const torch::Tensor& map, const std::arra
   return result;
 }
 
+/// `count` random RoIs per image of a 64 x 96 image, some partly or wholly outside, some
+/// degenerate: [images * count, 4], their images and levels (of `levels`).
+struct RandomRois {
+  torch::Tensor rois, image, level;
+};
+RandomRois random_rois(int64_t images, int64_t count, int64_t levels) {
+  const auto corner = torch::rand({images * count, 2}) * torch::tensor({130.f, 90.f}) - 20;
+  const auto extent = torch::rand({images * count, 2}) * 60;
+  return {torch::cat({corner, corner + extent}, -1),
+          torch::arange(images, torch::kLong).repeat_interleave(count),
+          torch::randint(0, levels, {images * count}, torch::kLong)};
+}
+
 TEST(DetectionOpsTest, MultiLevelRoiAlignMatchesTheReferenceKernel) {
   torch::manual_seed(2);
   // Two images, three levels of a 64 x 96 image at scales 1/4, 1/8, 1/16.
@@ -335,53 +351,183 @@ TEST(DetectionOpsTest, MultiLevelRoiAlignMatchesTheReferenceKernel) {
   const std::vector<double> scales{0.25, 0.125, 0.0625};
   std::vector<torch::Tensor> levels;
   for (const auto& [h, w] : sizes) levels.push_back(torch::randn({2, 3, h, w}));
-  const FeatureAtlas atlas(sizes, scales, torch::kCPU);
-  const auto packed = atlas.pack(levels);
-  // RoIs anywhere, some partly or wholly outside the image, some degenerate.
+  const FeatureRows layout(sizes, scales, torch::kCPU);
+  const auto rows = layout.pack(levels);
+  ASSERT_EQ(rows.sizes(), (std::vector<int64_t>{2 * (16 * 24 + 8 * 12 + 4 * 6), 3}));
   const int64_t count = 40;
-  const auto corner = torch::rand({2, count, 2}) * torch::tensor({130.f, 90.f}) - 20;
-  const auto extent = torch::rand({2, count, 2}) * 60;
-  const auto rois = torch::cat({corner, corner + extent}, -1);
-  const auto level = torch::randint(0, 3, {2, count}, torch::kLong);
-  const auto out = roi_align(packed, atlas, rois, level, 3, 2);
+  const auto r = random_rois(2, count, 3);
+  const auto out = roi_align(rows, layout, r.rois, r.image, r.level, 3, 2);
   ASSERT_EQ(out.sizes(), (std::vector<int64_t>{2 * count, 3, 3, 3}));
-  for (int64_t n = 0; n < 2; ++n) {
-    for (int64_t r = 0; r < count; ++r) {
-      const int64_t l = level[n][r].item<int64_t>();
-      std::array<float, 4> roi{};
-      for (int64_t k = 0; k < 4; ++k) roi[k] = rois[n][r][k].item<float>();
-      const auto expected =
-          reference_roi_align(levels[l][n], roi, static_cast<float>(scales[l]), 3, 2);
-      const auto got = out[n * count + r].contiguous().view(-1);
-      for (std::size_t i = 0; i < expected.size(); ++i) {
-        ASSERT_NEAR(got[static_cast<int64_t>(i)].item<float>(), expected[i], 1e-4)
-            << "image " << n << " roi " << r << " level " << l << " value " << i;
-      }
+  for (int64_t i = 0; i < 2 * count; ++i) {
+    const int64_t n = r.image[i].item<int64_t>(), l = r.level[i].item<int64_t>();
+    std::array<float, 4> roi{};
+    for (int64_t k = 0; k < 4; ++k) roi[k] = r.rois[i][k].item<float>();
+    const auto expected =
+        reference_roi_align(levels[l][n], roi, static_cast<float>(scales[l]), 3, 2);
+    const auto got = out[i].contiguous().view(-1);
+    for (std::size_t v = 0; v < expected.size(); ++v) {
+      ASSERT_NEAR(got[static_cast<int64_t>(v)].item<float>(), expected[v], 1e-4)
+          << "roi " << i << " image " << n << " level " << l << " value " << v;
     }
   }
 }
 
-TEST(DetectionOpsTest, AtlasKeepsLevelsApartWithZeroGaps) {
-  const FeatureAtlas atlas({{8, 12}, {4, 6}, {2, 3}}, {1, 0.5, 0.25}, torch::kCPU);
-  EXPECT_EQ(atlas.height(), 8);
-  EXPECT_EQ(atlas.width(), 12 + 1 + 6);
-  EXPECT_EQ(atlas.origins(), (std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {0, 13}, {5, 13}}));
-  const auto packed = atlas.pack(
-      {torch::ones({1, 2, 8, 12}), torch::full({1, 2, 4, 6}, 2.0), torch::full({1, 2, 2, 3}, 3.0)});
-  EXPECT_EQ(packed.sum().item<float>(), 2 * (96 + 2 * 24 + 3 * 6));
-  EXPECT_EQ(packed.select(3, 12).abs().sum().item<float>(), 0);                  // column between
-  EXPECT_EQ(packed.select(2, 4).narrow(2, 13, 6).abs().sum().item<float>(), 0);  // row between
-  // The gradient of a RoIAlign reaches only the level it read.
-  std::vector<torch::Tensor> levels{torch::ones({1, 1, 8, 12}, torch::requires_grad()),
-                                    torch::ones({1, 1, 4, 6}, torch::requires_grad()),
-                                    torch::ones({1, 1, 2, 3}, torch::requires_grad())};
-  const auto rois = boxes_of({{0, 0, 8, 8}}).unsqueeze(0);  // (0, 0)-(4, 4) on level 1
-  roi_align(atlas.pack(levels), atlas, rois, torch::ones({1, 1}, torch::kLong), 2, 2)
-      .sum()
-      .backward();
-  EXPECT_EQ(levels[0].grad().abs().sum().item<float>(), 0);
-  EXPECT_NEAR(levels[1].grad().sum().item<float>(), 4.0, 1e-5);  // four bins of mean weight 1
-  EXPECT_EQ(levels[2].grad().abs().sum().item<float>(), 0);
+/// The RoIAlign gpubench used before the row table: grid_sample (bilinear, align_corners) of a
+/// float map at the samples' pixel coordinates, samples outside sent off the map, then the mean
+/// of each bin's samples. One level, RoIs [N, R, 4] of image n on image n.
+torch::Tensor grid_sample_roi_align(const torch::Tensor& features, const torch::Tensor& rois,
+                                    double scale, int64_t out, int64_t ratio) {
+  namespace F = torch::nn::functional;
+  const int64_t images = rois.size(0), count = rois.size(1), channels = features.size(1);
+  const double height = static_cast<double>(features.size(2));
+  const double width = static_cast<double>(features.size(3));
+  const int64_t samples = out * ratio;
+  const auto x1 = rois.select(-1, 0) * scale, y1 = rois.select(-1, 1) * scale;
+  const auto bin_w = (rois.select(-1, 2) * scale - x1).clamp_min(1) / static_cast<double>(out);
+  const auto bin_h = (rois.select(-1, 3) * scale - y1).clamp_min(1) / static_cast<double>(out);
+  const auto offset = (torch::arange(samples, torch::kFloat) + 0.5) / static_cast<double>(ratio);
+  const auto xs = x1.unsqueeze(-1) + offset * bin_w.unsqueeze(-1);
+  const auto ys = y1.unsqueeze(-1) + offset * bin_h.unsqueeze(-1);
+  const auto gx = xs.clamp(0, width - 1) * (2 / (width - 1)) - 1;
+  const auto gy = ys.clamp(0, height - 1) * (2 / (height - 1)) - 1;
+  const auto outside =
+      ((ys.ge(-1) & ys.le(height)).unsqueeze(-1) & (xs.ge(-1) & xs.le(width)).unsqueeze(-2))
+          .logical_not();
+  const std::vector<int64_t> square{images, count, samples, samples};
+  const auto grid = torch::stack({gx.unsqueeze(-2).expand(square).masked_fill(outside, -4.0),
+                                  gy.unsqueeze(-1).expand(square).masked_fill(outside, -4.0)},
+                                 -1)
+                        .view({images, count * samples, samples, 2});
+  const auto sampled = F::grid_sample(features.to(torch::kFloat), grid,
+                                      F::GridSampleFuncOptions()
+                                          .mode(torch::kBilinear)
+                                          .padding_mode(torch::kZeros)
+                                          .align_corners(true));
+  return sampled.view({images, channels, count * out, ratio, out, ratio})
+      .mean({3, 5})
+      .view({images, channels, count, out, out})
+      .permute({0, 2, 1, 3, 4})
+      .reshape({images * count, channels, out, out});
+}
+
+TEST(DetectionOpsTest, RoiAlignMatchesTheGridSampleVersionInFloatAndBf16) {
+  torch::manual_seed(5);
+  const auto map = torch::randn({2, 8, 16, 24});
+  const auto rois = torch::cat(
+      {torch::rand({2, 30, 2}) * torch::tensor({100.f, 70.f}) - 10, torch::rand({2, 30, 2}) * 40},
+      -1);
+  const auto boxes =
+      torch::cat({rois.narrow(-1, 0, 2), rois.narrow(-1, 0, 2) + rois.narrow(-1, 2, 2)}, -1);
+  const auto head = torch::randn({60, 8, 4, 4});  // a fixed upstream gradient
+  // Old (grid_sample, float) and new (row table) on the float map: values and the map's gradient.
+  const auto old_map = map.clone().requires_grad_();
+  const auto old_out = grid_sample_roi_align(old_map, boxes, 0.25, 4, 2);
+  (old_out * head).sum().backward();
+  const auto new_map = map.clone().requires_grad_();
+  const auto new_out = roi_align(new_map, boxes, 0.25, 4, 2);
+  (new_out * head).sum().backward();
+  EXPECT_TRUE(torch::allclose(new_out, old_out, 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(new_map.grad(), old_map.grad(), 1e-5, 1e-5));
+  // The bf16 map: sampled in bf16 (where libtorch has the kernel), within bf16 rounding of the
+  // float result, and its gradient comes back in bf16.
+  const auto bf16_map = map.to(torch::kBFloat16).requires_grad_();
+  const FeatureRows layout({{16, 24}}, {0.25}, torch::kCPU);
+  const auto rows = layout.pack({bf16_map});
+  EXPECT_EQ(rows.scalar_type(), compat::embedding_bag_dtype(torch::kBFloat16, torch::kCPU));
+  if (compat::kCpuBf16EmbeddingBag) {
+    EXPECT_EQ(rows.scalar_type(), torch::kBFloat16);
+  }
+  const auto bf16_out = roi_align(bf16_map, boxes, 0.25, 4, 2);
+  EXPECT_EQ(bf16_out.scalar_type(), rows.scalar_type());
+  (bf16_out.to(torch::kFloat) * head).sum().backward();
+  ASSERT_TRUE(bf16_map.grad().defined());
+  EXPECT_EQ(bf16_map.grad().scalar_type(), torch::kBFloat16);
+  const double scale = old_out.abs().max().item<double>();
+  EXPECT_LT((bf16_out.to(torch::kFloat) - old_out).abs().max().item<double>(), 2e-2 * scale);
+  const double grad_scale = old_map.grad().abs().max().item<double>();
+  EXPECT_LT((bf16_map.grad().to(torch::kFloat) - old_map.grad()).abs().max().item<double>(),
+            2e-2 * grad_scale);
+}
+
+TEST(DetectionOpsTest, FeatureRowsHoldEachPixelOnceAndRouteGradientsToTheirLevel) {
+  const FeatureRows layout({{8, 12}, {4, 6}, {2, 3}}, {1, 0.5, 0.25}, torch::kCPU);
+  EXPECT_EQ(layout.pixels_per_image(), 96 + 24 + 6);
+  // Pixel (n, c, y, x) of level l holds 1000 l + 100 n + 10 c + ... : each row is one pixel.
+  std::vector<torch::Tensor> levels;
+  for (int64_t l = 0; l < 3; ++l) {
+    const auto [h, w] = layout.sizes()[l];
+    const auto n = torch::arange(2, torch::kFloat).view({2, 1, 1, 1});
+    const auto c = torch::arange(3, torch::kFloat).view({1, 3, 1, 1});
+    const auto p = torch::arange(h * w, torch::kFloat).view({1, 1, h, w});
+    levels.push_back((1000 * l + 100 * n + 10 * c + p / 1000).contiguous());
+  }
+  const auto rows = layout.pack(levels);
+  ASSERT_EQ(rows.sizes(), (std::vector<int64_t>{2 * 126, 3}));
+  // Level 1 starts after both images' level 0; image 1 of it after image 0's 24 pixels; pixel
+  // (y 2, x 5) is row 2 * 6 + 5 of it.
+  const auto row = rows[2 * 96 + 24 + 2 * 6 + 5];
+  EXPECT_TRUE(torch::allclose(row, torch::tensor({1100.f, 1110.f, 1120.f}) + 17.f / 1000));
+  // The gradient of a RoIAlign reaches only the level and image it read.
+  std::vector<torch::Tensor> ones{torch::ones({2, 1, 8, 12}, torch::requires_grad()),
+                                  torch::ones({2, 1, 4, 6}, torch::requires_grad()),
+                                  torch::ones({2, 1, 2, 3}, torch::requires_grad())};
+  const auto rois = boxes_of({{0, 0, 8, 8}});  // (0, 0)-(4, 4) on level 1
+  roi_align(layout.pack(ones), layout, rois, longs({1}), longs({1}), 2, 2).sum().backward();
+  EXPECT_EQ(ones[0].grad().abs().sum().item<float>(), 0);
+  EXPECT_EQ(ones[1].grad()[0].abs().sum().item<float>(), 0);
+  EXPECT_NEAR(ones[1].grad()[1].sum().item<float>(), 4.0, 1e-5);  // four bins of mean weight 1
+  EXPECT_EQ(ones[2].grad().abs().sum().item<float>(), 0);
+}
+
+TEST(DetectionOpsTest, PackSlotsListsTheKeptEntriesImageAfterImage) {
+  const auto keep = torch::tensor(std::vector<int64_t>{1, 0, 1, 0, 0, 0, 0, 1, 1, 1, 0, 1})
+                        .to(torch::kBool)
+                        .view({3, 4});
+  const auto [source, valid] = pack_slots(keep, 8);
+  EXPECT_TRUE(torch::equal(source.narrow(0, 0, 6), longs({0, 2, 7, 8, 9, 11})));
+  EXPECT_EQ(to_bools(valid), (std::vector<bool>{true, true, true, true, true, true, false, false}));
+  // Exactly enough slots, and none kept.
+  const auto [tight, tight_valid] = pack_slots(keep, 6);
+  EXPECT_TRUE(torch::equal(tight, longs({0, 2, 7, 8, 9, 11})));
+  EXPECT_TRUE(tight_valid.all().item<bool>());
+  const auto [empty, empty_valid] = pack_slots(torch::zeros({2, 3}, torch::kBool), 4);
+  EXPECT_FALSE(empty_valid.any().item<bool>());
+}
+
+TEST(DetectionOpsTest, RoiAlignKeepsBf16MapsInBf16OnTheDevice_CUDA) {
+  // P2..P5 of two 800x1344 images, 256 channels, in bf16 as autocast leaves them: RoIAlign's
+  // table is one bf16 copy (the float atlas it replaced was twice that), gone after backward
+  // starts, and the output is bf16.
+  const torch::Device device(torch::kCUDA, 0);
+  std::vector<std::pair<int64_t, int64_t>> sizes{{200, 336}, {100, 168}, {50, 84}, {25, 42}};
+  std::vector<torch::Tensor> levels;
+  int64_t bytes = 0;
+  for (const auto& [h, w] : sizes) {
+    levels.push_back(torch::randn({2, 256, h, w}, torch::TensorOptions().device(device))
+                         .to(torch::kBFloat16)
+                         .requires_grad_());
+    bytes += levels.back().numel() * 2;
+  }
+  const FeatureRows layout(sizes, {0.25, 0.125, 0.0625, 0.03125}, device);
+  const auto r = random_rois(2, 64, 4);
+  const auto rois = r.rois.to(device), image = r.image.to(device), level = r.level.to(device);
+  torch::cuda::synchronize();
+  const int64_t before = memory_stats(device).allocated_current;
+  reset_peak_memory(device);
+  torch::Tensor out;
+  {
+    const auto rows = layout.pack(levels);
+    EXPECT_EQ(rows.scalar_type(), torch::kBFloat16);
+    out = roi_align(rows, layout, rois, image, level, 7, 2);
+  }
+  torch::cuda::synchronize();
+  EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+  const auto stats = memory_stats(device);
+  EXPECT_LT(stats.allocated_peak - before, bytes + bytes / 4) << "a copy beyond the bf16 table";
+  // Nothing of the table is kept for backward: only the output and its small index tensors.
+  EXPECT_LT(stats.allocated_current - before, bytes / 8);
+  out.to(torch::kFloat).sum().backward();
+  EXPECT_EQ(levels[0].grad().scalar_type(), torch::kBFloat16);
 }
 
 }  // namespace

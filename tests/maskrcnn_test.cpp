@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 namespace gpubench::models {
 namespace {
@@ -183,8 +184,8 @@ TEST(MaskRcnnTest, PlanAtFullSizeHasTheReferenceAnchorsAndLevels) {
   EXPECT_GE(visible.select(1, 0).min().item<float>(), 0);
   EXPECT_LT(visible.select(1, 2).max().item<float>(), 1333);
   EXPECT_LT(visible.select(1, 3).max().item<float>(), 800);
-  EXPECT_EQ(plan.atlas->height(), 200);
-  EXPECT_EQ(plan.atlas->width(), 336 + 1 + 168);
+  // RoIAlign reads P2..P5: one row per pixel of each.
+  EXPECT_EQ(plan.rows->pixels_per_image(), 200 * 336 + 100 * 168 + 50 * 84 + 25 * 42);
 }
 
 TEST(MaskRcnnTest, ProposalsAreCutOverTheBatchAndStayInsideTheImage) {
@@ -321,6 +322,8 @@ constexpr double kMargin = 20;
 constexpr double kDelta = 2;
 
 struct RoiHeadCounts {
+  int64_t box_slots = 0, mask_slots = 0;      ///< the heads' batch dimensions
+  int64_t box_counted = 0, mask_counted = 0;  ///< losses.box_rois and mask_rois
   double box_rois = 0;        ///< RoIs whose classification enters the loss, whole batch
   int64_t positives = 0;      ///< losses.positive_rois
   double regressed_rois = 0;  ///< RoIs in the box regression loss, from its value
@@ -376,6 +379,10 @@ class RoiHeadProbe {
     const double background = std::log1p(static_cast<double>(options_.num_classes() - 1) *
                                          std::exp(-kMargin));  // cross-entropy of a background RoI
     RoiHeadCounts c;
+    c.box_slots = losses.box_slots;
+    c.mask_slots = losses.mask_slots;
+    c.box_counted = losses.box_rois.item<int64_t>();
+    c.mask_counted = losses.mask_rois.item<int64_t>();
     c.positives = losses.positive_rois.item<int64_t>();
     c.box_rois = kMargin * static_cast<double>(c.positives) /
                  (losses.classifier.item<double>() - background);
@@ -395,6 +402,10 @@ class RoiHeadProbe {
   MaskRcnn model_;
   DetectionPlan plan_;
   torch::Tensor images_;
+
+ public:
+  /// The heads' slots for a batch of two images with `gt` boxes each.
+  RoiSlots slots(int64_t gt) const { return model_->roi_slots(2, gt, plan_); }
 };
 
 /// The mean binary cross-entropy of constant mask logits `logit` against a ground-truth box's
@@ -406,8 +417,10 @@ double mask_loss_of(double logit, const torch::Tensor& box, int64_t resolution) 
 }
 
 /// The sampling of `options` on few and on many ground-truth boxes: `budget` RoIs per image of
-/// which at most `positive_cap` positive, and the mask head on the positives only.
-void expect_roi_sampling(const MaskRcnnOptions& options, int64_t budget, int64_t positive_cap) {
+/// which at most `positive_cap` positive, and the mask head on the positives only; the heads ran
+/// roi_slots' RoIs, and counted the sampled ones.
+void expect_roi_sampling_with(const MaskRcnnOptions& options, int64_t budget,
+                              int64_t positive_cap) {
   const int64_t images = 2, classes = options.num_classes();
   const int64_t mask_side = 2 * options.mask_resolution();
   const auto mask_bias = torch::arange(classes, torch::kFloat) * 0.5 - 2;  // class k: k/2 - 2
@@ -419,6 +432,11 @@ void expect_roi_sampling(const MaskRcnnOptions& options, int64_t budget, int64_t
     const auto boxes = tiny_boxes(images, 3);
     const auto labels = torch::arange(1, 7, torch::kLong).view({images, 3});
     const auto c = probe.run(boxes, labels);
+    const RoiSlots slots = probe.slots(3);
+    EXPECT_EQ(c.box_slots, slots.box);
+    EXPECT_EQ(c.mask_slots, slots.mask);
+    EXPECT_EQ(c.box_counted, images * budget);
+    EXPECT_EQ(c.mask_counted, images * 3);
     EXPECT_EQ(c.positives, images * 3);
     EXPECT_NEAR(c.box_rois, static_cast<double>(images * budget), 1e-2);
     EXPECT_NEAR(c.regressed_rois, static_cast<double>(images * 3), 1e-2);
@@ -435,6 +453,11 @@ void expect_roi_sampling(const MaskRcnnOptions& options, int64_t budget, int64_t
     const auto labels =
         torch::tensor(std::vector<int64_t>{1, 2}).view({images, 1}).repeat({1, objects});
     const auto c = probe.run(boxes, labels);
+    const RoiSlots slots = probe.slots(objects);
+    EXPECT_EQ(c.box_slots, slots.box);
+    EXPECT_EQ(c.mask_slots, slots.mask);
+    EXPECT_EQ(c.box_counted, images * budget);
+    EXPECT_EQ(c.mask_counted, images * positive_cap);
     EXPECT_EQ(c.positives, images * positive_cap);
     EXPECT_NEAR(c.box_rois, static_cast<double>(images * budget), 1e-2);
     EXPECT_NEAR(c.regressed_rois, static_cast<double>(images * positive_cap), 1e-2);
@@ -443,6 +466,14 @@ void expect_roi_sampling(const MaskRcnnOptions& options, int64_t budget, int64_t
                  mask_loss_of(bias(2), boxes[0][0], mask_side)) /
                     2,
                 1e-5);
+  }
+}
+
+/// expect_roi_sampling_with under both roi_heads settings.
+void expect_roi_sampling(const MaskRcnnOptions& options, int64_t budget, int64_t positive_cap) {
+  for (const auto heads : {RoiHeadSlots::kPerBatch, RoiHeadSlots::kFixedMax}) {
+    SCOPED_TRACE(heads == RoiHeadSlots::kPerBatch ? "roi_heads per_batch" : "roi_heads fixed_max");
+    expect_roi_sampling_with(MaskRcnnOptions(options).roi_heads(heads), budget, positive_cap);
   }
 }
 
@@ -456,7 +487,7 @@ TEST(MaskRcnnTest, ShippedRoiSamplingTakes512RoisPerImageAQuarterPositive) {
   Json values = config.smoke_model.json();
   for (const char* key : {"roi_batch_per_image", "roi_positive_fraction", "roi_fg_iou",
                           "roi_bg_iou", "mask_rois_per_image", "pre_nms_top_n", "post_nms_top_n",
-                          "fpn_post_nms_top_n", "fpn_post_nms_per_batch"}) {
+                          "fpn_post_nms_top_n", "fpn_post_nms_per_batch", "roi_heads"}) {
     values[key] = config.model.json().at(key);
   }
   const auto options =
@@ -468,6 +499,149 @@ TEST(MaskRcnnTest, SmokeRoiSamplingTakes64RoisPerImageAQuarterPositive) {
   // The smoke section shrinks the budget to 64 and keeps the fraction: 64 x 0.25 = 16 positive
   // at most.
   expect_roi_sampling(mask_rcnn_options(store().model("mask-rcnn").smoke_model), 64, 16);
+}
+
+// ---- The heads' RoI slots: maskrcnn-benchmark's batch-wide budget ----
+
+TEST(MaskRcnnTest, RoiSlotBoundIsTheMostTheSamplerCanReturn) {
+  // maskrcnn-benchmark at batch 16: 2000 proposals over the batch (FPN_POST_NMS_TOP_N_TRAIN,
+  // FPN_POST_NMS_PER_BATCH) plus 7 ground-truth boxes per image, 512 sampled per image at most
+  // (ROI_HEADS.BATCH_SIZE_PER_IMAGE), 128 of them positive (POSITIVE_FRACTION 0.25).
+  EXPECT_EQ(roi_slot_bound(16, 512, 7, 2000), 2112);
+  EXPECT_EQ(roi_slot_bound(16, 128, 7, 2000), 2048);
+  // Against the brute-force most of sum_i min(cap, p_i + G) over proposal counts p_i >= 0 with
+  // sum p_i <= P: the bound is exact.
+  for (int64_t images = 1; images <= 3; ++images) {
+    for (int64_t cap = 1; cap <= 6; ++cap) {
+      for (int64_t gt = 0; gt <= 7; ++gt) {
+        for (int64_t proposals = 0; proposals <= 9; ++proposals) {
+          std::function<int64_t(int64_t, int64_t)> most = [&](int64_t image, int64_t left) {
+            if (image == images) return int64_t{0};
+            int64_t best = 0;
+            for (int64_t p = 0; p <= left; ++p) {
+              best = std::max(best, std::min(cap, p + gt) + most(image + 1, left - p));
+            }
+            return best;
+          };
+          EXPECT_EQ(roi_slot_bound(images, cap, gt, proposals), most(0, proposals))
+              << images << " images, cap " << cap << ", " << gt << " boxes, " << proposals
+              << " proposals";
+        }
+      }
+    }
+  }
+}
+
+TEST(MaskRcnnTest, HeadsRunTheBatchBoundOrEveryImagesMost) {
+  auto options = mask_rcnn_options(store().model("mask-rcnn").model);
+  EXPECT_EQ(options.roi_heads(), RoiHeadSlots::kPerBatch);  // the shipped setting
+  MaskRcnn model(options);
+  const auto plan = model->plan(800, 1333, 800, 1344, torch::kCPU);
+  const RoiSlots per_batch = model->roi_slots(16, 7, plan);
+  EXPECT_EQ(per_batch.proposals_per_image, 2000);
+  EXPECT_EQ(per_batch.proposals, 2000);
+  EXPECT_EQ(per_batch.samples_per_image, 512);
+  EXPECT_EQ(per_batch.mask_per_image, 128);
+  EXPECT_EQ(per_batch.box, 2112);
+  EXPECT_EQ(per_batch.mask, 2048);
+  model->options.roi_heads(RoiHeadSlots::kFixedMax);
+  const RoiSlots fixed = model->roi_slots(16, 7, plan);
+  EXPECT_EQ(fixed.box, 16 * 512);
+  EXPECT_EQ(fixed.mask, 16 * 128);
+  // With the proposal cut per image, every image may fill its 512.
+  model->options.roi_heads(RoiHeadSlots::kPerBatch).fpn_post_nms_per_batch(false);
+  EXPECT_EQ(model->roi_slots(16, 7, plan).box, 16 * 512);
+  EXPECT_EQ(model->roi_slots(16, 7, plan).proposals, 16 * 2000);
+}
+
+TEST(MaskRcnnTest, PerBatchSlotsComputeFixedMaxsLossesOnFewerRois) {
+  // Four smoke-size images of 3 boxes and 20 proposals over the batch: each image samples its
+  // proposals and boxes (fewer than 64), 12 + 20 = 32 RoIs in all. per_batch runs the box head
+  // on 32 slots and the mask head on 12 + min(20, 4 x 13) = 32; fixed_max on 4 x 23 and 4 x 16.
+  // With the same weights and draws the two compute the same losses.
+  const auto options =
+      mask_rcnn_options(store().model("mask-rcnn").smoke_model).fpn_post_nms_top_n(20);
+  const auto batch = synthetic_detection_batch(4, 120, 128, 32, 3, 8, 64, 81, torch::kCPU, 7);
+  MaskRcnnLosses losses[2];
+  const RoiHeadSlots modes[2] = {RoiHeadSlots::kPerBatch, RoiHeadSlots::kFixedMax};
+  for (int m = 0; m < 2; ++m) {
+    torch::manual_seed(0);
+    MaskRcnn model(MaskRcnnOptions(options).roi_heads(modes[m]));
+    model->train();
+    const auto plan = model->plan(120, 128, 128, 128, torch::kCPU);
+    model->calibrate_frozen_batchnorm(batch.images);
+    torch::manual_seed(1);
+    losses[m] = model->forward(batch, plan);
+  }
+  EXPECT_EQ(losses[0].box_slots, 32);
+  EXPECT_EQ(losses[0].mask_slots, 32);
+  EXPECT_EQ(losses[1].box_slots, 4 * 23);
+  EXPECT_EQ(losses[1].mask_slots, 4 * 16);
+  for (const auto& l : losses) {
+    EXPECT_EQ(l.box_rois.item<int64_t>(), 32);
+    EXPECT_GE(l.mask_rois.item<int64_t>(), 12);  // every ground-truth box is its own positive
+    EXPECT_EQ(l.mask_rois.item<int64_t>(), l.positive_rois.item<int64_t>());
+  }
+  EXPECT_EQ(losses[0].mask_rois.item<int64_t>(), losses[1].mask_rois.item<int64_t>());
+  const auto same = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return std::abs(a.item<double>() - b.item<double>()) <=
+           1e-5 * std::abs(b.item<double>()) + 1e-7;
+  };
+  EXPECT_TRUE(same(losses[0].objectness, losses[1].objectness));
+  EXPECT_TRUE(same(losses[0].rpn_box_reg, losses[1].rpn_box_reg));
+  EXPECT_TRUE(same(losses[0].classifier, losses[1].classifier))
+      << losses[0].classifier.item<double>() << " " << losses[1].classifier.item<double>();
+  EXPECT_TRUE(same(losses[0].box_reg, losses[1].box_reg))
+      << losses[0].box_reg.item<double>() << " " << losses[1].box_reg.item<double>();
+  EXPECT_TRUE(same(losses[0].mask, losses[1].mask))
+      << losses[0].mask.item<double>() << " " << losses[1].mask.item<double>();
+}
+
+TEST(MaskRcnnTest, StepRecordsTheRoisAndPositivesPerImageOfItsWindow) {
+  // The smoke step with 20 proposals over its batch of 2: every image samples its share of
+  // them and its 3 boxes, (2 x 3 + 20) / 2 = 13 RoIs per image, whichever setting. Losses stay
+  // finite over the steps; the record gives the window's counts and the heads' slots.
+  const ModelConfig& config = store().model("mask-rcnn");
+  double positives[2] = {0, 0};
+  int m = 0;
+  for (const char* mode : {"per_batch", "fixed_max"}) {
+    SCOPED_TRACE(mode);
+    Json values = config.smoke_model.json();
+    values["roi_heads"] = mode;
+    values["fpn_post_nms_top_n"] = 20;
+    StepContext ctx;
+    ctx.config = &config;
+    ctx.model = Params(mask_rcnn_model_schema(), values, Where{"test", ""});
+    ctx.optimizer = config.optimizer;
+    ctx.batch = 2;
+    ctx.device = torch::kCPU;
+    auto step = builtin_registry().get("mask-rcnn").prepare(ctx);
+    const Json batch_info = step->batch_info();
+    EXPECT_EQ(batch_info.at("roi_heads"), mode);
+    const bool per_batch = std::string(mode) == "per_batch";
+    EXPECT_EQ(batch_info.at("box_roi_slots").get<int64_t>(), per_batch ? 26 : 2 * 23);
+    EXPECT_EQ(batch_info.at("mask_roi_slots").get<int64_t>(), per_batch ? 26 : 2 * 16);
+    step->run();
+    EXPECT_FALSE(step->runtime_info().at("roi_heads").contains("rois_per_image"));  // no window
+    step->begin_window();
+    for (int i = 0; i < 4; ++i) {
+      step->run();
+      for (const auto& [name, loss] : step->losses()) {
+        EXPECT_TRUE(std::isfinite(loss.item<float>())) << name << " at step " << i;
+      }
+    }
+    const Json heads = step->runtime_info().at("roi_heads");
+    EXPECT_EQ(heads.at("mode"), mode);
+    EXPECT_EQ(heads.at("steps").get<int64_t>(), 4);
+    EXPECT_EQ(heads.at("box_slots"), batch_info.at("box_roi_slots"));
+    EXPECT_EQ(heads.at("mask_slots"), batch_info.at("mask_roi_slots"));
+    EXPECT_DOUBLE_EQ(heads.at("rois_per_image").get<double>(), 13.0);
+    positives[m] = heads.at("positives_per_image").get<double>();
+    EXPECT_GE(positives[m], 3.0);
+    EXPECT_LE(positives[m], 13.0);
+    ++m;
+  }
+  EXPECT_NEAR(positives[0], positives[1], 0.5);
 }
 
 }  // namespace

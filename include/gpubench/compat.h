@@ -86,6 +86,17 @@ inline torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const 
 #endif
 }
 
+/// True where libtorch's CPU embedding_bag takes bf16 tables; 1.13's takes half, float and
+/// double only (its CUDA kernel always took bf16).
+constexpr bool kCpuBf16EmbeddingBag = kTorchVersion >= 201;
+
+/// The dtype an embedding_bag table of `dtype` on `device` is kept in: `dtype` itself, except
+/// bf16 on the CPU of a libtorch without that kernel, where it is float.
+inline torch::ScalarType embedding_bag_dtype(torch::ScalarType dtype, const torch::Device& device) {
+  if (dtype == torch::kBFloat16 && device.is_cpu() && !kCpuBf16EmbeddingBag) return torch::kFloat;
+  return dtype;
+}
+
 /// tensors[i] *= scalar for a 0-dim tensor `scalar`, without reading it on the host.
 inline void foreach_mul_(std::vector<torch::Tensor>& tensors, const torch::Tensor& scalar) {
 #if GPUBENCH_TORCH_AT_LEAST(2, 1)
