@@ -49,9 +49,8 @@ torch::Tensor naive_attention(const torch::Tensor& q, const torch::Tensor& k,
         }
         double total = 0;
         for (auto& s : scores) total += (s = std::exp(s - top));
-        for (int64_t j = 0; j < k.size(2); ++j) {
-          out[b][h][i] += v[b][h][j] * (scores[j] / total);
-        }
+        auto row = out[b][h][i];  // a view: adding to it writes into out
+        for (int64_t j = 0; j < k.size(2); ++j) row += v[b][h][j] * (scores[j] / total);
       }
     }
   }
