@@ -4,6 +4,7 @@
 #include "gpubench/config.h"
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/runtime.h"
+#include "models/attention.h"
 
 #include <torch/torch.h>
 
@@ -32,6 +33,7 @@ ParamSchema bert_encoder_schema() {
        {"tanh", "erf"}},
       {"pooler", ParamKind::kBool, true, "build the pooler (dense + tanh on [CLS])"},
       {"init_range", ParamKind::kNumber, 0.02, "std of the truncated-normal initializer", {}, 0},
+      attention_param(),
   };
 }
 
@@ -48,7 +50,8 @@ BertOptions bert_options(const Params& m) {
       .layer_norm_eps(m.f64("layer_norm_eps"))
       .gelu(m.str("gelu"))
       .pooler(m.flag("pooler"))
-      .init_range(m.f64("init_range"));
+      .init_range(m.f64("init_range"))
+      .attention(m.str("attention"));
 }
 
 ParamSchema bert_optimizer_schema() {
@@ -142,9 +145,8 @@ torch::Tensor BertLayerImpl::forward(const torch::Tensor& x,
   // copy of the whole projection, and the three are summed.
   const auto qkv_heads =
       qkv(x).view({batch, length, 3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
-  auto context =
-      compat::scaled_dot_product_attention(qkv_heads[0], qkv_heads[1], qkv_heads[2], mask,
-                                           is_training() ? options.attention_dropout() : 0.0);
+  auto context = models::attention(options.attention(), qkv_heads[0], qkv_heads[1], qkv_heads[2],
+                                   mask, is_training() ? options.attention_dropout() : 0.0);
   context = context.transpose(1, 2).reshape({batch, length, options.hidden_size()});
   auto h = attention_norm(x + dropout(attention_out(context)));
   auto ff = output(bert_gelu(intermediate(h), options.gelu()));

@@ -51,6 +51,10 @@ struct BertOptions {
   TORCH_ARG(double, hidden_dropout) = 0.1;
   /// Dropout on attention probabilities. Default: 0.1
   TORCH_ARG(double, attention_dropout) = 0.1;
+  /// "stored" (explicit softmax, probabilities and dropout masks kept for the backward, as
+  /// google-research/bert) or "fused" (scaled_dot_product_attention); models/attention.h.
+  /// Default: "stored"
+  TORCH_ARG(std::string, attention) = "stored";
   /// LayerNorm epsilon. Default: 1e-12
   TORCH_ARG(double, layer_norm_eps) = 1e-12;
   /// GELU form: "tanh" (the TF original) or "erf" (PyTorch ports). Default: "tanh"
@@ -81,8 +85,8 @@ class BertEmbeddingsImpl : public torch::nn::Module {
 };
 TORCH_MODULE(BertEmbeddings);
 
-/// One post-LayerNorm transformer layer: self-attention (fused QKV projection, the
-/// scaled-dot-product kernel where libtorch has it), then the feed-forward block.
+/// One post-LayerNorm transformer layer: self-attention (fused QKV projection, attention stored
+/// or fused as options.attention() says), then the feed-forward block.
 class BertLayerImpl : public torch::nn::Module {
  public:
   explicit BertLayerImpl(const BertOptions& options);

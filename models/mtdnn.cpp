@@ -62,7 +62,13 @@ ParamSchema mtdnn_schema() {
        "proportional",
        "proportional: tasks drawn in proportion to train sizes (the recipe); cycle: in turn",
        {"proportional", "cycle"}},
-      {"schedule_length", ParamKind::kInt, 1000, "task draws precomputed and cycled", {}, 1},
+      {"cycle_steps",
+       ParamKind::kInt,
+       24,
+       "proportional: steps of the timed cycle, split among the tasks by train size, each draw "
+       "its own batch (the timed window is whole cycles)",
+       {},
+       1},
   });
 }
 
@@ -242,6 +248,63 @@ std::vector<int64_t> proportional_schedule(const std::vector<double>& weights, i
   return order;
 }
 
+std::vector<int64_t> apportion(const std::vector<double>& weights, int64_t steps) {
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  std::vector<int64_t> counts;
+  std::vector<std::pair<double, std::size_t>> remainders;
+  int64_t given = 0;
+  for (std::size_t t = 0; t < weights.size(); ++t) {
+    const double exact = static_cast<double>(steps) * weights[t] / total;
+    counts.push_back(static_cast<int64_t>(std::floor(exact)));
+    given += counts.back();
+    remainders.emplace_back(exact - std::floor(exact), t);
+  }
+  std::stable_sort(remainders.begin(), remainders.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t i = 0; given < steps; ++i, ++given) ++counts[remainders[i].second];
+  return counts;
+}
+
+int64_t batch_padded_length(const GlueTask& t, int64_t batch, double q, int64_t max_length) {
+  const double p = std::pow(q, 1.0 / static_cast<double>(std::max<int64_t>(batch, 1)));
+  const double z =
+      std::sqrt(2.0) * torch::erfinv(torch::tensor(2 * p - 1, torch::kDouble)).item<double>();
+  const double length = std::round(t.length_median * std::exp(t.length_sigma * z));
+  const int64_t shortest = t.segments == 2 ? 5 : 3;
+  return std::clamp<int64_t>(static_cast<int64_t>(length), shortest, max_length);
+}
+
+GlueCycle glue_cycle(const std::vector<GlueTask>& tasks, int64_t batch, int64_t max_length,
+                     int64_t cycle_steps, bool proportional) {
+  GlueCycle c;
+  const auto n = static_cast<int64_t>(tasks.size());
+  if (proportional) {
+    std::vector<double> weights;
+    for (const auto& t : tasks) weights.push_back(static_cast<double>(t.train_size));
+    c.counts = apportion(weights, cycle_steps);
+  } else {
+    c.counts.assign(tasks.size(), 1);
+  }
+  const int64_t length = std::accumulate(c.counts.begin(), c.counts.end(), int64_t{0});
+  // Integer weights summing to the cycle's length: the smooth round robin gives each task
+  // exactly its count in those steps.
+  const auto order =
+      proportional_schedule(std::vector<double>(c.counts.begin(), c.counts.end()), length);
+  std::vector<int64_t> drawn(tasks.size(), 0);
+  for (const int64_t t : order) c.steps.emplace_back(t, drawn[static_cast<std::size_t>(t)]++);
+  for (int64_t t = 0; t < n; ++t) {
+    const auto& task = tasks[static_cast<std::size_t>(t)];
+    const int64_t k = std::max<int64_t>(1, c.counts[static_cast<std::size_t>(t)]);
+    std::vector<int64_t> lengths;
+    for (int64_t j = 0; j < k; ++j) {
+      const double q = (static_cast<double>(j) + 0.5) / static_cast<double>(k);
+      lengths.push_back(batch_padded_length(task, batch, q, max_length));
+    }
+    c.lengths.push_back(lengths);
+  }
+  return c;
+}
+
 GlueBatch::GlueBatch(const GlueTask& t, int64_t task_index, int64_t batch, int64_t max_length,
                      int64_t vocab, const torch::Device& device, uint64_t seed, int64_t longest)
     : task(task_index) {
@@ -301,9 +364,15 @@ class MtDnnStep final : public train::RuntimeStep {
         updater_(runtime_.add("model", make_updater(*model_, ctx))) {
     const int64_t max_length = ctx.model.i64("max_seq_length");
     const int64_t vocab = ctx.model.i64("vocab_size");
+    cycle_ = glue_cycle(tasks_, ctx.batch, max_length, ctx.model.i64("cycle_steps"),
+                        ctx.model.str("task_order") == "proportional");
+    // Each task's batches, padded to the cycle's lengths; batch j of a task has its own seed.
     for (std::size_t t = 0; t < tasks_.size(); ++t) {
-      batches_.emplace_back(tasks_[t], static_cast<int64_t>(t), ctx.batch, max_length, vocab,
-                            ctx.device, ctx.seed);
+      first_batch_.push_back(static_cast<int64_t>(batches_.size()));
+      for (std::size_t j = 0; j < cycle_.lengths[t].size(); ++j) {
+        batches_.emplace_back(tasks_[t], static_cast<int64_t>(t), ctx.batch, max_length, vocab,
+                              ctx.device, ctx.seed + 7919 * j, cycle_.lengths[t][j]);
+      }
     }
     // The batch with the most memory: the task whose epoch holds the longest example, padded to
     // it. Its length does not grow with the batch size, so peak memory is linear in the batch
@@ -317,15 +386,19 @@ class MtDnnStep final : public train::RuntimeStep {
     batches_.emplace_back(tasks_[heaviest], static_cast<int64_t>(heaviest), ctx.batch, max_length,
                           vocab, ctx.device, ctx.seed + 1,
                           longest_example(tasks_[heaviest], max_length));
-    order_ = draw_order(ctx);
-    // Every batch once after the peak twice (see draw_order); with CUDA graphs, until each
+    draw_order();
+    // The opening and one whole cycle: every batch shape once; with CUDA graphs, until each
     // batch the order repeats is captured.
-    warmup_steps_ = runtime_.warmup_steps(static_cast<int64_t>(tasks_.size()) + 2, order_);
+    warmup_steps_ =
+        runtime_.warmup_steps(opening_ + static_cast<int64_t>(cycle_.steps.size()), order_);
   }
 
   double run() override {
     // The batch is chosen outside the iteration: each batch is its own captured variant.
-    const int64_t index = order_[next_ % order_.size()];
+    // The opening once, then its cycles over and over.
+    const auto size = static_cast<int64_t>(order_.size());
+    const int64_t at = next_ < size ? next_ : opening_ + (next_ - opening_) % (size - opening_);
+    const int64_t index = order_[static_cast<std::size_t>(at)];
     ++next_;
     const GlueBatch& b = batches_[static_cast<std::size_t>(index)];
     return runtime_.run(index, [&] {
@@ -359,18 +432,30 @@ class MtDnnStep final : public train::RuntimeStep {
 
   Json batch_info() const override {
     Json lengths = Json::object();
-    for (std::size_t t = 0; t < tasks_.size(); ++t) lengths[tasks_[t].name] = batches_[t].length;
     Json draws = Json::object();
+    double padded = 0;
     for (std::size_t t = 0; t < tasks_.size(); ++t) {
-      draws[tasks_[t].name] = std::count(order_.begin(), order_.end(), static_cast<int64_t>(t));
+      // As built: each batch's padded length.
+      std::vector<int64_t> built;
+      for (std::size_t j = 0; j < cycle_.lengths[t].size(); ++j) {
+        built.push_back(batches_[static_cast<std::size_t>(first_batch_[t]) + j].length);
+      }
+      lengths[tasks_[t].name] = built;
+      draws[tasks_[t].name] = cycle_.counts[t];
+    }
+    for (const auto& [t, j] : cycle_.steps) {
+      padded += static_cast<double>(
+          cycle_.lengths[static_cast<std::size_t>(t)][static_cast<std::size_t>(j)]);
     }
     const GlueBatch& peak = batches_.back();
     return Json{{"sequences", batches_.front().input_ids.size(0)},
-                {"padded_length_by_task", lengths},
+                {"padded_lengths_by_task", lengths},
                 {"peak_batch",
                  {{"task", tasks_[static_cast<std::size_t>(peak.task)].name},
                   {"padded_length", peak.length}}},
                 {"draws_by_task", draws},
+                {"mean_padded_length",
+                 cycle_.steps.empty() ? 0.0 : padded / static_cast<double>(cycle_.steps.size())},
                 {"representative_steps", representative_steps_}};
   }
 
@@ -395,44 +480,33 @@ class MtDnnStep final : public train::RuntimeStep {
         train::warmup_linear_decay(adamax.lr, o.i64("warmup_steps"), o.i64("total_steps")));
   }
 
-  /// The batch of every step (an index into batches_), cycled: an opening of the peak batch
-  /// twice (the max-batch search's two-step probes meet the memory peak the run will reach)
-  /// and every task once (warm-up sees every shape), then the tasks in proportion to their
-  /// training sets (mix_opt 0), spread evenly so a short window holds the epoch's mix.
-  std::vector<int64_t> draw_order(const StepContext& ctx) {
-    const int64_t n = static_cast<int64_t>(tasks_.size());
-    const int64_t peak = n;  // the extra batch built last
-    const int64_t length = ctx.model.i64("schedule_length");
-    std::vector<int64_t> order = {peak, peak};
-    for (int64_t t = 0; t < n; ++t) order.push_back(t);
-    if (ctx.model.str("task_order") == "cycle") {
-      for (int64_t i = 0; i < length; ++i) order.push_back(i % n);
-      representative_steps_ = n;
-      return order;
+  /// The batch of every step (an index into batches_): an opening of the peak batch twice (the
+  /// max-batch search's probes meet the memory peak the run will reach) and every task's first
+  /// batch (warm-up sees every task), then the cycle (glue_cycle), written out a few times so
+  /// that CUDA graphs capture every batch within order_; run() repeats the cycles after it.
+  void draw_order() {
+    const auto peak = static_cast<int64_t>(batches_.size()) - 1;  // the extra batch built last
+    order_ = {peak, peak};
+    for (const int64_t first : first_batch_) order_.push_back(first);
+    opening_ = static_cast<int64_t>(order_.size());
+    for (int repeat = 0; repeat < 4; ++repeat) {
+      for (const auto& [t, j] : cycle_.steps) {
+        order_.push_back(first_batch_[static_cast<std::size_t>(t)] + j);
+      }
     }
-    std::vector<double> weights;
-    for (const auto& t : tasks_) weights.push_back(static_cast<double>(t.train_size));
-    const auto schedule = proportional_schedule(weights, length);
-    order.insert(order.end(), schedule.begin(), schedule.end());
-    // Enough steps for every task in the most frequent 95% of the mass to come up once.
-    std::vector<double> shares = weights;
-    const double total = std::accumulate(shares.begin(), shares.end(), 0.0);
-    std::sort(shares.rbegin(), shares.rend());
-    double covered = 0;
-    for (double w : shares) {
-      covered += w / total;
-      representative_steps_ = static_cast<int64_t>(std::ceil(total / w));
-      if (covered >= 0.95) break;
-    }
-    return order;
+    // The timed window is whole cycles: each holds the tasks' mix and every padded length.
+    representative_steps_ = static_cast<int64_t>(cycle_.steps.size());
   }
 
   std::vector<GlueTask> tasks_;
   MtDnn model_;
   train::Updater& updater_;
   std::vector<GlueBatch> batches_;
+  GlueCycle cycle_;
+  std::vector<int64_t> first_batch_;  // per task: the index of its first batch in batches_
   std::vector<int64_t> order_;
-  std::size_t next_ = 0;
+  int64_t opening_ = 0;  // steps of order_ before its first cycle
+  int64_t next_ = 0;
   int64_t warmup_steps_ = 1;
   int64_t representative_steps_ = 1;
 };

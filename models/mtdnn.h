@@ -79,6 +79,31 @@ int64_t longest_example(const GlueTask& task, int64_t max_length);
 /// a short timed window sees the epoch's mix. Deterministic.
 std::vector<int64_t> proportional_schedule(const std::vector<double>& weights, int64_t length);
 
+/// `steps` split in proportion to `weights` (largest remainders; ties to the earlier task).
+std::vector<int64_t> apportion(const std::vector<double>& weights, int64_t steps);
+
+/// The padded length of a batch of `batch` examples of `task` whose longest example sits at
+/// quantile `q` of the distribution of the longest of `batch` draws: median x exp(sigma x z)
+/// with z = Phi^-1(q^(1/batch)), rounded, between the task's shortest example and max_length.
+int64_t batch_padded_length(const GlueTask& task, int64_t batch, double q, int64_t max_length);
+
+/// The batches one timed cycle of mt-dnn trains on. Each task draws `counts[t]` steps of the
+/// cycle (in proportion to its training set, or once each for the `cycle` order), spread
+/// evenly (proportional_schedule); its j-th draw is its own batch, padded to the quantile
+/// (j + 0.5) / counts[t] of the longest-of-batch distribution (batch_padded_length). So every
+/// cycle pads as an epoch of random batches does on average, the same for every seed: the
+/// seed draws the tokens and the shorter examples, not the padded lengths. A task with no draw
+/// in the cycle still gets one batch (at the median), for the warm-up.
+struct GlueCycle {
+  std::vector<int64_t> counts;                     ///< per task: draws in one cycle
+  std::vector<std::vector<int64_t>> lengths;       ///< per task: padded length of each batch
+  std::vector<std::pair<int64_t, int64_t>> steps;  ///< the cycle: (task, its batch)
+};
+/// `proportional`: tasks in proportion to their training sets over `cycle_steps` steps (mix_opt
+/// 0); else each task once in turn.
+GlueCycle glue_cycle(const std::vector<GlueTask>& tasks, int64_t batch, int64_t max_length,
+                     int64_t cycle_steps, bool proportional);
+
 /// The shared encoder and one head per task.
 class MtDnnImpl : public torch::nn::Module {
  public:

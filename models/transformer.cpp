@@ -4,6 +4,7 @@
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/optimizers.h"
 #include "gpubench/train/update.h"
+#include "models/attention.h"
 #include "models/token_batching.h"
 #include "models/translation_step.h"
 
@@ -45,8 +46,8 @@ torch::nn::LayerNorm layer_norm(int64_t dim) {
 }  // namespace
 
 FairseqAttentionImpl::FairseqAttentionImpl(int64_t embed_dim, int64_t heads_, double dropout_,
-                                           bool self_attention)
-    : heads(heads_), dropout(dropout_) {
+                                           bool self_attention, std::string kind_)
+    : heads(heads_), dropout(dropout_), kind(std::move(kind_)) {
   TORCH_CHECK(embed_dim % heads == 0, "embed_dim must be a multiple of heads");
   in_proj = register_module("in_proj", Linear(embed_dim, (self_attention ? 3 : 1) * embed_dim));
   if (!self_attention) {
@@ -92,17 +93,17 @@ torch::Tensor FairseqAttentionImpl::forward(const torch::Tensor& query, const to
   }
   std::optional<torch::Tensor> additive;
   if (mask) additive = mask->to(q.dtype());
-  // fairseq scales q by head_dim^-0.5 before q k^T; the kernel's default scale is the same.
-  const auto context = compat::scaled_dot_product_attention(q, k, v, additive,
-                                                            is_training() ? dropout : 0.0, causal);
+  // fairseq scales q by head_dim^-0.5 before q k^T; the same scale up to rounding.
+  const auto context =
+      models::attention(kind, q, k, v, additive, is_training() ? dropout : 0.0, causal);
   return out_proj(context.transpose(1, 2).reshape({batch, length, dim}));
 }
 
 TransformerEncoderLayerImpl::TransformerEncoderLayerImpl(const FairseqTransformerOptions& o)
     : options(o) {
   const int64_t d = o.embed_dim();
-  self_attn =
-      register_module("self_attn", FairseqAttention(d, o.heads(), o.attention_dropout(), true));
+  self_attn = register_module(
+      "self_attn", FairseqAttention(d, o.heads(), o.attention_dropout(), true, o.attention()));
   self_attn_norm = register_module("self_attn_norm", layer_norm(d));
   fc1 = register_module("fc1", xavier_linear(d, o.ffn_dim()));
   fc2 = register_module("fc2", xavier_linear(o.ffn_dim(), d));
@@ -121,11 +122,11 @@ torch::Tensor TransformerEncoderLayerImpl::forward(const torch::Tensor& x,
 TransformerDecoderLayerImpl::TransformerDecoderLayerImpl(const FairseqTransformerOptions& o)
     : options(o) {
   const int64_t d = o.embed_dim();
-  self_attn =
-      register_module("self_attn", FairseqAttention(d, o.heads(), o.attention_dropout(), true));
+  self_attn = register_module(
+      "self_attn", FairseqAttention(d, o.heads(), o.attention_dropout(), true, o.attention()));
   self_attn_norm = register_module("self_attn_norm", layer_norm(d));
-  encoder_attn =
-      register_module("encoder_attn", FairseqAttention(d, o.heads(), o.attention_dropout(), false));
+  encoder_attn = register_module(
+      "encoder_attn", FairseqAttention(d, o.heads(), o.attention_dropout(), false, o.attention()));
   encoder_attn_norm = register_module("encoder_attn_norm", layer_norm(d));
   fc1 = register_module("fc1", xavier_linear(d, o.ffn_dim()));
   fc2 = register_module("fc2", xavier_linear(o.ffn_dim(), d));
@@ -214,6 +215,7 @@ ParamSchema transformer_model_schema() {
       {"activation_dropout", ParamKind::kNumber, 0.0, "dropout after the FFN ReLU", {}, 0},
       {"max_positions", ParamKind::kInt, 1024, "rows of the sinusoidal table (+ pad + 1)", {}, 1},
       {"label_smoothing", ParamKind::kNumber, 0.1, "label-smoothed cross-entropy epsilon", {}, 0},
+      attention_param(),
   };
   const ParamSchema batching = token_batching_schema(LengthProfile{});
   specs.insert(specs.end(), batching.specs().begin(), batching.specs().end());
@@ -244,7 +246,8 @@ FairseqTransformerOptions transformer_options(const Params& m) {
       .dropout(m.f64("dropout"))
       .attention_dropout(m.f64("attention_dropout"))
       .activation_dropout(m.f64("activation_dropout"))
-      .max_positions(m.i64("max_positions"));
+      .max_positions(m.i64("max_positions"))
+      .attention(m.str("attention"));
 }
 
 train::Updater transformer_updater(const torch::nn::Module& model, const Params& o,

@@ -12,6 +12,7 @@
 #include <torch/nn.h>
 
 #include <optional>
+#include <string>
 #include <utility>
 
 namespace gpubench::models {
@@ -44,6 +45,10 @@ struct FairseqTransformerOptions {
   TORCH_ARG(double, activation_dropout) = 0.0;
   /// Longest sentence the position table covers [tokens]. Default: 1024
   TORCH_ARG(int64_t, max_positions) = 1024;
+  /// "stored" (explicit softmax, probabilities kept for the backward, as fairseq's
+  /// MultiheadAttention) or "fused" (scaled_dot_product_attention); models/attention.h.
+  /// Default: "stored"
+  TORCH_ARG(std::string, attention) = "stored";
 };
 
 /// fairseq's SinusoidalPositionalEmbedding.get_embedding: `rows` x `dim`, sines of all
@@ -53,11 +58,12 @@ torch::Tensor sinusoidal_table(int64_t rows, int64_t dim, int64_t pad);
 
 /// fairseq's MultiheadAttention with its projections packed for speed: self-attention projects
 /// q, k, v with one [3d, d] Linear, encoder attention q with one and k, v with another (the same
-/// parameters as fairseq's four d x d layers). Softmax(q k^T / sqrt(head_dim)) v through the
-/// fused scaled-dot-product kernel.
+/// parameters as fairseq's four d x d layers). Softmax(q k^T / sqrt(head_dim)) v, stored or fused
+/// (`kind`, models/attention.h).
 class FairseqAttentionImpl : public torch::nn::Module {
  public:
-  FairseqAttentionImpl(int64_t embed_dim, int64_t heads, double dropout, bool self_attention);
+  FairseqAttentionImpl(int64_t embed_dim, int64_t heads, double dropout, bool self_attention,
+                       std::string kind = "stored");
   /// query [B, Tq, d]; memory [B, Tk, d] (ignored for self-attention). `mask`: additive
   /// [B, 1, 1, Tk] (0 or -inf) or none; `causal`: each query sees keys up to its own position.
   torch::Tensor forward(const torch::Tensor& query, const torch::Tensor& memory,
@@ -65,6 +71,7 @@ class FairseqAttentionImpl : public torch::nn::Module {
 
   int64_t heads;
   double dropout;
+  std::string kind;         ///< "stored" or "fused"
   Linear in_proj{nullptr};  ///< self: q, k, v. encoder attention: q only
   Linear kv_proj{nullptr};  ///< encoder attention: k, v; null for self-attention
   Linear out_proj{nullptr};

@@ -3,6 +3,7 @@
 #include "gpubench/compat.h"
 #include "gpubench/config.h"
 #include "gpubench/train/model_reuse.h"
+#include "models/attention.h"
 #include "models/xlm_batching.h"
 
 #include <torch/torch.h>
@@ -32,8 +33,9 @@ torch::Tensor non_pad_mask(const torch::Tensor& lengths, int64_t length) {
 
 // ---- Attention ----
 
-XlmAttentionImpl::XlmAttentionImpl(int64_t dim_, int64_t heads_, double dropout_, bool cross)
-    : dim(dim_), heads(heads_), dropout(dropout_) {
+XlmAttentionImpl::XlmAttentionImpl(int64_t dim_, int64_t heads_, double dropout_, bool cross,
+                                   std::string kind_)
+    : dim(dim_), heads(heads_), dropout(dropout_), kind(std::move(kind_)) {
   TORCH_CHECK(dim % heads == 0, "dim must be a multiple of heads");
   if (cross) {
     q = register_module("q", Linear(dim, dim));
@@ -62,8 +64,8 @@ torch::Tensor XlmAttentionImpl::self_attention(const torch::Tensor& x,
       qkv(x).view({batch, length, 3, heads, dim / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
   std::optional<torch::Tensor> typed_mask;
   if (mask) typed_mask = mask->to(qkv_heads[0].scalar_type());
-  auto context = compat::scaled_dot_product_attention(
-      qkv_heads[0], qkv_heads[1], qkv_heads[2], typed_mask, is_training() ? dropout : 0.0, causal);
+  auto context = models::attention(kind, qkv_heads[0], qkv_heads[1], qkv_heads[2], typed_mask,
+                                   is_training() ? dropout : 0.0, causal);
   return out(merge_heads(context));
 }
 
@@ -83,9 +85,9 @@ torch::Tensor XlmAttentionImpl::self_attention_step(const torch::Tensor& x,
   // copies the whole prefix every step; the attended values are the same.
   key_cache.narrow(2, t, 1).copy_(qkv_heads[1]);
   value_cache.narrow(2, t, 1).copy_(qkv_heads[2]);
-  auto context = compat::scaled_dot_product_attention(qkv_heads[0], key_cache.narrow(2, 0, t + 1),
-                                                      value_cache.narrow(2, 0, t + 1), std::nullopt,
-                                                      is_training() ? dropout : 0.0);
+  auto context = models::attention(kind, qkv_heads[0], key_cache.narrow(2, 0, t + 1),
+                                   value_cache.narrow(2, 0, t + 1), std::nullopt,
+                                   is_training() ? dropout : 0.0);
   return out(merge_heads(context));
 }
 
@@ -101,8 +103,8 @@ torch::Tensor XlmAttentionImpl::cross_attention(const torch::Tensor& x, const to
                                                 const torch::Tensor& values,
                                                 const torch::Tensor& mask) {
   auto query = split_heads(q(x));
-  auto context = compat::scaled_dot_product_attention(
-      query, keys, values, mask.to(query.scalar_type()), is_training() ? dropout : 0.0);
+  auto context = models::attention(kind, query, keys, values, mask.to(query.scalar_type()),
+                                   is_training() ? dropout : 0.0);
   return out(merge_heads(context));
 }
 
@@ -113,12 +115,12 @@ XlmLayerImpl::XlmLayerImpl(const XlmTransformerOptions& o) : options(o) {
   auto norm = [&] {
     return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(o.layer_norm_eps()));
   };
-  attention =
-      register_module("attention", XlmAttention(d, o.heads(), o.attention_dropout(), false));
+  attention = register_module(
+      "attention", XlmAttention(d, o.heads(), o.attention_dropout(), false, o.attention()));
   layer_norm1 = register_module("layer_norm1", norm());
   if (o.is_decoder()) {
-    encoder_attn =
-        register_module("encoder_attn", XlmAttention(d, o.heads(), o.attention_dropout(), true));
+    encoder_attn = register_module(
+        "encoder_attn", XlmAttention(d, o.heads(), o.attention_dropout(), true, o.attention()));
     layer_norm15 = register_module("layer_norm15", norm());
   }
   lin1 = register_module("lin1", Linear(d, o.ffn_dim()));
@@ -415,6 +417,7 @@ ParamSchema unsupmt_model_schema() {
       {"dropout", ParamKind::kNumber, 0.1, "dropout probability", {}, 0},
       {"attention_dropout", ParamKind::kNumber, 0.1, "dropout on attention probabilities", {}, 0},
       {"layer_norm_eps", ParamKind::kNumber, 1e-12, "LayerNorm epsilon", {}, 0},
+      attention_param(),
       {"word_shuffle", ParamKind::kNumber, 3.0, "AE noise: shuffle distance k (0 = off)", {}, 0},
       {"word_dropout", ParamKind::kNumber, 0.1, "AE noise: word drop probability", {}, 0},
       {"word_blank", ParamKind::kNumber, 0.1, "AE noise: word blank probability", {}, 0},
@@ -453,7 +456,8 @@ XlmTransformerOptions xlm_options(const Params& m, bool is_decoder) {
       .n_langs(m.i64("n_langs"))
       .dropout(m.f64("dropout"))
       .attention_dropout(m.f64("attention_dropout"))
-      .layer_norm_eps(m.f64("layer_norm_eps"));
+      .layer_norm_eps(m.f64("layer_norm_eps"))
+      .attention(m.str("attention"));
 }
 
 UnsupMtStep::UnsupMtStep(const StepContext& ctx)

@@ -55,6 +55,10 @@ struct XlmTransformerOptions {
   TORCH_ARG(double, attention_dropout) = 0.1;
   /// Epsilon of every LayerNorm. Default: 1e-12
   TORCH_ARG(double, layer_norm_eps) = 1e-12;
+  /// "stored" (explicit softmax and dropout, probabilities and masks kept for the backward, as
+  /// XLM's MultiHeadAttention) or "fused" (scaled_dot_product_attention); models/attention.h.
+  /// Default: "stored"
+  TORCH_ARG(std::string, attention) = "stored";
 };
 
 /// Multi-head attention: self-attention with one fused query/key/value projection, or
@@ -62,7 +66,8 @@ struct XlmTransformerOptions {
 /// parameters of XLM's q_lin, k_lin, v_lin and out_lin, laid out for fewer matrix products).
 class XlmAttentionImpl : public torch::nn::Module {
  public:
-  XlmAttentionImpl(int64_t dim, int64_t heads, double dropout, bool cross);
+  XlmAttentionImpl(int64_t dim, int64_t heads, double dropout, bool cross,
+                   std::string kind = "stored");
 
   /// Self-attention of x [B, L, D]. `mask`: additive key mask [B, 1, 1, L] or none; `causal`
   /// lets position i see positions <= i only.
@@ -80,6 +85,7 @@ class XlmAttentionImpl : public torch::nn::Module {
 
   int64_t dim, heads;
   double dropout;
+  std::string kind;  ///< "stored" or "fused" (models/attention.h)
   Linear qkv{nullptr}, q{nullptr}, kv{nullptr}, out{nullptr};
 
  private:

@@ -156,6 +156,13 @@ JobRecord base_record(const ModelConfig& config, const RunSettings& run) {
   return r;
 }
 
+/// cuDNN autotuning for a workload's timed run: the run's switch (run.cudnn_benchmark, on by
+/// default) and the workload's (runtime.cudnn_benchmark: off where its reference trains without
+/// it, docs/ARCHITECTURE.md "cuDNN autotuning").
+bool cudnn_autotuning(const ModelConfig& config, const RunSettings& run) {
+  return run.cudnn_benchmark && RuntimeSettings::from_params(config.runtime).cudnn_benchmark;
+}
+
 StepContext make_context(const ModelConfig& config, const RunSettings& run,
                          const torch::Device& device, int64_t batch) {
   StepContext ctx;
@@ -167,6 +174,8 @@ StepContext make_context(const ModelConfig& config, const RunSettings& run,
   ctx.device = device;
   ctx.seed = run.seed;
   ctx.runtime = RuntimeSettings::from_params(config.runtime);
+  // What the worker applied (cudnn_autotuning): the step records it in its runtime info.
+  ctx.runtime.cudnn_benchmark = cudnn_autotuning(config, run);
   return ctx;
 }
 
@@ -558,8 +567,10 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
                                format_bytes(static_cast<double>(allocator_cap))));
       }
     }
-    apply_math_mode(run.precision, run.cudnn_benchmark);
-    set_cudnn_algorithm_choice(run.cudnn_benchmark, run.cudnn_benchmark_limit,
+    // Before the model is built: cuDNN reads the setting at each convolution's first run.
+    const bool autotuning = cudnn_autotuning(config, run);
+    apply_math_mode(run.precision, autotuning);
+    set_cudnn_algorithm_choice(autotuning, run.cudnn_benchmark_limit,
                                run.cudnn_benchmark_empty_cache);
     torch::manual_seed(static_cast<uint64_t>(run.seed));
     const Architecture& arch = builtin_registry().get(config.architecture);
@@ -567,8 +578,8 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
     if (spec.phase == "search") {
       // Heuristics unless asked: no autotuning at every new shape, and workspaces picked by
       // shape rather than by what happens to be free (docs/search.md).
-      set_cudnn_algorithm_choice(config.search.cudnn_benchmark, run.cudnn_benchmark_limit,
-                                 run.cudnn_benchmark_empty_cache);
+      set_cudnn_algorithm_choice(config.search.cudnn_benchmark && autotuning,
+                                 run.cudnn_benchmark_limit, run.cudnn_benchmark_empty_cache);
       // A workload may probe in another layout than it trains in (probe_memory_format: cuDNN
       // builds a kernel for each channels-last depthwise convolution at every new shape); the
       // timed run keeps its own and confirms the batch (docs/search.md, "Cheap probes").
@@ -624,7 +635,7 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
         return find_max_batch(config.search, capacity, probe, options);
       }();
       Heartbeat::phase("");
-      search.cudnn_benchmark = config.search.cudnn_benchmark;
+      search.cudnn_benchmark = config.search.cudnn_benchmark && autotuning;
       if (probe_layout_differs) {
         search.probe_overrides = {{"memory_format", probe_model.str("memory_format")}};
       }

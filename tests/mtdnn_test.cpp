@@ -261,10 +261,119 @@ TEST(MtDnnTest, ProportionalDrawsFollowTheTrainSizesAndStartWithTheLongestBatch)
   const Json& draws = info["draws_by_task"];
   EXPECT_GT(draws["mnli"].get<int>(), draws["sst"].get<int>());
   EXPECT_GT(draws["qqp"].get<int>(), 10 * draws["rte"].get<int>() / 2);
-  EXPECT_EQ(info["padded_length_by_task"].size(), 8u);
+  EXPECT_EQ(info["padded_lengths_by_task"].size(), 8u);
   // At this size every task's longest example is capped at max_seq_length (96).
   EXPECT_EQ(info["peak_batch"]["padded_length"], small["max_seq_length"]);
-  EXPECT_EQ(info["representative_steps"], 15);  // SST-2's share, the last of the top 95%
+  EXPECT_EQ(info["representative_steps"], 24);  // the cycle
+}
+
+TEST(MtDnnTest, ApportionGivesEveryStepByLargestRemainders) {
+  const std::vector<double> glue = {392702, 2490, 363846, 104743, 3668, 67349, 8551, 5749};
+  // 24 x shares: 9.93, 0.06, 9.20, 2.65, 0.09, 1.70, 0.22, 0.15 -> floors 9, 9, 2, 1 (21) and
+  // the three largest remainders (mnli .93, sst .70, qnli .65) get one more.
+  EXPECT_EQ(apportion(glue, 24), (std::vector<int64_t>{10, 0, 9, 3, 0, 2, 0, 0}));
+  EXPECT_EQ(apportion({1, 1, 1}, 4), (std::vector<int64_t>{2, 1, 1}));
+  for (const int64_t steps : {1, 7, 24, 100, 1000}) {
+    const auto counts = apportion(glue, steps);
+    EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), int64_t{0}), steps);
+    const double total = std::accumulate(glue.begin(), glue.end(), 0.0);
+    for (std::size_t t = 0; t < glue.size(); ++t) {
+      EXPECT_LT(std::abs(static_cast<double>(counts[t]) - steps * glue[t] / total), 1.0);
+    }
+  }
+}
+
+TEST(MtDnnTest, ABatchPadsToTheQuantileOfTheLongestOfItsExamples) {
+  GlueTask mnli;
+  mnli.length_median = 37;
+  mnli.length_sigma = 0.45;
+  // One example: its median is the distribution's.
+  EXPECT_EQ(batch_padded_length(mnli, 1, 0.5, 512), 37);
+  // Checked against an independent inversion: P(longest of B <= L) = Phi(ln(L / 37) / 0.45)^B.
+  const auto cdf_of_longest = [&](double length, int64_t batch) {
+    const double z = std::log(length / 37.0) / 0.45;
+    return std::pow(0.5 * std::erfc(-z / std::sqrt(2.0)), static_cast<double>(batch));
+  };
+  for (const int64_t batch : {8, 32, 254}) {
+    for (const double q : {0.1, 0.5, 0.9}) {
+      const int64_t length = batch_padded_length(mnli, batch, q, 512);
+      EXPECT_LE(cdf_of_longest(static_cast<double>(length) - 0.5, batch), q) << batch << " " << q;
+      EXPECT_GE(cdf_of_longest(static_cast<double>(length) + 0.5, batch), q) << batch << " " << q;
+    }
+    EXPECT_GT(batch_padded_length(mnli, batch, 0.9, 512),
+              batch_padded_length(mnli, batch, 0.1, 512));
+  }
+  EXPECT_GT(batch_padded_length(mnli, 254, 0.5, 512), batch_padded_length(mnli, 8, 0.5, 512));
+  EXPECT_EQ(batch_padded_length(mnli, 1000000, 0.99, 128), 128);  // capped at max_seq_length
+}
+
+TEST(MtDnnTest, TheCyclePadsAsAnEpochOfRandomBatchesDoesOnAverage) {
+  const auto tasks = glue_tasks(store().model("mt-dnn").model);
+  const int64_t batch = 32;
+  const GlueCycle cycle = glue_cycle(tasks, batch, 512, 24, /*proportional=*/true);
+  ASSERT_EQ(cycle.steps.size(), 24u);
+  std::vector<int64_t> seen(tasks.size(), 0);
+  for (const auto& [t, j] : cycle.steps) {
+    EXPECT_EQ(j, seen[static_cast<std::size_t>(t)]++);  // each batch of a task once, in turn
+  }
+  EXPECT_EQ(seen, cycle.counts);
+  // Random batches of the same tasks, the same number of draws per task: the mean of their
+  // padded lengths. The cycle's quantiles should land within a few percent of it.
+  torch::manual_seed(0);
+  double cycle_mean = 0, random_mean = 0;
+  for (std::size_t t = 0; t < tasks.size(); ++t) {
+    ASSERT_EQ(cycle.lengths[t].size(),
+              static_cast<std::size_t>(std::max<int64_t>(1, cycle.counts[t])));
+    if (cycle.counts[t] == 0) continue;
+    const auto longest = (torch::randn({4000, batch}, torch::kDouble) * tasks[t].length_sigma)
+                             .exp()
+                             .mul(tasks[t].length_median)
+                             .round()
+                             .clamp_max(512)
+                             .amax(1);
+    random_mean += static_cast<double>(cycle.counts[t]) * longest.mean().item<double>();
+    for (const int64_t length : cycle.lengths[t]) cycle_mean += static_cast<double>(length);
+  }
+  EXPECT_NEAR(cycle_mean / random_mean, 1.0, 0.03);
+}
+
+TEST(MtDnnTest, TheScheduleAndPaddedLengthsAreTheSameForEverySeedAndCoverTheTasks) {
+  const ModelConfig& config = store().model("mt-dnn");
+  Json small = config.smoke_model.json();
+  small["task_order"] = "proportional";
+  small["max_seq_length"] = 512;
+  small["max_positions"] = 512;
+  const Params model(builtin_registry().get("mt-dnn").model_schema, small, {"test", ""});
+  std::vector<Json> infos;
+  for (const uint64_t seed : {0u, 1u, 0u}) {
+    StepContext ctx;
+    ctx.config = &config;
+    ctx.model = model;
+    ctx.optimizer = config.smoke_optimizer;
+    ctx.batch = 16;
+    ctx.seed = seed;
+    infos.push_back(builtin_registry().get("mt-dnn").prepare(ctx)->batch_info());
+  }
+  // The padded lengths come from the tasks' statistics, not the seed: a seed changes tokens,
+  // not the work of a cycle.
+  EXPECT_EQ(infos[0], infos[1]);
+  EXPECT_EQ(infos[0], infos[2]);
+  const Json& lengths = infos[0]["padded_lengths_by_task"];
+  const Json& draws = infos[0]["draws_by_task"];
+  const GlueCycle cycle = glue_cycle(glue_tasks(model), 16, 512, 24, true);
+  const auto tasks = glue_tasks(model);
+  int64_t total = 0;
+  for (std::size_t t = 0; t < tasks.size(); ++t) {
+    // Every task has a batch (the warm-up runs each); the cycle's tasks one per draw, built at
+    // the lengths the cycle asks for.
+    EXPECT_EQ(lengths[tasks[t].name].get<std::vector<int64_t>>(), cycle.lengths[t])
+        << tasks[t].name;
+    EXPECT_EQ(draws[tasks[t].name].get<int64_t>(), cycle.counts[t]);
+    total += cycle.counts[t];
+  }
+  EXPECT_EQ(total, infos[0]["representative_steps"].get<int64_t>());
+  // The four tasks over 95% of the draws are all in the cycle.
+  for (const char* name : {"mnli", "qqp", "qnli", "sst"}) EXPECT_GT(draws[name].get<int>(), 0);
 }
 
 }  // namespace

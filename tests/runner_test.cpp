@@ -49,6 +49,29 @@ TEST(RunnerTest, TimePhaseOnTheCpuProducesACompleteRecord) {
   EXPECT_EQ(r.environment["software"]["built_with_cuda"], built_with_cuda());
 }
 
+TEST(RunnerTest, TheWorkloadsCudnnSettingIsAppliedAndRecorded) {
+  for (const bool workload : {true, false}) {
+    for (const bool run : {true, false}) {
+      JobSpec spec;
+      spec.model = "bert-base";
+      spec.phase = "time";
+      spec.batch = 1;
+      spec.overlays = smoke_overlays("bert-base");
+      spec.overlays.push_back(
+          {"cudnn.json",
+           Json{{"run", {{"cudnn_benchmark", run}}},
+                {"models", {{"bert-base", {{"runtime", {{"cudnn_benchmark", workload}}}}}}}}});
+      const JobRecord r = run_phase(spec, resolve_store(spec.overlays));
+      ASSERT_EQ(r.status, "ok") << r.message;
+      // On only when both the run and the workload want it; what the worker set before it built
+      // the model is what the record's runtime and cuDNN sections say.
+      EXPECT_EQ(r.runtime["cudnn_benchmark"], workload && run) << workload << run;
+      EXPECT_EQ(r.memory["cudnn"]["benchmark"], workload && run) << workload << run;
+      EXPECT_EQ(r.config["runtime"]["cudnn_benchmark"], workload);
+    }
+  }
+}
+
 /// A step with one parameter whose loss is finite for its first `finite_runs` runs and NaN (or
 /// +inf) after, and a degeneracy verdict of its own.
 class DivergingStep : public TrainStep {

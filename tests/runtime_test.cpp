@@ -661,6 +661,29 @@ TEST(RuntimeTest, RuntimeSectionOfAConfigIsValidatedAndKeepsTheScore) {
       ConfigError, "fast");
 }
 
+TEST(RuntimeTest, CudnnAutotuningIsAPerWorkloadSettingOffWhereTheReferenceTrainsWithoutIt) {
+  ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  for (const auto& name : store.model_names()) {
+    const bool off = name == "pix2pixhd" || name == "mask-rcnn";
+    EXPECT_EQ(RuntimeSettings::from_params(store.model(name).runtime).cudnn_benchmark, !off)
+        << name;
+    EXPECT_EQ(store.model(name).to_json()["runtime"]["cudnn_benchmark"], !off) << name;
+  }
+  store.apply_document(
+      Json{{"models", {{"pix2pixhd", {{"runtime", {{"cudnn_benchmark", true}}}}}}}}, "user.json");
+  EXPECT_TRUE(RuntimeSettings::from_params(store.model("pix2pixhd").runtime).cudnn_benchmark);
+  EXPECT_FALSE(store.model("pix2pixhd").modified);  // how it runs, not what it is
+  EXPECT_THROWS_WITH(
+      store.apply_document(
+          Json{{"models", {{"yolov3", {{"runtime", {{"cudnn_benchmark", "yes"}}}}}}}}, "user.json"),
+      ConfigError, "cudnn_benchmark");
+  // The step's runtime info (the record's `runtime`) says what it ran with.
+  StepContext ctx = cpu_context();
+  ctx.runtime.cudnn_benchmark = false;
+  EXPECT_EQ(Runtime(ctx).info()["cudnn_benchmark"], false);
+  EXPECT_EQ(Runtime(cpu_context()).info()["cudnn_benchmark"], true);
+}
+
 // ---- CUDA graphs against eager iterations ----
 
 /// Two batch shapes, a schedule, clipping and Adam: iterations alternate between the shapes.

@@ -32,6 +32,10 @@ struct RuntimeSettings {
   /// the other optimizers (what CUDA graphs need); "foreach": multi-tensor kernels with host
   /// scalars (always on the CPU). Default: "fused"
   std::string optimizer_kernels = "fused";
+  /// cuDNN autotuning (torch.backends.cudnn.benchmark) in the timed run: the workload's
+  /// `runtime.cudnn_benchmark` and the run's `run.cudnn_benchmark` both on; the runner applies it
+  /// before the model is built. Default: true
+  bool cudnn_benchmark = true;
 
   /// The keys of the `runtime:` section.
   static ParamSchema schema();

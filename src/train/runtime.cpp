@@ -29,6 +29,9 @@ ParamSchema RuntimeSettings::schema() {
        "fused: on CUDA, libtorch's fused Adam/AdamW/SGD and device-side rates for the other "
        "optimizers (CUDA graphs need this); foreach: multi-tensor kernels, host-side rates",
        {"fused", "foreach"}},
+      {"cudnn_benchmark", ParamKind::kBool, true,
+       "cuDNN autotuning in the timed run (also needs run.cudnn_benchmark); false where the "
+       "workload's reference trains without it"},
   };
 }
 
@@ -36,6 +39,7 @@ RuntimeSettings RuntimeSettings::from_params(const Params& params) {
   RuntimeSettings s;
   s.cuda_graphs = params.flag("cuda_graphs");
   s.optimizer_kernels = params.str("optimizer_kernels");
+  s.cudnn_benchmark = params.flag("cudnn_benchmark");
   return s;
 }
 
@@ -268,6 +272,7 @@ Json Runtime::info() const {
   Json out = {{"launch", graphs_active_ ? "cuda-graphs" : "eager"},
               {"cuda_graphs", settings_.cuda_graphs},
               {"optimizer_kernels", device_.is_cuda() ? settings_.optimizer_kernels : "foreach"},
+              {"cudnn_benchmark", settings_.cudnn_benchmark},
               {"precision", to_string(precision_)},
               {"autocast",
                is_amp(precision_) ? (precision_ == Precision::kAmpBf16 ? "bf16" : "fp16") : "off"},
