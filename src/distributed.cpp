@@ -235,8 +235,9 @@ std::optional<EnvironmentRank> rank_from_environment(
     world = get("SLURM_NTASKS");
     local = get("SLURM_LOCALID");
     env.source = "slurm";
-    // A plain `srun gpubench` without MASTER_ADDR is one task per allocation, not a job of ranks.
-    if (get("MASTER_ADDR").empty() && world == "1") return std::nullopt;
+    // Slurm sets these for every task, data-parallel or not: only with MASTER_ADDR exported
+    // (what a data-parallel job script does) are its tasks ranks of one job.
+    if (get("MASTER_ADDR").empty()) return std::nullopt;
   }
   if (rank.empty()) {
     GPUBENCH_CHECK(world.empty() || world == "1", ConfigError,
@@ -256,9 +257,8 @@ std::optional<EnvironmentRank> rank_from_environment(
   env.local_rank = local.empty() ? 0 : parse_int(local, "LOCAL_RANK", 0, 65535);
   env.master_addr = get("MASTER_ADDR");
   const std::string port = get("MASTER_PORT");
-  if (env.world_size == 1 && env.master_addr.empty()) {
-    env.master_addr = "127.0.0.1";
-  }
+  // One rank and nowhere to meet: a plain run (RANK=0 WORLD_SIZE=1 left in the environment).
+  if (env.world_size == 1 && env.master_addr.empty()) return std::nullopt;
   GPUBENCH_CHECK(!env.master_addr.empty(), ConfigError,
                  "{}={} of {}: MASTER_ADDR is not set (the host of rank 0, where the ranks meet)",
                  rank_name, env.rank, env.world_size);
@@ -465,8 +465,11 @@ BucketedGradientSync::~BucketedGradientSync() {
 void BucketedGradientSync::attach(const std::string& updater,
                                   const std::vector<torch::Tensor>& parameters) {
   State& s = *state_;
-  GPUBENCH_CHECK(!s.networks.count(updater), JobError,
-                 "gradient sync: network '{}' attached twice", updater);
+  if (auto old = s.networks.find(updater); old != s.networks.end()) {
+    // A step built again (a new model of the same network): its hooks replace the old ones.
+    for (auto& [acc, key] : old->second.accumulators) acc->del_post_hook(key);
+    s.networks.erase(old);
+  }
   Network& net = s.networks[updater];
   // Reverse order of registration: roughly the order backward produces the gradients.
   std::vector<torch::Tensor> trainable;
@@ -645,20 +648,30 @@ void finish_timed_phase(JobRecord& record, Communicator& comm, const RankSpec& s
   record.throughput = total;
 }
 
-std::string interconnect_of(const std::vector<int>& gpus) {
+namespace {
+/// Whether NVML sees an active NVLink on CUDA device `gpu`; none without NVML. (NVML counts
+/// devices as CUDA does when CUDA_DEVICE_ORDER=PCI_BUS_ID, the usual order on servers.)
+std::optional<bool> has_active_nvlink(int gpu) {
   static Nvml nvml;
-  if (!nvml.ok() || gpus.empty()) return "unknown";
+  if (!nvml.ok()) return std::nullopt;
+  void* handle = nullptr;
+  if (nvml.by_index(static_cast<unsigned>(gpu), &handle) != 0) return std::nullopt;
+  for (unsigned link = 0; link < 18; ++link) {
+    int state = 0;
+    if (nvml.link_state(handle, link, &state) == 0 && state == 1) return true;
+  }
+  return false;
+}
+}  // namespace
+
+std::string interconnect_of(const std::vector<int>& gpus) {
+  if (gpus.empty()) return "unknown";
   if (gpus.size() == 1) return "none (one GPU)";
   int with_nvlink = 0;
   for (int gpu : gpus) {
-    void* handle = nullptr;
-    if (nvml.by_index(static_cast<unsigned>(gpu), &handle) != 0) return "unknown";
-    bool active = false;
-    for (unsigned link = 0; link < 18 && !active; ++link) {
-      int state = 0;
-      if (nvml.link_state(handle, link, &state) == 0 && state == 1) active = true;
-    }
-    with_nvlink += active ? 1 : 0;
+    const auto active = has_active_nvlink(gpu);
+    if (!active) return "unknown";
+    with_nvlink += *active ? 1 : 0;
   }
   if (with_nvlink == static_cast<int>(gpus.size())) return "NVLink";
   if (with_nvlink == 0) return "PCIe";
@@ -928,11 +941,11 @@ struct DataParallelLauncher::Impl {
     rs.master_port = env.master_port;
     rs.prefix = fmt::format("run-{}/", ++timed_runs);
     rs.timeout_s = timeout_s;
-    rs.interconnect =
-        plan.backend == "nccl"
-            ? fmt::format("{} within a host; the network between hosts",
-                          interconnect_of({env.local_rank}))
-            : "the network (Gloo over TCP)";
+    const auto nvlink = plan.backend == "nccl" ? has_active_nvlink(env.local_rank) : std::nullopt;
+    rs.interconnect = plan.backend != "nccl" ? "the network (Gloo over TCP)"
+                      : !nvlink ? "unknown within a host; the network between hosts"
+                      : *nvlink ? "NVLink within a host; the network between hosts"
+                                : "PCIe within a host; the network between hosts";
     rank_spec.distributed = rs.to_json();
     return single.launch(rank_spec, timeout_s);
   }

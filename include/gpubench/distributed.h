@@ -54,9 +54,9 @@ struct EnvironmentRank {
 };
 
 /// RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun's, which Slurm users export
-/// too); else SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID with MASTER_ADDR and MASTER_PORT. None
-/// when neither RANK nor SLURM_PROCID is set, or WORLD_SIZE/SLURM_NTASKS is 1 with no master
-/// given. ConfigError for a malformed or inconsistent value (a rank outside the world, a port
+/// too); else SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID when MASTER_ADDR is exported (Slurm sets
+/// its variables for every task; MASTER_ADDR says the tasks are ranks of one job). None when
+/// neither applies. ConfigError for a malformed or inconsistent value (a rank outside the world, a port
 /// that is no port, RANK without MASTER_ADDR). `getenv` is replaceable for tests.
 std::optional<EnvironmentRank> rank_from_environment(
     const std::function<const char*(const char*)>& getenv = nullptr);

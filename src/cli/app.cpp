@@ -433,14 +433,17 @@ Json data_parallel_plan(const RunOptions& o) {
       dp.devices = {"cpu"};
     } else {
       const int count = cuda_device_count();
-      GPUBENCH_CHECK(built_with_cuda() && env->local_rank < count, DeviceError,
+      // A process that sees one GPU (Slurm's --gpus-per-task 1 sets CUDA_VISIBLE_DEVICES) runs
+      // on it whatever its LOCAL_RANK; one that sees several takes GPU LOCAL_RANK.
+      const int gpu = count == 1 ? 0 : env->local_rank;
+      GPUBENCH_CHECK(built_with_cuda() && gpu < count, DeviceError,
                      "{} rank {} runs on GPU LOCAL_RANK={}, and {} CUDA device{} visible here "
                      "(give --device cpu for ranks on the CPU)",
                      env->source, env->rank, env->local_rank,
                      count == 0 ? std::string("no") : fmt::format("only {}", count),
                      count == 1 ? " is" : "s are");
       dp.backend = "nccl";
-      dp.devices = {fmt::format("cuda:{}", env->local_rank)};
+      dp.devices = {fmt::format("cuda:{}", gpu)};
     }
     return dp.to_json();
   }
