@@ -297,6 +297,11 @@ torch::Tensor minibatch_stddev(const torch::Tensor& x, int64_t group_size, int64
   return torch::cat({x, y}, 1);
 }
 
+bool r1_pass_in_fp32(const std::string& setting, Precision precision) {
+  if (setting == "auto") return precision == Precision::kAmpFp16;
+  return setting == "fp32";
+}
+
 bool stylegan_batch_ok(int64_t batch, int64_t group_size) {
   return batch >= 1 && (group_size < 2 || batch < group_size || batch % group_size == 0);
 }
@@ -431,6 +436,12 @@ ParamSchema stylegan_schema() {
        "weight of the R1 penalty on reals (x gamma / 2)",
        {},
        0},
+      {"r1_pass",
+       ParamKind::kString,
+       "auto",
+       "precision of D's pass over the reals that R1 differentiates twice: fp32, autocast, or "
+       "auto (fp32 under amp-fp16, autocast otherwise)",
+       {"auto", "fp32", "autocast"}},
       {"mirror_augment", ParamKind::kBool, true, "mirror each real left-right with p 1/2"},
       {"g_smoothing_kimg",
        ParamKind::kNumber,
@@ -486,6 +497,7 @@ class StyleGanStep final : public train::RuntimeStep {
         options_(checked_options(ctx)),
         batch_(ctx.batch),
         r1_gamma_(ctx.model.f64("r1_gamma")),
+        r1_fp32_(r1_pass_in_fp32(ctx.model.str("r1_pass"), ctx.precision)),
         generator_(build<StyleGanGenerator>(ctx, options_, 0)),
         discriminator_(build<StyleGanDiscriminator>(ctx, options_, 1)),
         reals_(ctx.batch, options_.num_channels(), options_.resolution(),
@@ -523,7 +535,8 @@ class StyleGanStep final : public train::RuntimeStep {
   Json batch_info() const override {
     return Json{{"images", batch_},
                 {"resolution", options_.resolution()},
-                {"mbstd_group", std::min(options_.mbstd_group_size(), batch_)}};
+                {"mbstd_group", std::min(options_.mbstd_group_size(), batch_)},
+                {"r1_pass", r1_fp32_ ? "fp32" : "autocast"}};
   }
 
  private:
@@ -567,11 +580,16 @@ class StyleGanStep final : public train::RuntimeStep {
         torch::NoGradGuard no_grad;
         fakes = generator_(latents());
       }
-      real_scores = discriminator_(reals).to(torch::kFloat);
+      if (!r1_fp32_) real_scores = discriminator_(reals).to(torch::kFloat);
       fake_scores = discriminator_(fakes).to(torch::kFloat);
     }
-    // The gradient call runs outside autocast, as PyTorch's AMP recipe for gradient penalties.
-    const auto penalty = r1_penalty(real_scores, reals, &d_updater_.scaler());
+    // Under amp-fp16 the reals' pass runs in fp32: one loss scale cannot serve both the input
+    // gradient (which underflows at small scales, and whose quantisation error the division by
+    // the scale then blows up in the double backward) and the weight gradients.
+    if (r1_fp32_) real_scores = discriminator_(reals).to(torch::kFloat);
+    // The gradient call runs outside autocast, as PyTorch's AMP recipe for gradient penalties;
+    // an fp32 pass needs no scaling.
+    const auto penalty = r1_penalty(real_scores, reals, r1_fp32_ ? nullptr : &d_updater_.scaler());
     // The loss's backward must reach D's weights, not the reals' gradient buffer.
     reals.requires_grad_(false);
     torch::Tensor loss;
@@ -612,6 +630,7 @@ class StyleGanStep final : public train::RuntimeStep {
   StyleGanOptions options_;
   int64_t batch_;
   double r1_gamma_;
+  bool r1_fp32_;  ///< D's reals pass (and R1's double backward) outside autocast, in fp32
   StyleGanGenerator generator_;
   StyleGanDiscriminator discriminator_;
   SyntheticReals reals_;

@@ -211,6 +211,11 @@ torch::Tensor minibatch_stddev(const torch::Tensor& x, int64_t group_size, int64
 /// group size, or a multiple of it.
 bool stylegan_batch_ok(int64_t batch, int64_t group_size);
 
+/// Whether D's pass over the reals, which the R1 penalty differentiates twice, runs in fp32
+/// outside autocast: `setting` is the model's r1_pass ("auto", "fp32" or "autocast"); auto is
+/// fp32 under amp-fp16 alone (docs/workloads/stylegan.md, "amp-fp16 and the R1 penalty").
+bool r1_pass_in_fp32(const std::string& setting, Precision precision);
+
 /// D_basic: FromRGB (1x1) at full resolution, per resolution down to 8 a 3x3 conv, blur, and a
 /// downscaling 3x3 conv (fused at fused_scale_min_res and above, else conv + 2x2 average), then
 /// at 4x4 the minibatch-stddev layer, a 3x3 conv and two dense layers to one score. LeakyReLU

@@ -425,6 +425,27 @@ TEST(StyleGanTest, OneIterationTrainsBothNetworksAndKeepsDTrainable) {
   EXPECT_EQ(step->batch_info().at("mbstd_group").get<int64_t>(), 4);
 }
 
+TEST(StyleGanTest, TheR1PassRunsInFp32UnderAmpFp16Alone) {
+  EXPECT_TRUE(r1_pass_in_fp32("auto", Precision::kAmpFp16));
+  EXPECT_FALSE(r1_pass_in_fp32("auto", Precision::kAmpBf16));
+  EXPECT_FALSE(r1_pass_in_fp32("auto", Precision::kFp32));
+  EXPECT_TRUE(r1_pass_in_fp32("fp32", Precision::kAmpBf16));
+  EXPECT_FALSE(r1_pass_in_fp32("autocast", Precision::kAmpFp16));
+  // The record says which pass ran.
+  const auto& arch = builtin_registry().get("stylegan");
+  auto ctx = smoke_context(4);
+  EXPECT_EQ(arch.prepare(ctx)->batch_info().at("r1_pass").get<std::string>(), "autocast");
+  Json values = ctx.model.json();
+  values["r1_pass"] = "fp32";
+  ctx.model = Params(arch.model_schema, values, Where{"test", ""});
+  auto step = arch.prepare(ctx);
+  EXPECT_EQ(step->batch_info().at("r1_pass").get<std::string>(), "fp32");
+  // An fp32 reals pass trains as the autocast one does at fp32: the same finite R1.
+  EXPECT_EQ(step->run(), 4.0);
+  EXPECT_GT(step->losses().at("r1").item<float>(), 0.0f);
+  EXPECT_TRUE(std::isfinite(step->losses().at("d").item<float>()));
+}
+
 TEST(StyleGanTest, BatchesThatDoNotSplitIntoStddevGroupsAreRejected) {
   const auto& arch = builtin_registry().get("stylegan");
   EXPECT_THROWS_WITH(arch.prepare(smoke_context(6)), ConfigError, "multiple of it");

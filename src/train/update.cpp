@@ -4,7 +4,49 @@
 
 #include <torch/torch.h>
 
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+
 namespace gpubench::train {
+
+namespace {
+
+/// GPUBENCH_TRACE_OVERFLOW=1: before each unscale, which gradients hold inf or NaN, on stderr
+/// (it reads every gradient on the host: a diagnosis, never a timed run).
+bool trace_overflow() {
+  static const bool on = [] {
+    const char* v = std::getenv("GPUBENCH_TRACE_OVERFLOW");
+    return v != nullptr && *v == '1';
+  }();
+  return on;
+}
+
+void print_overflow(const std::vector<torch::Tensor>& parameters, const torch::Tensor& scale) {
+  std::string lines;
+  int bad = 0, shown = 0;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const auto& g = parameters[i].grad();
+    if (!g.defined()) continue;
+    const auto nan = g.isnan().sum().item<int64_t>();
+    const auto inf = g.isinf().sum().item<int64_t>();
+    if (nan == 0 && inf == 0) continue;
+    ++bad;
+    if (++shown > 16) continue;
+    const auto finite = g.masked_select(g.isfinite());
+    const double max_abs = finite.numel() > 0 ? finite.abs().max().item<double>() : 0.0;
+    std::string shape;
+    for (const auto d : g.sizes()) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    lines += fmt::format("  parameter {} {}: {} nan, {} inf of {}, largest finite |g| {:.3g}\n", i,
+                         shape, nan, inf, g.numel(), max_abs);
+  }
+  if (bad == 0) return;
+  std::fprintf(stderr, "overflow trace: scale %.4g, %d of %zu gradients not finite\n%s",
+               scale.item<double>(), bad, parameters.size(), lines.c_str());
+}
+
+}  // namespace
 
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
   std::vector<torch::Tensor> grads;
@@ -45,6 +87,7 @@ void GradScaler::unscale(const std::vector<torch::Tensor>& parameters) {
   for (const auto& p : parameters) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
+  if (trace_overflow()) print_overflow(parameters, scale_);
   found_inf_.zero_();
   const auto inverse = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);
   if (scale_.is_cuda()) {
