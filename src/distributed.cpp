@@ -300,6 +300,14 @@ std::vector<int> parse_gpu_list(const std::string& value, int device_count) {
   return gpus;
 }
 
+// ---- joining a process group ----
+
+std::shared_ptr<Communicator> connect(const RankSpec& spec, const torch::Device& device) {
+  GPUBENCH_CHECK(spec.world_size >= 1 && spec.rank >= 0 && spec.rank < spec.world_size,
+                 ConfigError, "rank {} of a world of {}", spec.rank, spec.world_size);
+  return std::make_shared<C10dCommunicator>(spec, device);
+}
+
 // ---- the store server ----
 
 struct StoreServer::Impl {
