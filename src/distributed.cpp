@@ -89,9 +89,10 @@ void wait_keys(c10d::Store& store, const std::vector<std::string>& keys, double 
   try {
     store.wait(keys, to_ms(timeout_s));
   } catch (const std::exception& e) {
+    const std::string why = e.what();
     throw RendezvousError(fmt::format("rendezvous: {} did not complete within {} s ({})", what,
                                       format_number(timeout_s),
-                                      std::string(e.what()).substr(0, 200)));
+                                      why.substr(0, std::min<std::size_t>(why.find('\n'), 200))));
   }
 }
 
