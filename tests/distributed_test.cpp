@@ -296,7 +296,7 @@ std::vector<Json> journal_records(const std::string& path) {
   std::string line;
   std::getline(lines, line);  // the header
   while (std::getline(lines, line)) {
-    if (!line.empty()) out.push_back(Json::parse(line));
+    if (!line.empty()) out.push_back(Json::parse(line).at("job"));  // {"job": record, ...}
   }
   return out;
 }
