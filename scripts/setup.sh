@@ -46,7 +46,9 @@ fi
 packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev libfmt-dev libyaml-cpp-dev libgtest-dev)
 # Debian's libtorch links the reference BLAS unless an optimized one is installed; OpenBLAS
 # makes CPU steps about 10x faster (bert-base at batch 2: 36 s -> 1.9 s on 2 cores).
-[ -z "$torch_prefix" ] && packages+=(libtorch-dev libopenblas0-pthread)
+# libgloo-dev: the gloo headers that libtorch's ProcessGroupGloo.hpp includes, for
+# data-parallel runs on the CPU (`run --device cpu --world-size N`, and its tests).
+[ -z "$torch_prefix" ] && packages+=(libtorch-dev libopenblas0-pthread libgloo-dev)
 missing=()
 if command -v dpkg-query >/dev/null 2>&1; then
   for p in "${packages[@]}"; do

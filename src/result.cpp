@@ -74,6 +74,7 @@ Json JobRecord::to_json() const {
   // records without one read and write as before.
   if (!runtime.empty()) out["runtime"] = runtime;
   if (!compute.empty()) out["compute"] = compute;  // timed runs that know their FLOPs or peak
+  if (!data_parallel.empty()) out["data_parallel"] = data_parallel;  // issue 15
   return out;
 }
 
@@ -123,6 +124,7 @@ JobRecord job_record_from_json(const Json& j) {
   r.batch_source = j.value("batch_source", std::string());
   r.batch_info = j.value("batch_info", Json::object());
   r.runtime = j.value("runtime", Json::object());
+  r.data_parallel = j.value("data_parallel", Json::object());
   if (j.contains("search") && j["search"].is_object())
     r.search = SearchRecord::from_json(j["search"]);
   r.confirm = j.value("confirm", Json::array());

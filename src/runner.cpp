@@ -2,6 +2,7 @@
 
 #include "gpubench/compat.h"
 #include "gpubench/device.h"
+#include "gpubench/distributed.h"
 #include "gpubench/errors.h"
 #include "gpubench/nvml.h"
 #include "gpubench/process.h"
@@ -489,7 +490,8 @@ Json JobSpec::to_json() const {
           {"search_probes", probes_json(search_probes)},
           {"search_worker", search_worker},
           {"search_only", search_only},
-          {"progress", {{"label", progress_label}, {"started_unix", progress_started_unix}}}};
+          {"progress", {{"label", progress_label}, {"started_unix", progress_started_unix}}},
+          {"distributed", distributed}};
 }
 
 JobSpec JobSpec::from_json(const Json& json) {
@@ -507,6 +509,7 @@ JobSpec JobSpec::from_json(const Json& json) {
   }
   spec.search_worker = json.value("search_worker", 0);
   spec.search_only = json.value("search_only", false);
+  spec.distributed = json.value("distributed", Json());
   if (json.contains("progress")) {
     spec.progress_label = json["progress"].value("label", std::string());
     spec.progress_started_unix = json["progress"].value("started_unix", 0.0);
@@ -658,7 +661,21 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
     } else {
       GPUBENCH_ASSERT(spec.batch > 0);
       record.batch = spec.batch;
-      time_phase(record, arch, make_context(config, run, device, spec.batch), run);
+      StepContext ctx = make_context(config, run, device, spec.batch);
+      if (spec.distributed.is_null()) {
+        time_phase(record, arch, ctx, run);
+      } else {
+        // One rank of a data-parallel run: the process group, the bucketed all-reduce in the
+        // runtime's gradient-sync seam, then every rank's numbers. Every rank builds with the
+        // same seed: identical replicas (DDP broadcasts rank 0's weights to get there) on the
+        // same synthetic batch, which costs what a batch of its own would.
+        const auto rank = distributed::RankSpec::from_json(spec.distributed);
+        const auto communicator = distributed::connect(rank, device);
+        const auto sync = std::make_shared<distributed::BucketedGradientSync>(communicator);
+        ctx.gradient_sync = sync;
+        time_phase(record, arch, ctx, run);
+        distributed::finish_timed_phase(record, *communicator, rank, *sync);
+      }
       if (record.ok()) {
         // The step is gone: the device's matmul peak at this precision, for the utilisation.
         const std::string kind = matmul_peak_kind(to_string(run.precision));

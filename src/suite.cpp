@@ -96,13 +96,15 @@ Json SuitePlan::to_json() const {
   for (const auto& [file, document] : overlays) {
     overlays_json.push_back({{"file", file}, {"document", document}});
   }
-  return {{"jobs", jobs_json},
-          {"device", device},
-          {"device_name", device_name},
-          {"fixed_batch", fixed_batch ? Json(*fixed_batch) : Json(nullptr)},
-          {"model_batches", model_batches},
-          {"same_batch", same_batch},
-          {"overlays", overlays_json}};
+  Json out = {{"jobs", jobs_json},
+              {"device", device},
+              {"device_name", device_name},
+              {"fixed_batch", fixed_batch ? Json(*fixed_batch) : Json(nullptr)},
+              {"model_batches", model_batches},
+              {"same_batch", same_batch},
+              {"overlays", overlays_json}};
+  if (!data_parallel.is_null()) out["data_parallel"] = data_parallel;  // issue 15
+  return out;
 }
 
 SuitePlan SuitePlan::from_json(const Json& json, const std::string& file) {
@@ -121,6 +123,7 @@ SuitePlan SuitePlan::from_json(const Json& json, const std::string& file) {
     for (const auto& overlay : json.at("overlays")) {
       plan.overlays.emplace_back(overlay.at("file").get<std::string>(), overlay.at("document"));
     }
+    plan.data_parallel = json.value("data_parallel", Json());
     return plan;
   } catch (const Json::exception& e) {
     throw ConfigError(fmt::format(

@@ -245,3 +245,51 @@ inline int expandable_segments_in_use(int device) {
 #endif
 
 }  // namespace gpubench::compat
+
+// ---- c10d (src/distributed.cpp alone defines GPUBENCH_COMPAT_C10D before including this) ----
+// Which process groups this libtorch has is known from its headers:
+// - Gloo: Debian's 1.13 headers include gloo/*.h (libgloo-dev); 2.x's ProcessGroupGloo.hpp
+//   declares nothing unless USE_C10D_GLOO is defined, as the wheel's own build does.
+// - NCCL: ProcessGroupNCCL.hpp needs nccl.h (pip's nvidia-nccl, found by
+//   cmake/Distributed.cmake) and, in 2.x, USE_C10D_NCCL; a CPU-only libtorch has neither.
+// In 1.13 both derive from c10d::ProcessGroup; from 2.0 on from c10d::Backend (the
+// ProcessGroup became a dispatcher over backends). TCPStore, PrefixStore, Work::wait() and
+// Node::add_post_hook / del_post_hook are the same in both.
+#if defined(GPUBENCH_COMPAT_C10D) && !defined(GPUBENCH_COMPAT_C10D_DONE)
+#define GPUBENCH_COMPAT_C10D_DONE 1
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if __has_include(<gloo/algorithm.h>) && \
+    __has_include(<torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>)
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#define GPUBENCH_HAS_C10D_GLOO 1
+#else
+#define GPUBENCH_HAS_C10D_GLOO 0
+#endif
+#if GPUBENCH_WITH_CUDA && __has_include(<nccl.h>) && \
+    __has_include(<torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>)
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL 1
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#define GPUBENCH_HAS_C10D_NCCL 1
+#else
+#define GPUBENCH_HAS_C10D_NCCL 0
+#endif
+
+namespace gpubench::compat {
+#if GPUBENCH_TORCH_AT_LEAST(2, 0)
+using CollectiveGroup = c10d::Backend;
+#else
+using CollectiveGroup = c10d::ProcessGroup;
+#endif
+
+/// The port a TCPStore server bound (asked for port 0: a free one).
+inline int store_port(const c10::intrusive_ptr<c10d::Store>& store) {
+  return static_cast<const c10d::TCPStore&>(*store).getPort();
+}
+}  // namespace gpubench::compat
+#endif

@@ -45,6 +45,10 @@ struct JobRecord {
   std::string batch_source;          ///< "search" | "flag" | "cpu"
   Json batch_info = Json::object();  ///< what the workload reports of its batch
   Json runtime = Json::object();     ///< how the step ran: launch, precision, optimizer kernels
+  /// A data-parallel run (issue 15): {world_size, backend, interconnect, ranks: [per-rank step
+  /// times and throughput], per_rank_batch, global_batch, gradient_sync, scaling_efficiency};
+  /// empty on one device. `throughput` is then the sum over the ranks.
+  Json data_parallel = Json::object();
   std::optional<SearchRecord> search;
   /// Timed-run attempts: [{batch, status, message, seconds, phase}], phase "confirm" (the
   /// search's batch), "step-down" or "bisect".

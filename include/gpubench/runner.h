@@ -37,6 +37,8 @@ struct JobSpec {
   bool search_only = false;
   std::string progress_label;             ///< "job 3/12 nasnet-large": prefix of progress lines
   double progress_started_unix = 0;       ///< when the suite started (for elapsed times)
+  /// A data-parallel timed run: this worker's rank (distributed::RankSpec); null otherwise.
+  Json distributed;
 
   Json to_json() const;
   static JobSpec from_json(const Json& json);

@@ -40,6 +40,8 @@ struct SuitePlan {
   /// The fixed batch of `model`'s jobs (its own, else the plan's), none for a search.
   std::optional<int64_t> fixed_batch_of(const std::string& model) const;
   std::vector<ConfigOverlay> overlays;  ///< config file, then the command line
+  /// Timed runs on several ranks (distributed::DataParallelPlan); null on one device.
+  Json data_parallel;
 
   Json to_json() const;
   /// Throws ConfigError naming `file` for a plan this gpubench cannot continue.

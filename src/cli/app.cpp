@@ -2,6 +2,7 @@
 
 #include "gpubench/config.h"
 #include "gpubench/device.h"
+#include "gpubench/distributed.h"
 #include "gpubench/errors.h"
 #include "gpubench/journal.h"
 #include "gpubench/process.h"
@@ -171,6 +172,7 @@ int run_info(const InfoOptions& o, std::ostream& out, std::ostream& /*err*/) {
                      text(software["libtorch"]), text(software["cuda_runtime"]),
                      text(software["cudnn"]), text(software["driver"]),
                      built_with_cuda() ? "" : " (CPU-only build)");
+  out << fmt::format("data-parallel backends: {}\n", distributed::backend_support());
   std::vector<std::vector<std::string>> rows;
   for (const auto& d : devices) {
     rows.push_back({d.type == "cuda" ? fmt::format("cuda:{}", d.index) : "cpu", d.name,
@@ -283,6 +285,16 @@ void setup_run(CLI::App& app, RunOptions& o) {
       ->delimiter(',')
       ->check(kNonEmpty);
   cmd->add_option("--gpu", o.gpu, "CUDA device index (default: 0 when a GPU is present)");
+  cmd->add_option("--gpus", o.gpus,
+                  "Data-parallel: one rank per GPU, e.g. 0,1,2,3 or all (NCCL); each rank at "
+                  "the one-GPU max batch, throughput summed")
+      ->check(kNonEmpty);
+  cmd->add_option("--world-size", o.world_size,
+                  "Data-parallel ranks: with --device cpu, N ranks over Gloo; under torchrun or "
+                  "srun, must match WORLD_SIZE");
+  cmd->add_option("--rendezvous-timeout", o.rendezvous_timeout_s,
+                  "Seconds to wait for every rank to meet (torchrun/srun; default: 300); past "
+                  "it the run exits with code 3");
   cmd->add_option("--device", o.device, "cpu or cuda (default: cuda when present, else cpu)")
       ->check(kNonEmpty);
   cmd->add_option("--config", o.config_file, "YAML or JSON config over the built-in defaults")
@@ -346,6 +358,10 @@ void setup_run(CLI::App& app, RunOptions& o) {
       "                                                     a batch per workload\n"
       "  gpubench run --model bert-base --memory-tiers 6,8,11,24   emulated smaller cards\n"
       "  gpubench run --resume JOURNAL                      continue a stopped run\n"
+      "  gpubench run -m bert-base --gpus 0,1,2,3           data-parallel on 4 GPUs (NCCL)\n"
+      "  gpubench run -m bert-base --device cpu --world-size 2   2 CPU ranks over Gloo\n"
+      "  torchrun --nnodes 2 --nproc-per-node 8 ... gpubench run -m bert-base\n"
+      "                                                     many hosts: one rank per process\n"
       "\n"
       "Exit codes: 0 every job ran; 1 a job failed (the others ran and are in the journal);\n"
       "2 bad input, before anything ran; 3 no usable device; 4 the run stopped early (the\n"
@@ -404,6 +420,86 @@ Json flag_overlay(const RunOptions& o) {
     run["cpu_timing"] = timing;
   }
   return run.empty() ? Json::object() : Json{{"run", run}};
+}
+
+/// The data-parallel plan the flags and the environment (torchrun, srun) ask for, or null for
+/// one device. Bad combinations are ConfigError; GPUs that are not there DeviceError.
+Json data_parallel_plan(const RunOptions& o) {
+  const auto env = distributed::rank_from_environment();
+  GPUBENCH_CHECK(!o.world_size || *o.world_size >= 1, ConfigError,
+                 "--world-size: expected a number of ranks >= 1, got '{}'", o.world_size.value_or(0));
+  GPUBENCH_CHECK(!o.rendezvous_timeout_s || *o.rendezvous_timeout_s > 0, ConfigError,
+                 "--rendezvous-timeout: expected seconds > 0, got '{}'",
+                 format_number(o.rendezvous_timeout_s.value_or(0)));
+  distributed::DataParallelPlan dp;
+  dp.rendezvous_timeout_s = o.rendezvous_timeout_s.value_or(300);
+  if (!o.gpus.empty()) {
+    GPUBENCH_CHECK(!o.gpu, ConfigError,
+                   "--gpus and --gpu contradict each other: --gpus {} runs one rank per GPU, "
+                   "--gpu {} one GPU; give one",
+                   o.gpus, *o.gpu);
+    GPUBENCH_CHECK(o.device != "cpu", ConfigError,
+                   "--gpus and --device cpu contradict each other; for ranks on the CPU give "
+                   "--device cpu --world-size N");
+    GPUBENCH_CHECK(!env, ConfigError,
+                   "--gpus under {} (RANK={}, WORLD_SIZE={}): each process is already one rank "
+                   "on GPU LOCAL_RANK={}; drop --gpus",
+                   env ? env->source : "", env ? env->rank : 0, env ? env->world_size : 0,
+                   env ? env->local_rank : 0);
+    const std::vector<int> gpus = distributed::parse_gpu_list(o.gpus, cuda_device_count());
+    GPUBENCH_CHECK(built_with_cuda(), DeviceError,
+                   "--gpus: this gpubench was built against a CPU-only libtorch (no CUDA, no "
+                   "NCCL); use --device cpu --world-size N for ranks on the CPU");
+    GPUBENCH_CHECK(!o.world_size || *o.world_size == static_cast<int>(gpus.size()), ConfigError,
+                   "--world-size {} does not match --gpus {} ({} GPU{}); drop --world-size",
+                   o.world_size.value_or(0), o.gpus, gpus.size(), gpus.size() == 1 ? "" : "s");
+    dp.world_size = static_cast<int>(gpus.size());
+    dp.backend = "nccl";
+    for (int g : gpus) dp.devices.push_back(fmt::format("cuda:{}", g));
+    return dp.to_json();
+  }
+  if (env) {
+    GPUBENCH_CHECK(!o.world_size || *o.world_size == env->world_size, ConfigError,
+                   "--world-size {} does not match the environment's world of {} ranks ({}: "
+                   "{}={}); drop --world-size or start as many ranks",
+                   *o.world_size, env->world_size, env->source,
+                   env->source == "slurm" ? "SLURM_NTASKS" : "WORLD_SIZE", env->world_size);
+    GPUBENCH_CHECK(!o.gpu, ConfigError,
+                   "--gpu under {}: each rank runs on GPU LOCAL_RANK ({} here); drop --gpu",
+                   env->source, env->local_rank);
+    dp.world_size = env->world_size;
+    dp.environment = env;
+    if (o.device == "cpu") {
+      dp.backend = "gloo";
+      dp.devices = {"cpu"};
+    } else {
+      const int count = cuda_device_count();
+      // A process that sees one GPU (Slurm's --gpus-per-task 1 sets CUDA_VISIBLE_DEVICES) runs
+      // on it whatever its LOCAL_RANK; one that sees several takes GPU LOCAL_RANK.
+      const int gpu = count == 1 ? 0 : env->local_rank;
+      GPUBENCH_CHECK(built_with_cuda() && gpu < count, DeviceError,
+                     "{} rank {} runs on GPU LOCAL_RANK={}, and {} CUDA device{} visible here "
+                     "(give --device cpu for ranks on the CPU)",
+                     env->source, env->rank, env->local_rank,
+                     count == 0 ? std::string("no") : fmt::format("only {}", count),
+                     count == 1 ? " is" : "s are");
+      dp.backend = "nccl";
+      dp.devices = {fmt::format("cuda:{}", gpu)};
+    }
+    return dp.to_json();
+  }
+  if (!o.world_size) return Json();
+  GPUBENCH_CHECK(o.device == "cpu", ConfigError,
+                 "--world-size {} without --device cpu: ranks on GPUs are chosen with --gpus "
+                 "(0,1,... or all); --world-size alone runs CPU ranks with --device cpu",
+                 *o.world_size);
+  GPUBENCH_CHECK(!o.gpu, ConfigError, "--gpu and --device cpu contradict each other; give one");
+  GPUBENCH_CHECK(*o.world_size <= 64, ConfigError,
+                 "--world-size {}: at most 64 CPU ranks on one host", *o.world_size);
+  dp.world_size = *o.world_size;
+  dp.backend = "gloo";
+  dp.devices.assign(static_cast<std::size_t>(dp.world_size), "cpu");
+  return dp.to_json();
 }
 
 /// "cpu" or "cuda:N", or DeviceError/ConfigError.
@@ -595,6 +691,8 @@ void check_resume_options(const RunOptions& o) {
   if (o.min_steps) given.push_back("--min-steps");
   if (o.min_seconds) given.push_back("--min-seconds");
   if (o.repeat) given.push_back("--repeat");
+  if (!o.gpus.empty()) given.push_back("--gpus");
+  if (o.world_size) given.push_back("--world-size");
   if (!o.journal_path.empty()) given.push_back("--journal");
   GPUBENCH_CHECK(given.empty(), ConfigError,
                  "--resume continues the suite exactly as its journal planned it; drop {} (only "
@@ -673,7 +771,12 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
     plan = SuitePlan::from_json(old.header.plan, o.resume_path);
     earlier = old.jobs;
     run_settings = old.header.run_settings;
-    if (o.gpu || !o.device.empty()) {
+    if (!plan.data_parallel.is_null()) {
+      // The ranks' devices are the plan's: checked when the launcher starts them.
+      GPUBENCH_CHECK(!o.gpu && o.device.empty(), ConfigError,
+                     "--resume of a data-parallel suite runs on its ranks' devices; drop --gpu "
+                     "and --device");
+    } else if (o.gpu || !o.device.empty()) {
       plan.device = select_device(o, err);
     } else if (plan.device != "cpu") {
       const int index = std::stoi(plan.device.substr(5));
@@ -777,7 +880,15 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
             *batches.all, join(parts, "; "), by_unit.begin()->second.front(), *batches.all));
       }
     }
-    plan.device = select_device(o, err);
+    plan.data_parallel = data_parallel_plan(o);
+    if (plan.data_parallel.is_null()) {
+      plan.device = select_device(o, err);
+    } else {
+      // The search runs once, on the first rank's device; the timed runs on all.
+      plan.device = plan.data_parallel["devices"][0].get<std::string>();
+      GPUBENCH_CHECK(o.memory_tiers_gib.empty(), ConfigError,
+                     "--memory-tiers searches on one device; it cannot run data-parallel");
+    }
     plan.fixed_batch = batches.all;
     plan.model_batches = batches.by_model;
     plan.same_batch = o.same_batch;
@@ -791,12 +902,38 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
       check_tier_caps({*store.run().memory_cap_gib}, plan.device, "memory cap");
     }
   }
+  // Data-parallel: the ranks meet (under torchrun/srun: every rank's gpubench, up to
+  // --rendezvous-timeout, exit 3 past it) before any journal is written.
+  std::unique_ptr<distributed::DataParallelLauncher> data_parallel;
+  std::string journal_flag = o.journal_path;
+  GPUBENCH_CHECK(plan.data_parallel.is_null() || !o.in_process, ConfigError,
+                 "--in-process runs one process; a data-parallel run needs a worker per rank");
+  if (!plan.data_parallel.is_null()) {
+    const auto dp = distributed::DataParallelPlan::from_json(plan.data_parallel);
+    if (dp.environment && dp.environment->rank > 0) {
+      // Rank 0 writes the results; the others keep a journal of their own (the same records).
+      outputs = {};
+      if (!journal_flag.empty()) journal_flag += fmt::format(".rank{}", dp.environment->rank);
+    }
+    if (!o.quiet) {
+      err << fmt::format("gpubench: data-parallel: {} rank{} over {} ({}){}\n", dp.world_size,
+                         dp.world_size == 1 ? "" : "s", dp.backend,
+                         dp.environment ? fmt::format("{} rank {}, MASTER {}:{}",
+                                                      dp.environment->source, dp.environment->rank,
+                                                      dp.environment->master_addr,
+                                                      dp.environment->master_port)
+                                        : join(dp.devices, ", "),
+                         dp.environment ? "; waiting for every rank" : "")
+          << std::flush;
+    }
+    data_parallel = std::make_unique<distributed::DataParallelLauncher>(dp, o.worker_exe);
+  }
   if (!outputs.json.empty()) check_writable(outputs.json, "--json");
   if (!outputs.csv.empty()) check_writable(outputs.csv, "--csv");
   const ConfigStore store = resolve_store(plan.overlays);
 
   // The journal exists before the first job starts, so even the first one cannot be lost.
-  const std::string journal_path = !o.resume_path.empty() ? o.resume_path : o.journal_path;
+  const std::string journal_path = !o.resume_path.empty() ? o.resume_path : journal_flag;
   check_not_journal(outputs.json, "--json", journal_path);
   check_not_journal(outputs.csv, "--csv", journal_path);
   if (!o.resume_path.empty()) {
@@ -809,8 +946,8 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
     header.run_settings = run_settings;
     if (!outputs.json.empty()) header.outputs["json"] = absolute_path(outputs.json);
     if (!outputs.csv.empty()) header.outputs["csv"] = absolute_path(outputs.csv);
-    journal.emplace(o.journal_path.empty() ? create_default_journal(header)
-                                           : JournalWriter::create(o.journal_path, header));
+    journal.emplace(journal_flag.empty() ? create_default_journal(header)
+                                         : JournalWriter::create(journal_flag, header));
   }
   auto log = [&err, quiet = o.quiet](const std::string& line) {
     if (!quiet) err << "gpubench: " << terminal_text(line) << '\n' << std::flush;
@@ -860,7 +997,9 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
 
   WorkerLauncher workers(o.worker_exe);
   InProcessLauncher in_process;
-  PhaseLauncher& launcher = o.in_process ? static_cast<PhaseLauncher&>(in_process) : workers;
+  PhaseLauncher& launcher = o.in_process      ? static_cast<PhaseLauncher&>(in_process)
+                            : data_parallel ? static_cast<PhaseLauncher&>(*data_parallel)
+                                            : workers;
   SuiteCallbacks callbacks;
   callbacks.log = log;
   callbacks.job_ended = [&](const JobRecord& record) {

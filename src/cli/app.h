@@ -32,6 +32,11 @@ struct RunOptions {
   std::vector<std::string> models;       ///< --model NAME...
   std::vector<std::string> suites;       ///< --suite NAME...
   std::optional<int> gpu;                ///< --gpu N
+  /// Data-parallel training (issue 15): --gpus 0,1,2,3 or all (one rank per GPU), or
+  /// --world-size N (N ranks on the CPU over Gloo; under torchrun/srun, the environment's).
+  std::string gpus;
+  std::optional<int> world_size;
+  std::optional<double> rendezvous_timeout_s;  ///< --rendezvous-timeout S
   std::string device;                    ///< --device cpu|cuda
   std::string config_file;               ///< --config FILE
   /// --batch N (every workload of the run) or --batch MODEL=N (that one), repeatable: a fixed

@@ -13,8 +13,14 @@ namespace gpubench {
 
 namespace {
 
+/// " x4" for a data-parallel record of 4 ranks (issue 15), else "": its own job and column.
+std::string ranks_suffix(const JobRecord& job) {
+  const int n = job.data_parallel.is_object() ? job.data_parallel.value("world_size", 1) : 1;
+  return job.data_parallel.empty() ? std::string() : fmt::format(" x{}", n);
+}
+
 std::string device_of(const JobRecord& job) {
-  return job.device.name.empty() ? job.device.type : job.device.name;
+  return (job.device.name.empty() ? job.device.type : job.device.name) + ranks_suffix(job);
 }
 
 std::string short_device_name(const DeviceInfo& device) {
@@ -31,7 +37,7 @@ RunColumn column_of(const JobRecord& job) {
   c.device = device_of(job);
   c.precision = job.precision;
   c.memory_cap_gib = job.memory_cap_gib;
-  c.label = short_device_name(job.device) + " " + job.precision;
+  c.label = short_device_name(job.device) + ranks_suffix(job) + " " + job.precision;
   if (job.memory_cap_gib) c.label += " @" + format_number(*job.memory_cap_gib) + "GiB";
   c.same_batch = job.batch_source == "2020";
   if (c.same_batch) c.label += " @2020 batch";

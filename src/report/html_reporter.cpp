@@ -182,6 +182,7 @@ class HtmlReporter final : public Reporter {
     if (max_batch) section(*max_batch);
     for (const auto& s : tiers) section(s);
     section(report::measured_section(view, /*with_message=*/true));
+    if (auto s = report::scaling_section(view)) section(*s);
     const std::vector<std::string> notes = report::report_notes(view);
     if (!notes.empty()) {
       out_ << "<h2 id=\"notes\">Notes</h2>\n";

@@ -52,6 +52,14 @@ std::vector<Section> memory_tier_sections(const ReportView& view,
 /// One row per throughput job (memory-tier jobs are in their own table); `with_message` adds
 /// the message column (HTML shows failures in place; the text formats list them as notes).
 Section measured_section(const ReportView& view, bool with_message);
+/// Data-parallel scaling (issue 15, src/report/scaling.cpp): one row per world size of each
+/// job that ran on several ranks, beside its one-device run; none without data-parallel jobs.
+std::optional<Section> scaling_section(const ReportView& view);
+/// A record's world size: data_parallel.world_size, else 1.
+int world_size_of(const JobRecord& job);
+/// throughput / (ranks x the one-device throughput of the same job in `jobs`), when known.
+std::optional<double> scaling_efficiency(const JobRecord& job, const std::vector<JobRecord>& jobs);
+
 /// Notes on the whole report: emulated columns, CPU rows, modified configs, job messages,
 /// merged records.
 std::vector<std::string> report_notes(const ReportView& view);

@@ -47,6 +47,7 @@ class TableReporter final : public Reporter {
     if (auto s = report::max_batch_section(view, reference)) sections.push_back(std::move(*s));
     for (auto& s : report::memory_tier_sections(view, reference)) sections.push_back(std::move(s));
     sections.push_back(report::measured_section(view, /*with_message=*/false));
+    if (auto s = report::scaling_section(view)) sections.push_back(std::move(*s));
     for (std::size_t i = 0; i < sections.size(); ++i) {
       if (i > 0) out << '\n';
       section(out, sections[i]);

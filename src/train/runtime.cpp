@@ -86,6 +86,8 @@ Runtime::Runtime(const StepContext& ctx)
     graphs_note_ = "CUDA graphs run on CUDA devices only; this step runs eagerly";
   } else if (!GPUBENCH_WITH_CUDA) {
     graphs_note_ = "this gpubench was built without CUDA";
+  } else if (const std::string sync_problem = sync_->capture_problem(); !sync_problem.empty()) {
+    graphs_note_ = sync_problem;
   } else if (precision_ == Precision::kAmpFp16) {
     graphs_note_ =
         "amp-fp16 skips an overflowing update after reading a flag on the host (GradScaler), "
@@ -110,6 +112,7 @@ Updater& Runtime::add(const std::string& name, Updater updater) {
         name, settings_.optimizer_kernels));
   }
   updaters_.emplace_back(name, std::make_unique<Updater>(std::move(updater)));
+  sync_->attach(name, updaters_.back().second->optimizer().parameters());
   return *updaters_.back().second;
 }
 

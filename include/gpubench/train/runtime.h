@@ -71,6 +71,14 @@ class GradientSync {
   }
   /// For the record: "none", "nccl-allreduce", ...
   virtual std::string name() const { return "none"; }
+  /// Called once per network when the runtime takes its updater over, before any backward:
+  /// `parameters` are the optimizer's, in registration order. A reducer hooks them here so
+  /// that it can all-reduce gradients while backward still runs. Default: nothing
+  virtual void attach(const std::string& updater, const std::vector<torch::Tensor>& parameters) {
+    (void)updater, (void)parameters;
+  }
+  /// Why iterations with this sync cannot be captured as CUDA graphs, or "" when they can.
+  virtual std::string capture_problem() const { return {}; }
 };
 
 /// Runs a workload's training iterations: precision, updaters, gradient sync, launch.

@@ -1,0 +1,468 @@
+// Data-parallel training (issue 15): the environment and --gpus parsing, the bucketed
+// gradient all-reduce against single-process training over Gloo, and `run --world-size` end to
+// end through the real executable (records, report, a rank that crashes or hangs, bad input).
+#include "gpubench/distributed.h"
+
+#include "gpubench/json.h"
+#include "tests/testing.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+namespace gpubench {
+namespace {
+
+using distributed::BucketedGradientSync;
+using testing::TempDir;
+
+// ---- the environment ----
+
+std::function<const char*(const char*)> env_of(const std::map<std::string, std::string>& vars) {
+  return [vars](const char* name) -> const char* {
+    const auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(DistributedEnvironment, ReadsTorchrunsVariables) {
+  const auto env = distributed::rank_from_environment(env_of({{"RANK", "3"},
+                                                              {"WORLD_SIZE", "8"},
+                                                              {"LOCAL_RANK", "1"},
+                                                              {"MASTER_ADDR", "node0"},
+                                                              {"MASTER_PORT", "29400"}}));
+  ASSERT_TRUE(env);
+  EXPECT_EQ(env->rank, 3);
+  EXPECT_EQ(env->world_size, 8);
+  EXPECT_EQ(env->local_rank, 1);
+  EXPECT_EQ(env->master_addr, "node0");
+  EXPECT_EQ(env->master_port, 29400);
+  EXPECT_EQ(env->source, "torchrun");
+}
+
+TEST(DistributedEnvironment, ReadsSlurmsVariablesWhenTorchrunsAreAbsent) {
+  const auto env = distributed::rank_from_environment(env_of({{"SLURM_PROCID", "5"},
+                                                              {"SLURM_NTASKS", "16"},
+                                                              {"SLURM_LOCALID", "5"},
+                                                              {"MASTER_ADDR", "10.0.0.1"}}));
+  ASSERT_TRUE(env);
+  EXPECT_EQ(env->rank, 5);
+  EXPECT_EQ(env->world_size, 16);
+  EXPECT_EQ(env->local_rank, 5);
+  EXPECT_EQ(env->master_port, 29500);  // torchrun's default
+  EXPECT_EQ(env->source, "slurm");
+  // Slurm tasks without a master are plain runs (srun sets its variables for every task).
+  EXPECT_FALSE(distributed::rank_from_environment(
+      env_of({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}})));
+  EXPECT_FALSE(distributed::rank_from_environment(env_of({})));
+}
+
+TEST(DistributedEnvironment, RefusesInconsistentValues) {
+  EXPECT_THROWS_WITH(distributed::rank_from_environment(env_of(
+                         {{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}})),
+                     ConfigError, "outside the world");
+  EXPECT_THROWS_WITH(
+      distributed::rank_from_environment(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}})),
+      ConfigError, "MASTER_ADDR is not set");
+  EXPECT_THROWS_WITH(distributed::rank_from_environment(env_of(
+                         {{"RANK", "x"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}})),
+                     ConfigError, "RANK: expected a whole number");
+  EXPECT_THROWS_WITH(distributed::rank_from_environment(env_of({{"RANK", "0"},
+                                                                {"WORLD_SIZE", "2"},
+                                                                {"MASTER_ADDR", "h"},
+                                                                {"MASTER_PORT", "70000"}})),
+                     ConfigError, "MASTER_PORT");
+  EXPECT_THROWS_WITH(distributed::rank_from_environment(env_of({{"WORLD_SIZE", "4"}})),
+                     ConfigError, "RANK is not");
+}
+
+// ---- --gpus ----
+
+TEST(DistributedGpuList, ParsesIndicesAndAll) {
+  EXPECT_EQ(distributed::parse_gpu_list("0,1,3", 4), (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(distributed::parse_gpu_list("all", 3), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(distributed::parse_gpu_list("2", 4), (std::vector<int>{2}));
+}
+
+TEST(DistributedGpuList, RefusesDuplicatesMissingGpusAndBadSyntax) {
+  EXPECT_THROWS_WITH(distributed::parse_gpu_list("0,1,0", 4), ConfigError, "GPU 0 is named twice");
+  // A duplicate is bad input even where the GPUs do not exist (the syntax is checked first).
+  EXPECT_THROWS_WITH(distributed::parse_gpu_list("1,1", 0), ConfigError, "named twice");
+  EXPECT_THROWS_WITH(distributed::parse_gpu_list("0,4", 4), DeviceError,
+                     "GPU 4 does not exist; only 4 CUDA devices are visible");
+  EXPECT_THROWS_WITH(distributed::parse_gpu_list("all", 0), DeviceError, "no CUDA device");
+  EXPECT_THROWS_WITH(distributed::parse_gpu_list("0,,1", 4), ConfigError, "empty entry");
+  EXPECT_THROWS_WITH(distributed::parse_gpu_list("gpu0", 4), ConfigError, "whole number");
+}
+
+// ---- the reducer ----
+
+/// A stand-in process group of `world` identical ranks: a sum is the tensor times the world
+/// size. Records the size of each all-reduce, in order.
+class FakeCommunicator final : public distributed::Communicator {
+ public:
+  explicit FakeCommunicator(int world) : world_(world) {}
+  int rank() const override { return 0; }
+  int world_size() const override { return world_; }
+  std::string backend() const override { return "fake"; }
+  std::function<void()> allreduce_sum(torch::Tensor tensor) override {
+    sizes.push_back(tensor.numel());
+    tensor.mul_(world_);
+    return [] {};
+  }
+  std::vector<std::string> exchange(const std::string&, const std::string& value) override {
+    return std::vector<std::string>(static_cast<std::size_t>(world_), value);
+  }
+  std::vector<int64_t> sizes;
+
+ private:
+  int world_;
+};
+
+TEST(BucketedGradientSync, BucketsInReverseOrderUpToTheCapAndStartsThemDuringBackward) {
+  torch::manual_seed(0);
+  // Parameters of 100, 60, 30 and 50 floats; a cap of 100 floats (400 bytes).
+  std::vector<torch::Tensor> params = {
+      torch::randn({100}).requires_grad_(), torch::randn({60}).requires_grad_(),
+      torch::randn({30}).requires_grad_(), torch::randn({50}).requires_grad_()};
+  auto fake = std::make_shared<FakeCommunicator>(4);
+  BucketedGradientSync sync(fake, 400);
+  sync.attach("model", params);
+  // Reverse order: [50, 30] (80 floats; 60 more would pass the cap), [60], [100].
+  const Json info = sync.info();
+  EXPECT_EQ(info["networks"]["model"]["buckets"], 3);
+  EXPECT_EQ(info["networks"]["model"]["bucket_bytes"], Json({320, 240, 400}));
+
+  torch::Tensor loss;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto term = (params[i] * params[i]).sum() * static_cast<double>(i + 1);
+    loss = i == 0 ? term : loss + term;
+  }
+  loss.backward();
+  // Every bucket's gradients arrived in backward: all three all-reduces started there.
+  EXPECT_EQ(fake->sizes.size(), 3u);
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) grads.push_back(p.grad());
+  sync.synchronize("model", grads);
+  EXPECT_EQ(sync.info()["allreduces_started_in_backward"], 3);
+  EXPECT_EQ(sync.info()["allreduces_started_at_update"], 0);
+  // Four identical ranks: the average is each rank's own gradient, 2 (i + 1) p.
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(params[i].grad(), params[i].detach() * 2.0 * double(i + 1)))
+        << "parameter " << i;
+  }
+  EXPECT_EQ(sync.updates(), 1);
+}
+
+TEST(BucketedGradientSync, ABucketWithoutAllItsGradientsIsReducedAtTheUpdate) {
+  std::vector<torch::Tensor> params = {torch::ones({4}).requires_grad_(),
+                                       torch::ones({4}).requires_grad_()};
+  auto fake = std::make_shared<FakeCommunicator>(2);
+  BucketedGradientSync sync(fake);  // 25 MiB: one bucket
+  sync.attach("model", params);
+  (params[0] * 3).sum().backward();  // params[1] gets no gradient
+  EXPECT_TRUE(fake->sizes.empty());
+  std::vector<torch::Tensor> grads = {params[0].grad()};
+  sync.synchronize("model", grads);
+  EXPECT_EQ(fake->sizes, (std::vector<int64_t>{8}));
+  EXPECT_TRUE(torch::allclose(params[0].grad(), torch::full({4}, 3.0)));
+  EXPECT_FALSE(params[1].grad().defined());
+  EXPECT_EQ(sync.info()["allreduces_started_at_update"], 1);
+}
+
+/// The model of the equivalence test: small enough to check every gradient.
+torch::nn::Sequential small_model() {
+  torch::manual_seed(7);
+  return torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::Tanh(),
+                               torch::nn::Linear(16, 16), torch::nn::Tanh(),
+                               torch::nn::Linear(16, 4));
+}
+
+// Two ranks over Gloo (two threads of this process, each with its own process group through a
+// TCPStore on the loopback), each on half of a batch, give after one step the gradients and
+// weights of one process on the whole batch: mean-reduced losses over equal halves average to
+// the whole batch's. Tolerance: 1e-6 absolute + 1e-5 relative, float32 summation order.
+TEST(BucketedGradientSync, TwoGlooRanksOnHalvesEqualOneProcessOnTheWholeBatch) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  torch::manual_seed(11);
+  const auto x = torch::randn({8, 8});
+  const auto y = torch::randn({8, 4});
+  constexpr double kRate = 0.1;
+
+  // One process, the whole batch.
+  auto whole = small_model();
+  torch::optim::SGD whole_sgd(whole->parameters(), kRate);
+  torch::mse_loss(whole->forward(x), y).backward();
+  std::vector<torch::Tensor> expected_grads;
+  for (const auto& p : whole->parameters()) expected_grads.push_back(p.grad().clone());
+  whole_sgd.step();
+
+  const distributed::StoreServer server(30);
+  // Both replicas built here: the seeded initialization draws from one global generator.
+  std::vector<torch::nn::Sequential> replicas = {small_model(), small_model()};
+  std::vector<std::vector<torch::Tensor>> grads(2), weights(2);
+  std::vector<Json> infos(2);
+  std::vector<std::string> errors(2);
+  auto rank_main = [&](int rank) {
+    try {
+      distributed::RankSpec spec;
+      spec.rank = rank;
+      spec.world_size = 2;
+      spec.backend = "gloo";
+      spec.master_addr = "127.0.0.1";
+      spec.master_port = server.port();
+      spec.prefix = "equivalence/";
+      spec.timeout_s = 60;
+      auto communicator = distributed::connect(spec, torch::kCPU);
+      auto& model = replicas[static_cast<std::size_t>(rank)];
+      torch::optim::SGD sgd(model->parameters(), kRate);
+      // Buckets of 600 bytes: the 500 parameters' gradients go in several all-reduces.
+      BucketedGradientSync sync(communicator, 600);
+      sync.attach("model", model->parameters());
+      const auto half = torch::indexing::Slice(rank * 4, rank * 4 + 4);
+      torch::mse_loss(model->forward(x.index({half})), y.index({half})).backward();
+      std::vector<torch::Tensor> g;
+      for (const auto& p : model->parameters()) g.push_back(p.grad());
+      sync.synchronize("model", g);
+      for (const auto& p : model->parameters()) grads[rank].push_back(p.grad().clone());
+      sgd.step();
+      for (const auto& p : model->parameters()) weights[rank].push_back(p.detach().clone());
+      infos[rank] = sync.info();
+    } catch (const std::exception& e) {
+      errors[rank] = e.what();
+    }
+  };
+  std::thread rank1(rank_main, 1);
+  rank_main(0);
+  rank1.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  const auto whole_params = whole->parameters();
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(grads[rank].size(), expected_grads.size());
+    for (std::size_t i = 0; i < expected_grads.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(grads[rank][i], expected_grads[i], 1e-5, 1e-6))
+          << "rank " << rank << " gradient " << i << ": max difference "
+          << (grads[rank][i] - expected_grads[i]).abs().max().item<double>();
+      EXPECT_TRUE(torch::allclose(weights[rank][i], whole_params[i].detach(), 1e-5, 1e-6))
+          << "rank " << rank << " weight " << i;
+    }
+    // The halves differ, so the averaged gradient is not a rank's own: the all-reduce ran.
+    EXPECT_GT(infos[rank]["networks"]["model"]["buckets"].get<int>(), 1) << infos[rank].dump();
+    EXPECT_EQ(infos[rank]["allreduces_started_at_update"], 0) << infos[rank].dump();
+  }
+}
+
+TEST(BucketedGradientSync, ARankThatNeverComesIsARendezvousTimeout) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  const distributed::StoreServer server(30);
+  distributed::RankSpec spec;
+  spec.world_size = 2;
+  spec.master_port = server.port();
+  spec.prefix = "lonely/";
+  spec.timeout_s = 1;
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_THROWS_WITH(distributed::connect(spec, torch::kCPU), RendezvousError,
+                     "2 of 2 ranks did not complete within 1 s");
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(20));
+}
+
+// ---- end to end: `run --device cpu --world-size N` ----
+
+/// A TCP port nobody listens on now.
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::vector<Json> journal_records(const std::string& path) {
+  std::vector<Json> out;
+  std::istringstream lines(testing::read_file(path));
+  std::string line;
+  std::getline(lines, line);  // the header
+  while (std::getline(lines, line)) {
+    if (!line.empty()) out.push_back(Json::parse(line).at("job"));  // {"job": record, ...}
+  }
+  return out;
+}
+
+TEST(DataParallelCli, TwoCpuRanksSumTheirThroughputAndTheReportShowsTheScaling) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const std::string common = "--model bert-base --device cpu --config '" + dir.file("smoke.json") +
+                             "' --format none ";
+  const auto one = testing::run_gpubench("run " + common + "--json '" + dir.file("one.json") + "'");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const auto two = testing::run_gpubench("run " + common + "--world-size 2 --json '" +
+                                         dir.file("two.json") + "' --journal '" +
+                                         dir.file("j.jsonl") + "'");
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_NE(two.err.find("data-parallel: 2 ranks over gloo"), std::string::npos) << two.err;
+  const Json doc = Json::parse(testing::read_file(dir.file("two.json")));
+  ASSERT_EQ(doc["jobs"].size(), 1u);
+  const Json& job = doc["jobs"][0];
+  ASSERT_EQ(job["status"], "ok") << job.dump();
+  const Json& dp = job["data_parallel"];
+  EXPECT_EQ(dp["world_size"], 2);
+  EXPECT_EQ(dp["backend"], "gloo");
+  EXPECT_EQ(dp["interconnect"], "loopback (CPU ranks)");
+  EXPECT_EQ(dp["global_batch"].get<int64_t>(), 2 * job["batch"].get<int64_t>());
+  ASSERT_EQ(dp["ranks"].size(), 2u);
+  double sum = 0;
+  for (const auto& r : dp["ranks"]) {
+    EXPECT_EQ(r["status"], "ok");
+    EXPECT_GT(r["step_time_ms_median"].get<double>(), 0);
+    EXPECT_FALSE(r["step_time_ms"].empty());
+    sum += r["throughput"].get<double>();
+  }
+  EXPECT_NEAR(job["throughput"].get<double>(), sum, 1e-9 * sum);
+  // Every update went through the bucketed all-reduce.
+  EXPECT_EQ(job["runtime"]["gradient_sync"], "gloo-allreduce-bucketed");
+  EXPECT_GT(dp["gradient_sync"]["updates"].get<int>(), 0);
+  EXPECT_EQ(journal_records(dir.file("j.jsonl")).size(), 1u);
+
+  // The report: the two runs in their own columns and a scaling table with an efficiency.
+  const auto report = testing::run_gpubench("report '" + dir.file("one.json") + "' '" +
+                                            dir.file("two.json") + "'");
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_NE(report.out.find("Data-parallel scaling"), std::string::npos) << report.out;
+  EXPECT_NE(report.out.find("CPU x2 fp32"), std::string::npos) << report.out;
+  EXPECT_NE(report.out.find("(baseline)"), std::string::npos) << report.out;
+  EXPECT_NE(report.out.find("2 (gloo)"), std::string::npos) << report.out;
+}
+
+TEST(DataParallelCli, ACrashedRankFailsTheJobOnEveryRankAndTheNextJobRuns) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"),
+                      testing::smoke_configs_json({"bert-base", "transformer-big"}));
+  const auto started = std::chrono::steady_clock::now();
+  const auto run = testing::run_gpubench(
+      "run --model bert-base,transformer-big --device cpu --world-size 2 --format none "
+      "--timeout 120 --config '" +
+          dir.file("smoke.json") + "' --journal '" + dir.file("j.jsonl") + "'",
+      "", "GPUBENCH_FAULT_RANK=1:crash");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(120));
+  const auto records = journal_records(dir.file("j.jsonl"));
+  ASSERT_EQ(records.size(), 2u) << run.err;  // one record per job, the crashed one included
+  for (const auto& r : records) {
+    EXPECT_EQ(r["status"], "crashed") << r.dump();
+    EXPECT_NE(r["message"].get<std::string>().find("rank 1 (cpu) worker killed by signal 9"),
+              std::string::npos)
+        << r["message"];
+    EXPECT_NE(r["message"].get<std::string>().find("the other ranks were stopped"),
+              std::string::npos);
+  }
+  EXPECT_EQ(records[1]["model"], "transformer-big");  // the job after the failure ran
+}
+
+TEST(DataParallelCli, AHangingRankFailsTheJobWithinTheTimeout) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const auto started = std::chrono::steady_clock::now();
+  const auto run = testing::run_gpubench(
+      "run --model bert-base --device cpu --world-size 2 --format none --timeout 25 --config '" +
+          dir.file("smoke.json") + "' --journal '" + dir.file("j.jsonl") + "'",
+      "", "GPUBENCH_FAULT_RANK=1:hang");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(90));
+  const auto records = journal_records(dir.file("j.jsonl"));
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0]["status"], "timeout") << records[0].dump();
+  EXPECT_NE(records[0]["message"].get<std::string>().find("every rank was stopped"),
+            std::string::npos)
+      << records[0]["message"];
+}
+
+TEST(DataParallelCli, BadInputIsRefusedBeforeAnythingRuns) {
+  struct Case {
+    std::string args, env, message;
+    int exit_code;
+  };
+  const std::vector<Case> cases = {
+      {"--gpus 0,1,0", "", "GPU 0 is named twice", 2},
+      {"--gpus 0 --gpu 0", "", "--gpus and --gpu contradict each other", 2},
+      {"--gpus 99", "", "GPU 99 does not exist", 3},
+      {"--gpus 0 --device cpu", "", "--gpus and --device cpu contradict", 2},
+      {"--world-size 2", "", "without --device cpu", 2},
+      {"--device cpu --world-size 0", "", "--world-size: expected a number of ranks >= 1", 2},
+      {"--device cpu --world-size 3", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1",
+       "--world-size 3 does not match the environment's world of 2 ranks", 2},
+      {"--device cpu", "RANK=0 WORLD_SIZE=2", "MASTER_ADDR is not set", 2},
+      {"--gpus 0", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1", "drop --gpus", 2},
+  };
+  TempDir dir;
+  for (const auto& c : cases) {
+    const auto run = testing::run_gpubench(
+        "run --model bert-base --format none --journal '" + dir.file("j.jsonl") + "' " + c.args,
+        "", c.env);
+    EXPECT_EQ(run.exit_code, c.exit_code) << c.args << ": " << run.err;
+    EXPECT_NE(run.err.find(c.message), std::string::npos) << c.args << ": " << run.err;
+    EXPECT_FALSE(testing::file_exists(dir.file("j.jsonl"))) << c.args;
+  }
+}
+
+TEST(DataParallelCli, ARendezvousThatNeverCompletesExitsWithCode3) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const auto started = std::chrono::steady_clock::now();
+  // Rank 0 of 2: rank 1 never starts.
+  const auto run = testing::run_gpubench(
+      "run --model bert-base --device cpu --rendezvous-timeout 2 --format none --config '" +
+          dir.file("smoke.json") + "' --journal '" + dir.file("j.jsonl") + "'",
+      "", fmt::format("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", free_port()));
+  EXPECT_EQ(run.exit_code, 3) << run.err;
+  EXPECT_NE(run.err.find("rendezvous"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("did not complete within 2 s"), std::string::npos) << run.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+  EXPECT_FALSE(testing::file_exists(dir.file("j.jsonl")));
+}
+
+// Many hosts as torchrun starts them: two `gpubench run` processes, RANK 0 and 1, meet at
+// MASTER_ADDR:MASTER_PORT; rank 0 searches (here: the CPU's fixed batch), both time, both
+// journals hold the same summed record.
+TEST(DataParallelCli, TwoProcessesWithTorchrunsVariablesTrainAsOneJob) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const int port = free_port();
+  const std::string env =
+      fmt::format("WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={} LOCAL_RANK=0", port);
+  const std::string args = "run --model bert-base --device cpu --format none --config '" +
+                           dir.file("smoke.json") + "' --journal '" + dir.file("j.jsonl") + "'";
+  testing::CommandResult rank1;
+  std::thread other([&] { rank1 = testing::run_gpubench(args, "", "RANK=1 " + env); });
+  const auto rank0 = testing::run_gpubench(args, "", "RANK=0 " + env);
+  other.join();
+  ASSERT_EQ(rank0.exit_code, 0) << rank0.err;
+  ASSERT_EQ(rank1.exit_code, 0) << rank1.err;
+  const auto records0 = journal_records(dir.file("j.jsonl"));
+  const auto records1 = journal_records(dir.file("j.jsonl.rank1"));
+  ASSERT_EQ(records0.size(), 1u);
+  ASSERT_EQ(records1.size(), 1u);
+  EXPECT_EQ(records0[0]["data_parallel"]["world_size"], 2);
+  EXPECT_EQ(records0[0]["throughput"], records1[0]["throughput"]);
+  EXPECT_EQ(records0[0]["data_parallel"]["ranks"].size(), 2u);
+}
+
+}  // namespace
+}  // namespace gpubench
