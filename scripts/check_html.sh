@@ -145,7 +145,7 @@ tables=$(count '<table>')
 [ "$tables" -ge 5 ] || fail "expected at least 5 tables in the DOM, found $tables"
 for text in '<title id="chart-image-title">' '<title id="chart-language-title">' \
   '<title id="chart-summary-title">' 'id="normalized"' 'id="max-batch"' 'id="measured"' \
-  'id="memory-tiers-1"' 'emulated: the cap limits'; do
+  'id="memory-tiers-1"' 'emulated: the cap stands for the whole card'; do
   grep -qF "$text" "$work/dom.html" || fail "missing from the rendered DOM: $text"
 done
 if grep -qi '<sigsegv' "$work/dom.html"; then

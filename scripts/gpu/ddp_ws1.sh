@@ -50,9 +50,9 @@ for p in ("fp32", "amp-bf16"):
     sync = (dp.get("gradient_sync") or {})
     buckets = (sync.get("networks", {}).get("model") or {}).get("buckets")
     line = (f"{p}: plain {ta:.1f} ({a['status']}, median step "
-            f"{(a.get('timing') or {}).get('median_ms', 0):.2f} ms) | world size 1 "
+            f"{(a.get('timing') or {}).get('step_time_ms_median', 0):.2f} ms) | world size 1 "
             f"{dp.get('backend', '?')} {tb:.1f} ({b['status']}, median step "
-            f"{(b.get('timing') or {}).get('median_ms', 0):.2f} ms, {buckets} buckets, "
+            f"{(b.get('timing') or {}).get('step_time_ms_median', 0):.2f} ms, {buckets} buckets, "
             f"{sync.get('allreduces_started_in_backward')} all-reduces in backward, "
             f"{sync.get('allreduces_started_at_update')} at the update, launch "
             f"{(b.get('runtime') or {}).get('launch')})")
