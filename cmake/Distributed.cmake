@@ -11,8 +11,15 @@ find_path(GPUBENCH_GLOO_INCLUDE_DIR gloo/algorithm.h PATHS ${TORCH_INCLUDE_DIRS}
 find_library(GPUBENCH_GLOO_LIBRARY NAMES gloo PATHS /usr/lib /usr/lib/x86_64-linux-gnu)
 set(GPUBENCH_DISTRIBUTED_INCLUDES "")
 set(GPUBENCH_DISTRIBUTED_LIBS "")
+# A header found in the compiler's own /usr/include needs no include flag; passing that folder as
+# -isystem breaks clang's #include_next of the C headers (the sanitizer build is clang).
+function(gpubench_add_include dir)
+  if(NOT dir MATCHES "^/usr(/local)?/include/?$")
+    set(GPUBENCH_DISTRIBUTED_INCLUDES ${GPUBENCH_DISTRIBUTED_INCLUDES} ${dir} PARENT_SCOPE)
+  endif()
+endfunction()
 if(GPUBENCH_GLOO_INCLUDE_DIR)
-  list(APPEND GPUBENCH_DISTRIBUTED_INCLUDES ${GPUBENCH_GLOO_INCLUDE_DIR})
+  gpubench_add_include(${GPUBENCH_GLOO_INCLUDE_DIR})
   if(GPUBENCH_GLOO_LIBRARY)
     list(APPEND GPUBENCH_DISTRIBUTED_LIBS ${GPUBENCH_GLOO_LIBRARY})
   endif()
@@ -30,7 +37,7 @@ if(GPUBENCH_WITH_CUDA)
             HINTS ${_nccl_hints} $ENV{NCCL_INCLUDE_DIR} $ENV{NCCL_HOME}/include
             PATHS ${TORCH_INCLUDE_DIRS} /usr/include /usr/local/cuda/include)
   if(GPUBENCH_NCCL_INCLUDE_DIR)
-    list(APPEND GPUBENCH_DISTRIBUTED_INCLUDES ${GPUBENCH_NCCL_INCLUDE_DIR})
+    gpubench_add_include(${GPUBENCH_NCCL_INCLUDE_DIR})
   endif()
 endif()
 message(STATUS "gpubench: data-parallel Gloo headers: ${GPUBENCH_GLOO_INCLUDE_DIR}, "
