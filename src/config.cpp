@@ -328,7 +328,7 @@ std::string builtin_label(std::string_view path) { return std::string(path) + " 
 TimingSettings read_timing(const Json& value, const Where& where, TimingSettings t) {
   check_keys(value, where,
              {"warmup_steps", "max_warmup_steps", "max_warmup_seconds", "steady_tolerance",
-              "min_steps", "min_seconds"});
+              "min_steps", "min_seconds", "max_seconds", "noise_target"});
   if (value.contains("warmup_steps")) {
     t.warmup_steps =
         static_cast<int>(read_int(value["warmup_steps"], where.at("warmup_steps"), 0, 100000));
@@ -349,6 +349,12 @@ TimingSettings read_timing(const Json& value, const Where& where, TimingSettings
   }
   if (value.contains("min_seconds")) {
     t.min_seconds = read_number(value["min_seconds"], where.at("min_seconds"), 0);
+  }
+  if (value.contains("max_seconds")) {
+    t.max_seconds = read_number(value["max_seconds"], where.at("max_seconds"), 0);
+  }
+  if (value.contains("noise_target")) {
+    t.noise_target = read_number(value["noise_target"], where.at("noise_target"), 0, 1);
   }
   return t;
 }
@@ -407,7 +413,9 @@ Json timing_json(const TimingSettings& t) {
           {"max_warmup_seconds", t.max_warmup_seconds},
           {"steady_tolerance", t.steady_tolerance},
           {"min_steps", t.min_steps},
-          {"min_seconds", t.min_seconds}};
+          {"min_seconds", t.min_seconds},
+          {"max_seconds", t.max_seconds},
+          {"noise_target", t.noise_target}};
 }
 
 }  // namespace

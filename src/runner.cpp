@@ -265,6 +265,29 @@ LossReading read_losses(const TrainStep& step) {
   return reading;
 }
 
+/// A memory tier's confirm, in a fresh process at the searched batch: the step built as the
+/// search built it, then the steps that autotune (every distinct batch shape once) and one
+/// more. Out of memory propagates (the record says `oom`); no window is timed.
+void confirm_phase(JobRecord& record, const Architecture& arch, const StepContext& ctx) {
+  const torch::Device& device = ctx.device;
+  Heartbeat::phase(fmt::format("confirming batch {}", ctx.batch));
+  auto step = arch.prepare(ctx);
+  const int steps =
+      device.is_cuda() ? autotune_steps(step->uniform_steps(), step->warmup_steps()) + 1 : 1;
+  reset_peak_memory(device);
+  for (int i = 0; i < steps; ++i) step->run();
+  synchronize(device);
+  const MemoryStats stats = memory_stats(device);
+  record.batch_info = step->batch_info();
+  record.peak_memory_bytes = stats.reserved_peak;
+  record.peak_allocated_bytes = stats.allocated_peak;
+  record.memory["confirm_steps"] = steps;
+  record.status = "ok";
+  worker_log(record.model, fmt::format("batch {} trained {} in a fresh process (peak {})",
+                                       ctx.batch, counted(steps, "step"),
+                                       format_bytes(static_cast<double>(stats.reserved_peak))));
+}
+
 void time_phase(JobRecord& record, const Architecture& arch, const StepContext& ctx,
                 const RunSettings& run) {
   const torch::Device& device = ctx.device;
@@ -388,8 +411,14 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   reset_peak_memory(device);
   const MemoryStats before_window = memory_stats(device);
   step->begin_window();
-  worker_log(record.model, fmt::format("timing: at least {} and {} s", counted(t.min_steps, "step"),
-                                       format_number(t.min_seconds)));
+  worker_log(record.model,
+             fmt::format("timing: at least {} and {} s{}", counted(t.min_steps, "step"),
+                         format_number(t.min_seconds),
+                         t.max_seconds > t.min_seconds
+                             ? fmt::format(", then until the noise is at most {}% or {} s",
+                                           format_number(100 * t.noise_target),
+                                           format_number(t.max_seconds))
+                             : std::string()));
   Heartbeat::phase(fmt::format("timing at batch {}", ctx.batch));
 
   // Timed window: each step between device events; the host may run ahead, so the window is
@@ -401,19 +430,38 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   double units = 0;
   int steps = 0;
   std::vector<double> times;
+  std::optional<double> noise;
+  std::string stop;
   const auto window_start = Clock::now();
   constexpr int kMaxSteps = 1000000;
+  int next_check = 0;  // past the minimum: the step count of the next look at the noise
   while (true) {
     units += step->run();
     clock.mark();
     ++steps;
-    if (steps % cycle != 0 && steps < kMaxSteps) continue;
-    if (window_done(steps, seconds_since(window_start), t) || steps >= kMaxSteps) {
+    if (steps >= kMaxSteps) {
       times = clock.intervals_ms();
-      double device_seconds = 0;
-      for (double ms : times) device_seconds += ms / 1000.0;
-      if (window_done(steps, device_seconds, t) || steps >= kMaxSteps) break;
+      noise = window_noise(times, cycle);
+      stop = "step limit";
+      break;
     }
+    if (steps % cycle != 0 || steps < next_check) continue;
+    if (!window_done(steps, seconds_since(window_start), t)) continue;
+    // Each look waits for the device: the host may have run ahead of it.
+    times = clock.intervals_ms();
+    double device_seconds = 0;
+    for (double ms : times) device_seconds += ms / 1000.0;
+    if (!window_done(steps, device_seconds, t)) continue;
+    noise = window_noise(times, cycle);
+    stop = window_stop(noise, device_seconds, t);
+    if (!stop.empty()) break;
+    // The next look after about a quarter more steps, whole cycles, and not far past the limit.
+    const double per_step = device_seconds / steps;
+    const int to_limit =
+        per_step > 0 ? static_cast<int>(std::ceil((t.max_seconds - device_seconds) / per_step)) : 1;
+    int more = std::max(1, std::min(steps / 4, to_limit));
+    more = (more + cycle - 1) / cycle * cycle;
+    next_check = steps + more;
   }
   record.clocks = sampler.stop();
   double window_seconds = 0;
@@ -424,6 +472,8 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   }
   record.step_time_ms = times;
   record.timing = summarize_steps(times, window_seconds);
+  record.timing.noise = noise;
+  record.timing.stop = stop;
   record.units_per_step = units / steps;
   record.throughput = window_seconds > 0 ? units / window_seconds : 0;
   const MemoryStats stats = memory_stats(device);
@@ -453,8 +503,11 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   record.losses = at_end.values;
   record.runtime = step->runtime_info();  // again: with loss scaling, the updates it skipped
   worker_log(record.model,
-             fmt::format("timed: {} in {:.2f} s, {} {}", counted(steps, "step"), window_seconds,
-                         format_significant(record.throughput, 4), record.throughput_unit));
+             fmt::format("timed: {} in {:.2f} s, {} {} (noise {}, stop: {})",
+                         counted(steps, "step"), window_seconds,
+                         format_significant(record.throughput, 4), record.throughput_unit,
+                         noise ? fmt::format("+-{:.2f}%", 100 * *noise) : std::string("n/a"),
+                         stop));
 
   // A number is a result only when the model it timed was training soundly: finite losses at
   // both ends of the window, and the workload's own degeneracy check.
@@ -662,7 +715,9 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
       GPUBENCH_ASSERT(spec.batch > 0);
       record.batch = spec.batch;
       StepContext ctx = make_context(config, run, device, spec.batch);
-      if (spec.distributed.is_null()) {
+      if (spec.phase == "confirm") {
+        confirm_phase(record, arch, ctx);
+      } else if (spec.distributed.is_null()) {
         time_phase(record, arch, ctx, run);
       } else {
         // One rank of a data-parallel run: the process group, the bucketed all-reduce in the
@@ -754,8 +809,9 @@ JobRecord WorkerLauncher::launch(const JobSpec& spec, double timeout_s) {
     record.status = process.timed_out ? "timeout" : process.signal ? "crashed" : "failed";
     record.message = fmt::format("{} worker {}",
                                  spec.phase == "search" ? "the search's"
-                                 : spec.phase == "time" ? "the timed run's"
-                                                        : spec.phase,
+                                 : spec.phase == "time"   ? "the timed run's"
+                                 : spec.phase == "confirm" ? "the confirm's"
+                                                           : spec.phase,
                                  process.describe());
   }
   return record;
@@ -905,6 +961,88 @@ void repeat_timed_run(JobRecord& record, JobSpec spec, const RunSettings& run,
 
 }  // namespace
 
+namespace {
+
+/// The fresh-process runs at a searched (or given) batch, with the step-down after an
+/// out-of-memory error and the bisection back up once a batch trained.
+struct Attempts {
+  JobRecord record;       ///< the largest batch that trained, else the last run's record
+  Json log = Json::array();  ///< every run: batch, status, message, seconds, phase
+  int64_t first_batch = 0;
+  int64_t last_batch = 0;
+};
+
+Attempts run_at_batch(JobSpec spec, int64_t batch, bool may_step, const ModelConfig& config,
+                      const RunSettings& run, PhaseLauncher& launcher,
+                      const std::function<void(const std::string&)>& log) {
+  Attempts out;
+  out.first_batch = batch;
+  std::vector<std::pair<int64_t, bool>> outcomes;  // {batch, fitted} of the runs so far
+  std::optional<JobRecord> best;                   // the largest batch that trained
+  const bool confirm_only = spec.phase == "confirm";
+  for (int attempt = 0;; ++attempt) {
+    spec.batch = batch;
+    const char* phase = attempt == 0 ? "confirm" : best ? "bisect" : "step-down";
+    log(confirm_only ? fmt::format("{}: confirming batch {} ({}) in a fresh process", spec.model,
+                                   batch, config.batch_unit)
+                     : fmt::format("{}: timing at batch {} ({})", spec.model, batch,
+                                   config.batch_unit));
+    const auto attempt_started = Clock::now();
+    out.record = launcher.launch(spec, run.job_timeout_s);
+    out.last_batch = batch;
+    out.log.push_back({{"batch", batch},
+                       {"status", out.record.status},
+                       {"message", out.record.message},
+                       {"seconds", seconds_since(attempt_started)},
+                       {"phase", phase}});
+    if (out.record.status != "oom" && !out.record.ok()) break;  // not memory: stop
+    outcomes.emplace_back(batch, out.record.ok());
+    if (out.record.ok() && (!best || batch > best->batch)) best = out.record;
+    // Only a searched batch steps down: a --batch or CPU batch is timed as given.
+    if (!may_step) break;
+    const int64_t next = next_timed_batch(outcomes, config.search);
+    if (next <= 0) break;
+    log(out.record.ok()
+            ? fmt::format("{}: batch {} trained; trying {}, between it and the smallest batch "
+                          "that did not",
+                          spec.model, batch, next)
+            : fmt::format("{}: batch {} did not fit in a fresh process{}; stepping down to {}",
+                          spec.model, batch, confirm_only ? "" : " with autotuning", next));
+    batch = next;
+  }
+  if (best) out.record = *best;  // a bisection above it may have run out of memory
+  return out;
+}
+
+/// A memory tier's batch, confirmed in a fresh process under the same cap (issue 12: a capped
+/// search's worker has run other batches first); a batch that does not train there steps down
+/// as a timed run's would. The tier's answer is the largest batch that trained there.
+void confirm_tier(JobRecord& found, JobSpec spec, const ModelConfig& config, const RunSettings& run,
+                  PhaseLauncher& launcher, const std::function<void(const std::string&)>& log) {
+  spec.phase = "confirm";
+  const Attempts confirmed = run_at_batch(spec, found.batch, true, config, run, launcher, log);
+  found.confirm = confirmed.log;
+  if (confirmed.record.ok()) {
+    if (confirmed.record.batch != found.batch) {
+      const std::string note = fmt::format(
+          "the search's batch {} did not train in a fresh process under the cap; confirmed {}",
+          found.batch, confirmed.record.batch);
+      found.message = found.message.empty() ? note : found.message + "; " + note;
+      found.batch = confirmed.record.batch;
+    }
+    return;
+  }
+  found.status = "failed";
+  found.message = confirmed.record.status == "oom"
+                      ? fmt::format("the search's batch {} did not train in a fresh process "
+                                    "under the cap, nor any step down to {}: {}",
+                                    found.batch, confirmed.last_batch, confirmed.record.message)
+                      : fmt::format("the confirm at batch {} failed: {}", confirmed.last_batch,
+                                    confirmed.record.message);
+}
+
+}  // namespace
+
 JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& launcher,
                   const std::function<void(const std::string&)>& log) {
   const auto started = Clock::now();
@@ -949,6 +1087,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
       log(fmt::format("{}: warning: {}", plan.model, found.message));
       search_warning = found.message;
     }
+    if (found.ok() && plan.search_only) confirm_tier(found, spec, config, run, launcher, log);
     if (!found.ok() || plan.search_only) {
       found.wall_seconds = seconds_since(started);
       if (found.status == "oom") found.status = "failed";
@@ -962,45 +1101,17 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   }
 
   spec.phase = "time";
-  Json attempts = Json::array();
-  std::vector<std::pair<int64_t, bool>> outcomes;  // {batch, fitted} of the timed runs so far
-  std::optional<JobRecord> best;                   // the largest batch that trained
-  JobRecord record;
-  for (int attempt = 0;; ++attempt) {
-    spec.batch = batch;
-    const char* phase = attempt == 0 ? "confirm" : best ? "bisect" : "step-down";
-    log(fmt::format("{}: timing at batch {} ({})", plan.model, batch, config.batch_unit));
-    const auto attempt_started = Clock::now();
-    record = launcher.launch(spec, run.job_timeout_s);
-    attempts.push_back({{"batch", batch},
-                        {"status", record.status},
-                        {"message", record.message},
-                        {"seconds", seconds_since(attempt_started)},
-                        {"phase", phase}});
-    if (record.status != "oom" && !record.ok()) break;  // a failure that is not memory: stop
-    outcomes.emplace_back(batch, record.ok());
-    if (record.ok() && (!best || batch > best->batch)) best = record;
-    // Only a searched batch steps down: a --batch or CPU batch is timed as given.
-    if (source != "search") break;
-    const int64_t next = next_timed_batch(outcomes, config.search);
-    if (next <= 0) break;
-    log(record.ok() ? fmt::format("{}: batch {} trained; trying {}, between it and the smallest "
-                                  "batch that did not",
-                                  plan.model, batch, next)
-                    : fmt::format("{}: batch {} did not fit in a fresh process with autotuning; "
-                                  "stepping down to {}",
-                                  plan.model, batch, next));
-    batch = next;
-  }
-  if (best) record = *best;  // a bisection above it may have run out of memory
+  Attempts timed = run_at_batch(spec, batch, source == "search", config, run, launcher, log);
+  JobRecord record = std::move(timed.record);
+  const Json attempts = std::move(timed.log);
   if (record.status == "oom") {
     record.status = "failed";
-    record.message = fmt::format("out of memory at batch {}: {}", batch, record.message);
-  } else if (record.ok() && source == "search" && record.batch != outcomes.front().first &&
+    record.message = fmt::format("out of memory at batch {}: {}", timed.last_batch, record.message);
+  } else if (record.ok() && source == "search" && record.batch != timed.first_batch &&
              record.message.empty()) {
     record.message = fmt::format(
         "the search's batch {} did not fit in a fresh process with autotuning; timed at {}",
-        outcomes.front().first, record.batch);
+        timed.first_batch, record.batch);
   }
   if (record.ok() && run.repeat > 1) {
     repeat_timed_run(record, spec, run, launcher, log);

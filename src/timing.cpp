@@ -148,6 +148,27 @@ bool window_done(int steps, double elapsed_seconds, const TimingSettings& settin
   return steps >= settings.min_steps && elapsed_seconds >= settings.min_seconds;
 }
 
+std::optional<double> window_noise(const std::vector<double>& step_ms, int cycle) {
+  const std::size_t c = static_cast<std::size_t>(std::max(cycle, 1));
+  std::vector<double> cycles;
+  for (std::size_t i = 0; i + c <= step_ms.size(); i += c) {
+    cycles.push_back(std::accumulate(step_ms.begin() + static_cast<std::ptrdiff_t>(i),
+                                     step_ms.begin() + static_cast<std::ptrdiff_t>(i + c), 0.0));
+  }
+  if (cycles.size() < 2) return std::nullopt;
+  const SampleStats s = summarize_sample(cycles);
+  if (!(s.mean > 0)) return std::nullopt;
+  return (s.ci95_high - s.mean) / s.mean;
+}
+
+std::string window_stop(const std::optional<double>& noise, double elapsed_seconds,
+                        const TimingSettings& settings) {
+  if (settings.max_seconds <= settings.min_seconds) return "minimum";
+  if (noise && *noise <= settings.noise_target) return "noise";
+  if (elapsed_seconds >= settings.max_seconds) return "time limit";
+  return "";
+}
+
 Json TimingStats::to_json() const {
   return {{"steps", steps},
           {"step_time_ms_median", median_ms},
@@ -155,7 +176,9 @@ Json TimingStats::to_json() const {
           {"step_time_ms_min", min_ms},
           {"step_time_ms_max", max_ms},
           {"step_time_ms_stddev", stddev_ms},
-          {"window_seconds", window_seconds}};
+          {"window_seconds", window_seconds},
+          {"noise", noise ? Json(*noise) : Json(nullptr)},
+          {"stop", stop}};
 }
 
 TimingStats TimingStats::from_json(const Json& json) {
@@ -167,6 +190,8 @@ TimingStats TimingStats::from_json(const Json& json) {
   s.max_ms = json.value("step_time_ms_max", 0.0);
   s.stddev_ms = json.value("step_time_ms_stddev", 0.0);
   s.window_seconds = json.value("window_seconds", 0.0);
+  if (json.contains("noise") && json["noise"].is_number()) s.noise = json["noise"].get<double>();
+  s.stop = json.value("stop", std::string());
   return s;
 }
 

@@ -104,6 +104,10 @@ TEST(CliTest, BadInputIsExitCodeTwoWithAClearMessage) {
                "--precision: unknown precision 'fp16'");
   EXPECT_ERROR(cli({"run", "--model", "bert-base", "--min-steps", "0"}), 2,
                "--min-steps: expected an integer >= 1, got '0'");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--noise", "0"}), 2,
+               "--noise: expected a percentage above 0 and at most 100, got '0'");
+  EXPECT_ERROR(cli({"run", "--model", "bert-base", "--max-seconds", "inf"}), 2,
+               "--max-seconds: expected a number >= 0, got 'inf'");
   EXPECT_ERROR(cli({"run", "--model", "bert-base", "--memory-cap", "0"}), 2, "--memory-cap");
   EXPECT_ERROR(cli({"run", "--model", "bert-base", "--config", "/nonexistent/c.yaml"}), 2,
                "config file '/nonexistent/c.yaml' cannot be read");

@@ -155,6 +155,8 @@ TEST(ConfigTest, WrongTypesAndValuesNameTheKeyAndTheValue) {
       "my.yaml: run.timing.min_steps: expected an integer from 1 to 1000000, got 'ten'");
   EXPECT_THROWS_WITH(apply_yaml(store, "run: {timing: {min_seconds: -1}}\n"), ConfigError,
                      "run.timing.min_seconds: expected a number >= 0, got -1");
+  EXPECT_THROWS_WITH(apply_yaml(store, "run: {timing: {noise_target: 2}}\n"), ConfigError,
+                     "run.timing.noise_target: expected a number from 0 to 1, got 2");
   EXPECT_THROWS_WITH(apply_yaml(store, "run: {precision: fp8}\n"), ConfigError,
                      "my.yaml: run.precision: expected one of fp32, tf32, amp-bf16, amp-fp16, got "
                      "'fp8' (did you mean 'fp32'?)");

@@ -110,11 +110,13 @@ Architecture diverging_architecture(int finite_runs, double bad_value,
   return a;
 }
 
-/// Runs the timed phase of `arch` on the CPU: one warm-up step, then a window of 4 steps.
-JobRecord time_on_cpu(const Architecture& arch) {
+/// Runs the timed phase of `arch` on the CPU: one warm-up step, then a window of 4 steps (and,
+/// with a `max_seconds`, on while its noise is above `noise_target`).
+JobRecord time_on_cpu(const Architecture& arch, double max_seconds = 0.0,
+                      double noise_target = 0.005) {
   static const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
   RunSettings run;
-  run.cpu_timing = TimingSettings{1, 1, 60, 0.5, 4, 0.0};
+  run.cpu_timing = TimingSettings{1, 1, 60, 0.5, 4, 0.0, max_seconds, noise_target};
   const ModelConfig& config = store.model("bert-base");
   StepContext ctx;
   ctx.config = &config;
@@ -123,6 +125,27 @@ JobRecord time_on_cpu(const Architecture& arch) {
   record.model = "diverging";
   time_phase(record, arch, ctx, run);
   return record;
+}
+
+TEST(RunnerTest, TheWindowStopsAtItsMinimumWhenQuietAndGoesOnToItsLimitWhenNoisy) {
+  // Any noise is below 100%: the window ends at its minimum of 4 steps and says why.
+  JobRecord r = time_on_cpu(diverging_architecture(1000000, 1.0), 10.0, 1.0);
+  ASSERT_EQ(r.status, "ok") << r.message;
+  EXPECT_EQ(r.timing.steps, 4);
+  EXPECT_EQ(r.timing.stop, "noise");
+  ASSERT_TRUE(r.timing.noise.has_value());
+  EXPECT_LE(*r.timing.noise, 1.0);
+  // No host-timed step is known to a billionth: the window goes on to its time limit.
+  r = time_on_cpu(diverging_architecture(1000000, 1.0), 0.05, 1e-9);
+  ASSERT_EQ(r.status, "ok") << r.message;
+  EXPECT_EQ(r.timing.stop, "time limit");
+  EXPECT_GT(r.timing.steps, 4);
+  EXPECT_GE(r.timing.window_seconds, 0.05);
+  EXPECT_TRUE(r.timing.noise.has_value());
+  // No limit above the minimum: the window ends at its minimum, as before the noise stop.
+  r = time_on_cpu(diverging_architecture(1000000, 1.0));
+  EXPECT_EQ(r.timing.steps, 4);
+  EXPECT_EQ(r.timing.stop, "minimum");
 }
 
 TEST(RunnerTest, ALossThatTurnsNaNInTheWindowMakesTheJobDivergedWithoutAThroughput) {
@@ -394,7 +417,43 @@ TEST(RunnerTest, AMemoryTierTellsItsSearchWorkerThatNoTimedRunFollows) {
   ASSERT_EQ(tier.search_specs.size(), 1u);
   EXPECT_FALSE(job.search_specs[0].search_only);
   EXPECT_TRUE(tier.search_specs[0].search_only);
-  EXPECT_EQ(tier.calls, (std::vector<std::string>{"search:0"}));
+  EXPECT_EQ(tier.calls, (std::vector<std::string>{"search:0", "confirm:1312"}));
+}
+
+TEST(RunnerTest, AMemoryTierConfirmsItsBatchInAFreshProcessAndStepsDownWhenItDoesNotTrain) {
+  // The search found 1312 under the cap; a fresh process fits only up to 1290.
+  FakeLauncher tier(1312, 1290);
+  JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
+  plan.search_only = true;
+  const JobRecord r = run_job(plan, builtin(), tier, quiet);
+  EXPECT_TRUE(r.ok()) << r.message;
+  EXPECT_TRUE(r.search_only);
+  ASSERT_GE(tier.calls.size(), 3u);
+  EXPECT_EQ(tier.calls[0], "search:0");
+  EXPECT_EQ(tier.calls[1], "confirm:1312");
+  // The answer is a batch that trained in a fresh process, the search's record kept.
+  EXPECT_LE(r.batch, 1290);
+  EXPECT_GT(r.batch, 1200);
+  ASSERT_TRUE(r.search.has_value());
+  EXPECT_EQ(r.search->max_batch, 1312);
+  ASSERT_TRUE(r.confirm.is_array());
+  EXPECT_EQ(r.confirm[0]["status"], "oom");
+  EXPECT_EQ(r.confirm.back()["status"], "ok");
+  EXPECT_NE(r.message.find("did not train in a fresh process under the cap; confirmed"),
+            std::string::npos)
+      << r.message;
+  for (const auto& call : tier.calls) EXPECT_EQ(call.rfind("time:", 0), std::string::npos) << call;
+}
+
+TEST(RunnerTest, AMemoryTierWhoseBatchNeverTrainsInAFreshProcessFails) {
+  FakeLauncher tier(1312, 0);
+  JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
+  plan.search_only = true;
+  const JobRecord r = run_job(plan, builtin(), tier, quiet);
+  EXPECT_EQ(r.status, "failed");
+  EXPECT_NE(r.message.find("did not train in a fresh process under the cap"), std::string::npos)
+      << r.message;
+  EXPECT_LE(static_cast<int>(r.confirm.size()), kMaxTimedAttempts);
 }
 
 TEST(RunnerTest, SearchThenTimeAtTheFoundBatchAndNormalize) {

@@ -168,9 +168,12 @@ TEST(SuiteTest, MemoryTierJobsSearchUnderEachCapAndStop) {
   auto journal = JournalWriter::create(dir.file("j.jsonl"), header_of(plan));
   ScriptedLauncher launcher;
   const SuiteOutcome outcome = run_suite(plan, {}, launcher, journal, {});
-  EXPECT_EQ(launcher.calls, (std::vector<std::string>{"bert-base:search", "bert-base:search"}));
+  // Each tier's batch is confirmed in a fresh process under its cap; nothing is timed.
+  EXPECT_EQ(launcher.calls,
+            (std::vector<std::string>{"bert-base:search", "bert-base:confirm", "bert-base:search",
+                                      "bert-base:confirm"}));
   // The second tier starts from the memory line the first one measured.
-  EXPECT_EQ(launcher.hinted, (std::vector<bool>{false, true}));
+  EXPECT_EQ(launcher.hinted, (std::vector<bool>{false, false, true, true}));
   ASSERT_EQ(outcome.records.size(), 2u);
   for (const auto& r : outcome.records) {
     EXPECT_TRUE(r.search_only);

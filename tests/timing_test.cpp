@@ -201,6 +201,57 @@ TEST(TimingTest, WindowNeedsBothStepsAndSeconds) {
   EXPECT_TRUE(window_done(10, 5, t));
 }
 
+TEST(TimingTest, TheWindowsNoiseIsTheRelativeIntervalOfTheMeanCycleTime) {
+  // Steps of one shape: each step a cycle. 12 -+ 4.303 x 2 / sqrt(3) around a mean of 12.
+  ASSERT_TRUE(window_noise({14, 10, 12}, 1).has_value());
+  EXPECT_NEAR(*window_noise({14, 10, 12}, 1), 4.9687 / 12, 1e-4);
+  EXPECT_NEAR(*window_noise({100, 100, 100, 100}, 1), 0.0, 1e-12);
+  // A cycle of two different steps: the cycles are equal, so the mean is known exactly; the
+  // steps alone would look noisy.
+  EXPECT_NEAR(*window_noise({50, 150, 50, 150, 50, 150}, 2), 0.0, 1e-12);
+  EXPECT_GT(*window_noise({50, 150, 50, 150, 50, 150}, 1), 0.3);
+  // A cycle that has not run whole twice says nothing.
+  EXPECT_FALSE(window_noise({50, 150, 50}, 2).has_value());
+  EXPECT_FALSE(window_noise({100}, 1).has_value());
+  EXPECT_FALSE(window_noise({}, 1).has_value());
+}
+
+TEST(TimingTest, TheWindowGoesOnWhileNoisyUpToItsTimeLimit) {
+  TimingSettings t;
+  t.min_seconds = 5;
+  t.max_seconds = 15;
+  t.noise_target = 0.005;
+  EXPECT_EQ(window_stop(0.001, 5.2, t), "noise");
+  EXPECT_EQ(window_stop(0.005, 5.2, t), "noise");
+  EXPECT_EQ(window_stop(0.02, 5.2, t), "");      // noisy, time left: go on
+  EXPECT_EQ(window_stop(std::nullopt, 8, t), "");  // one cycle so far: go on
+  EXPECT_EQ(window_stop(0.02, 15, t), "time limit");
+  EXPECT_EQ(window_stop(std::nullopt, 16, t), "time limit");
+  // A limit at or below the minimum turns the noise stop off: the window ends at its minimum.
+  t.max_seconds = 5;
+  EXPECT_EQ(window_stop(0.5, 5.2, t), "minimum");
+  const RunSettings defaults;
+  EXPECT_EQ(window_stop(0.5, 0.1, defaults.cpu_timing), "minimum");  // the CPU: short as before
+  EXPECT_GT(defaults.timing.max_seconds, defaults.timing.min_seconds);
+}
+
+TEST(TimingTest, ATimingRecordKeepsTheNoiseAndWhyTheWindowStopped) {
+  TimingStats s = summarize_steps({10, 11, 12}, 0.033);
+  s.noise = 0.0123;
+  s.stop = "time limit";
+  const TimingStats back = TimingStats::from_json(s.to_json());
+  ASSERT_TRUE(back.noise.has_value());
+  EXPECT_DOUBLE_EQ(*back.noise, 0.0123);
+  EXPECT_EQ(back.stop, "time limit");
+  // Records written before the noise existed read back without one.
+  Json old = s.to_json();
+  old.erase("noise");
+  old.erase("stop");
+  EXPECT_FALSE(TimingStats::from_json(old).noise.has_value());
+  s.noise.reset();
+  EXPECT_TRUE(s.to_json()["noise"].is_null());
+}
+
 TEST(TimingTest, ASampleHasItsMedianRangeAndTheMeansNinetyFivePercentInterval) {
   const SampleStats s = summarize_sample({14, 10, 12});
   EXPECT_EQ(s.n, 3);

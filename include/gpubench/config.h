@@ -87,13 +87,18 @@ struct TimingSettings {
       0.05;                  ///< last 3 warm-up steps within this of their median. Default: 0.05
   int min_steps = 3;         ///< timed window: at least this many steps. Default: 3
   double min_seconds = 5.0;  ///< ... and at least this long [s]. Default: 5
+  /// Past its minimum the window goes on while its noise (the 95% interval of the mean step
+  /// time, over whole cycles, relative to it) is above noise_target, up to this long [s];
+  /// at or below min_seconds the window stops at its minimum. Default: 15
+  double max_seconds = 15.0;
+  double noise_target = 0.005;  ///< relative half-width of that interval. Default: 0.005 (0.5%)
 };
 
 /// Settings of one `gpubench run`, shared by all its jobs.
 struct RunSettings {
   Precision precision = Precision::kFp32;            ///< Default: fp32 (strict, TF32 off)
   TimingSettings timing;                             ///< on a GPU
-  TimingSettings cpu_timing{1, 3, 60, 0.5, 2, 0.0};  ///< on the CPU fallback: short
+  TimingSettings cpu_timing{1, 3, 60, 0.5, 2, 0.0, 0.0};  ///< on the CPU fallback: short
   std::optional<double> memory_cap_gib;  ///< cap the caching allocator [GiB]; results emulated
   double job_timeout_s = 1800;           ///< a worker running longer is killed [s]. Default: 1800
   /// Timed runs of each job, each in a fresh process at the job's batch (the first is the

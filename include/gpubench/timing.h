@@ -20,6 +20,10 @@ struct TimingStats {
   double max_ms = 0;
   double stddev_ms = 0;       ///< sample standard deviation
   double window_seconds = 0;  ///< first step start to last step end, device time
+  /// The window's noise: half-width of the 95% interval of the mean step time over whole
+  /// cycles, relative to it (window_noise); unset where fewer than two cycles ran.
+  std::optional<double> noise;
+  std::string stop;  ///< why the window ended: "minimum", "noise", "time limit", "step limit"
 
   Json to_json() const;
   static TimingStats from_json(const Json& json);
@@ -78,6 +82,18 @@ int autotune_steps(bool uniform_steps, int64_t cycle_steps);
 
 /// Whether the timed window has enough steps and time.
 bool window_done(int steps, double elapsed_seconds, const TimingSettings& settings);
+
+/// The window's noise: the half-width of the 95% interval (Student's t) of the mean time of a
+/// cycle of `cycle` steps, relative to that mean, over the whole cycles in `step_ms`; nullopt
+/// with fewer than two whole cycles.
+std::optional<double> window_noise(const std::vector<double>& step_ms, int cycle);
+
+/// After the window's minimum (window_done) is met: whether it ends now, and why. It goes on
+/// while its noise is above settings.noise_target and its device time below
+/// settings.max_seconds (as nvbench's noise stop); a max_seconds at or below min_seconds turns
+/// that off. "" = go on.
+std::string window_stop(const std::optional<double>& noise, double elapsed_seconds,
+                        const TimingSettings& settings);
 
 /// What a throughput means in arithmetic: {flops_per_unit, tflops (achieved: throughput x
 /// FLOPs per unit), peak_kind, peak_tflops (the device's measured dense-matmul peak for the

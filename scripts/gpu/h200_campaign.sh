@@ -16,7 +16,8 @@
 # GPUBENCH_SPEED_CASES names or all), jobs (scripts/gpu/jobs.sh into
 # results/h200/jobs: the whole jobs GPUBENCH_JOBS_LIST names, "MODEL:PRECISION ..."), profile
 # (step_speed.sh's side-by-side cases with both sides profiled: results/h200/profile), graphs
-# (graphs_check.sh: CUDA graphs off against on, into results/h200/graphs). Everything under results/h200/ is packed into
+# (graphs_check.sh: CUDA graphs off against on, into results/h200/graphs), ddp (ddp_ws1.sh into
+# results/h200/ddp), stylegan16 (stylegan_fp16.sh into results/h200/stylegan16). Everything under results/h200/ is packed into
 # $OUT; carry results/h200 into the next call (device tool: carry ["results/h200"]) to go on.
 set -uo pipefail
 self=$(readlink -f "$0")
@@ -155,6 +156,10 @@ for s in ${*:-build stylegan fp32 bf16 tiers refs}; do
     # PRECISIONS as graphs_check.sh reads them; one stage per choice of the two.
     graphs) stage "graphs-$(printf %s "${MODELS:-} ${PRECISIONS:-}" | md5sum | cut -c1-8)" \
               scripts/gpu/graphs_check.sh build/gpubench "$R/graphs" ;;
+    # Issue 15: world size 1 through NCCL against the plain run (bert-base, fp32 and amp-bf16).
+    ddp) stage ddp scripts/gpu/ddp_ws1.sh build/gpubench "$R/ddp" ;;
+    # Issue 18: stylegan in amp-fp16, traced, and the fp16 recipe's variants.
+    stylegan16) stage stylegan16 scripts/gpu/stylegan_fp16.sh build/gpubench "$R/stylegan16" ;;
     # One stage per list: a later call with another list runs it (jobs.sh skips finished jobs).
     jobs) stage "jobs-$(printf %s "${GPUBENCH_JOBS_LIST:?}" | md5sum | cut -c1-8)" \
             scripts/gpu/jobs.sh build/gpubench "$R/jobs" ${GPUBENCH_JOBS_LIST} ;;

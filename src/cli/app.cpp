@@ -322,6 +322,16 @@ void setup_run(CLI::App& app, RunOptions& o) {
                   fmt::format("Minimum timed seconds (default: {} on a GPU, {} on the CPU)",
                               format_number(defaults.timing.min_seconds),
                               format_number(defaults.cpu_timing.min_seconds)));
+  cmd->add_option("--max-seconds", o.max_seconds,
+                  fmt::format("Past its minimum, the timed window goes on while its noise is above "
+                              "--noise, up to this many seconds; at or below --min-seconds it "
+                              "stops at its minimum (default: {} on a GPU, {} on the CPU)",
+                              format_number(defaults.timing.max_seconds),
+                              format_number(defaults.cpu_timing.max_seconds)));
+  cmd->add_option("--noise", o.noise_percent,
+                  fmt::format("Noise at which the timed window may stop: the 95% interval of the "
+                              "mean step time, +- this many percent of it (default: {})",
+                              format_number(100 * defaults.timing.noise_target)));
   cmd->add_option("--repeat", o.repeat,
                   fmt::format("Timed runs per job, each in a fresh process; from 2 on, the "
                               "throughput is their median with a 95% interval (default: {})",
@@ -401,6 +411,19 @@ Json flag_overlay(const RunOptions& o) {
                    "--min-seconds: expected a number >= 0, got '{}'",
                    format_number(*o.min_seconds));
     timing["min_seconds"] = *o.min_seconds;
+  }
+  if (o.max_seconds) {
+    GPUBENCH_CHECK(std::isfinite(*o.max_seconds) && *o.max_seconds >= 0, ConfigError,
+                   "--max-seconds: expected a number >= 0, got '{}'",
+                   format_number(*o.max_seconds));
+    timing["max_seconds"] = *o.max_seconds;
+  }
+  if (o.noise_percent) {
+    GPUBENCH_CHECK(*o.noise_percent > 0 && *o.noise_percent <= 100, ConfigError,
+                   "--noise: expected a percentage above 0 and at most 100, got '{}' (0.5 stops "
+                   "once the mean step time is known to +-0.5%)",
+                   format_number(*o.noise_percent));
+    timing["noise_target"] = *o.noise_percent / 100.0;
   }
   if (o.timeout_s) {
     GPUBENCH_CHECK(*o.timeout_s >= 1, ConfigError, "--timeout: expected seconds >= 1, got '{}'",
@@ -690,6 +713,8 @@ void check_resume_options(const RunOptions& o) {
   if (o.warmup_steps) given.push_back("--warmup-steps");
   if (o.min_steps) given.push_back("--min-steps");
   if (o.min_seconds) given.push_back("--min-seconds");
+  if (o.max_seconds) given.push_back("--max-seconds");
+  if (o.noise_percent) given.push_back("--noise");
   if (o.repeat) given.push_back("--repeat");
   if (!o.gpus.empty()) given.push_back("--gpus");
   if (o.world_size) given.push_back("--world-size");

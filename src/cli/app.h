@@ -47,6 +47,8 @@ struct RunOptions {
   std::optional<int> warmup_steps;       ///< --warmup-steps N
   std::optional<int> min_steps;          ///< --min-steps N
   std::optional<double> min_seconds;     ///< --min-seconds S
+  std::optional<double> max_seconds;     ///< --max-seconds S
+  std::optional<double> noise_percent;   ///< --noise P
   std::optional<double> timeout_s;       ///< --timeout S per worker
   std::optional<int> repeat;             ///< --repeat N: timed runs per job, fresh processes
   std::string json_path;                 ///< --json PATH
