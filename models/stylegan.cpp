@@ -8,8 +8,14 @@
 
 #include <torch/torch.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+#include <vector>
 
 namespace gpubench::models {
 
@@ -21,6 +27,113 @@ constexpr double kEpsilon = 1e-8;                 // pixel norm, instance norm, 
 
 /// LeakyReLU 0.2 in place.
 torch::Tensor lrelu_inplace(torch::Tensor x) { return torch::leaky_relu_(x, kLeakySlope); }
+
+/// LeakyReLU 0.2 in place, then (clamp > 0) the StyleGAN2-ADA clamp to +-clamp. The clamp is out
+/// of place: the in-place LeakyReLU's backward reads its result.
+torch::Tensor lrelu_clamp(torch::Tensor x, double clamp) {
+  lrelu_inplace(x);
+  return clamp > 0 ? x.clamp(-clamp, clamp) : x;
+}
+
+/// Autocast off, on every device type where it is on, while it lives (when `active`); the
+/// layers outside the fp16 recipe's set. Restored as it was after.
+class AutocastOff {
+ public:
+  explicit AutocastOff(bool active) {
+    if (!active) return;
+    for (const auto type : {torch::kCUDA, torch::kCPU}) {
+      if (!compat::autocast_enabled(type)) continue;
+      saved_.emplace_back(type, compat::autocast_dtype(type));
+      compat::set_autocast(type, false, saved_.back().second);
+    }
+  }
+  ~AutocastOff() {
+    for (const auto& [type, dtype] : saved_) compat::set_autocast(type, true, dtype);
+  }
+  AutocastOff(const AutocastOff&) = delete;
+  AutocastOff& operator=(const AutocastOff&) = delete;
+
+ private:
+  std::vector<std::pair<torch::DeviceType, torch::ScalarType>> saved_;
+};
+
+/// x in fp32 when `fp32` (the input of a layer that runs outside autocast), else x.
+torch::Tensor fp32_if(const torch::Tensor& x, bool fp32) {
+  return fp32 && x.scalar_type() != torch::kFloat ? x.to(torch::kFloat) : x;
+}
+
+// ---- The activation trace (diagnosis only: host reads, never in a timed run) ----
+
+struct TraceState {
+  bool enabled = false;    // the environment asked, or a test sink is installed
+  int64_t iterations = 6;  // traced step iterations
+  int64_t iteration = 0;   // the current step's, from 1
+  std::string pass;        // what the step is running
+  std::function<void(const ActivationTraceRecord&)> sink;  // tests; else stderr
+};
+
+TraceState& trace_state() {
+  static TraceState state = [] {
+    TraceState t;
+    const char* v = std::getenv("GPUBENCH_TRACE_ACTIVATIONS");
+    if (v != nullptr && *v != '\0' && std::string(v) != "0") {
+      t.enabled = true;
+      const long n = std::strtol(v, nullptr, 10);
+      if (n > 1) t.iterations = n;  // "1" turns it on for the default 6
+    }
+    return t;
+  }();
+  return state;
+}
+
+/// Once per step iteration, before it runs: counts it and says so.
+void trace_iteration_begins() {
+  auto& t = trace_state();
+  if (!t.enabled) return;
+  ++t.iteration;
+  t.pass.clear();
+  if (!t.sink && t.iteration <= t.iterations) {
+    std::fprintf(stderr, "activation trace: iteration %lld\n", static_cast<long long>(t.iteration));
+  }
+}
+
+void trace_pass(const char* pass) {
+  if (activation_trace_active()) trace_state().pass = pass;
+}
+
+/// After an update: the largest |p| of the network (and which), its non-finite values (and
+/// the first parameter holding one), and its loss scale.
+void trace_parameters(const char* network, const torch::nn::Module& module,
+                      const train::Updater& updater) {
+  torch::NoGradGuard no_grad;
+  double max_abs = 0;
+  int64_t nonfinite = 0;
+  std::string largest, first_bad;
+  for (const auto& item : module.named_parameters()) {
+    const auto p = item.value().detach();
+    const auto finite = torch::isfinite(p);
+    const auto stats = torch::stack({p.abs().masked_fill(~finite, 0).max().to(torch::kDouble),
+                                     (~finite).sum().to(torch::kDouble)})
+                           .cpu();
+    const double m = stats[0].item<double>();
+    const auto bad = static_cast<int64_t>(stats[1].item<double>());
+    if (m > max_abs) max_abs = m, largest = item.key();
+    if (bad > 0 && first_bad.empty()) first_bad = item.key();
+    nonfinite += bad;
+  }
+  const auto& scaler = updater.scaler();
+  const std::string scale =
+      scaler.enabled()
+          ? fmt::format("loss scale {:.6g}, skipped {} of {} updates", scaler.current_scale(),
+                        scaler.updates_skipped(), scaler.updates_checked())
+          : std::string("no loss scaling");
+  std::fprintf(stderr,
+               "activation trace: it %lld | after %s update | max|p| %.4g (%s) | nonfinite %lld%s "
+               "| %s\n",
+               static_cast<long long>(trace_state().iteration), network, max_abs, largest.c_str(),
+               static_cast<long long>(nonfinite),
+               first_bad.empty() ? "" : (" (first in " + first_bad + ")").c_str(), scale.c_str());
+}
 
 /// The four 1-pixel shifts of the zero-padded kernel, summed: [..., k, k] -> [..., k+1, k+1].
 /// This is how the reference turns the 3x3 kernel of a resampling conv into the 4x4 kernel of
@@ -56,12 +169,74 @@ bool StyleGanOptions::fused_at(int64_t res) const {
   return (int64_t{1} << res) >= fused_scale_min_res_;
 }
 
-StyleGanOptions stylegan_options(const Params& m) {
+bool StyleGanOptions::fp16_at(int64_t res) const {
+  if (fp16_everywhere()) return true;
+  return res >= std::max<int64_t>(resolution_log2() + 1 - fp16_resolutions_, 3);
+}
+
+bool activation_trace_active() {
+  static TraceState& t = trace_state();
+  return t.enabled && t.iteration <= t.iterations;
+}
+
+void set_activation_trace_sink(std::function<void(const ActivationTraceRecord&)> sink,
+                               int64_t iterations) {
+  auto& t = trace_state();
+  t.enabled = static_cast<bool>(sink);
+  t.sink = std::move(sink);
+  t.iterations = iterations;
+  t.iteration = 0;
+  t.pass.clear();
+}
+
+void trace_activation(const std::string& layer, const torch::Tensor& x) {
+  torch::NoGradGuard no_grad;
+  const auto& t = trace_state();
+  const auto d = x.detach();
+  const auto finite = torch::isfinite(d);
+  const auto stats = torch::stack({d.abs().masked_fill(~finite, 0).max().to(torch::kDouble),
+                                   (~finite).sum().to(torch::kDouble)})
+                         .cpu();
+  ActivationTraceRecord r;
+  r.iteration = t.iteration;
+  r.pass = t.pass;
+  r.layer = layer;
+  r.dtype = d.scalar_type();
+  r.max_abs = stats[0].item<double>();
+  r.nonfinite = static_cast<int64_t>(stats[1].item<double>());
+  if (t.sink) return t.sink(r);
+  std::string shape;
+  for (const auto s : d.sizes()) shape += (shape.empty() ? "" : "x") + std::to_string(s);
+  std::fprintf(
+      stderr, "activation trace: it %lld | %s | %s | %s | max|x| %.4g | nonfinite %lld | %s\n",
+      static_cast<long long>(r.iteration), r.pass.c_str(), layer.c_str(), c10::toString(r.dtype),
+      r.max_abs, static_cast<long long>(r.nonfinite), shape.c_str());
+}
+
+StyleGanOptions stylegan_options(const Params& m, Precision precision) {
   const int64_t resolution = m.i64("resolution");
   GPUBENCH_CHECK(resolution >= 4 && (resolution & (resolution - 1)) == 0, ConfigError,
                  "model.resolution = {}: StyleGAN's resolution must be a power of two >= 4 (the "
                  "reference's is 1024)",
                  resolution);
+  // fp16_resolutions: "all", or how many of the highest resolutions (4x4 .. resolution: log2 - 1
+  // of them) run in fp16.
+  const int64_t resolutions = StyleGanOptions().resolution(resolution).resolution_log2() - 1;
+  const std::string fp16 = m.str("fp16_resolutions");
+  int64_t fp16_count = StyleGanOptions::kAllResolutions;
+  if (fp16 != "all") {
+    const bool digits =
+        !fp16.empty() && fp16.size() <= 3 &&
+        std::all_of(fp16.begin(), fp16.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const int64_t n = digits ? std::stoll(fp16) : -1;
+    GPUBENCH_CHECK(digits && n <= resolutions, ConfigError,
+                   "model.fp16_resolutions = '{}': use 'all' (every layer under autocast), or how "
+                   "many of the {} highest resolutions run in fp16 under amp-fp16, 0 to {} as a "
+                   "quoted string (StyleGAN2-ADA's recipe: '4')",
+                   fp16, resolutions, resolutions);
+    fp16_count = n;
+  }
+  const bool recipe = precision == Precision::kAmpFp16;
   return StyleGanOptions()
       .resolution(resolution)
       .num_channels(m.i64("num_channels"))
@@ -77,7 +252,9 @@ StyleGanOptions stylegan_options(const Params& m) {
       .style_mixing_prob(m.f64("style_mixing_prob"))
       .dlatent_avg_beta(m.f64("dlatent_avg_beta"))
       .mbstd_group_size(m.i64("mbstd_group_size"))
-      .mbstd_num_features(m.i64("mbstd_num_features"));
+      .mbstd_num_features(m.i64("mbstd_num_features"))
+      .fp16_resolutions(recipe ? fp16_count : StyleGanOptions::kAllResolutions)
+      .conv_clamp(recipe ? m.f64("conv_clamp") : 0.0);
 }
 
 // ---- Layers ----
@@ -167,23 +344,32 @@ torch::Tensor MappingNetworkImpl::forward(const torch::Tensor& z) {
   return x;
 }
 
-LayerEpilogueImpl::LayerEpilogueImpl(int64_t channels, int64_t dlatent_size) {
+LayerEpilogueImpl::LayerEpilogueImpl(int64_t channels, int64_t dlatent_size, std::string label,
+                                     double clamp)
+    : label(std::move(label)), clamp(clamp) {
   noise_strength = register_parameter("noise_strength", torch::zeros({channels}));
   style = register_module("style", EqualizedLinear(dlatent_size, 2 * channels, /*gain=*/1.0));
 }
 
 torch::Tensor LayerEpilogueImpl::forward(torch::Tensor x, const torch::Tensor& dlatent) {
   const int64_t n = x.size(0), c = x.size(1);
+  const bool trace = activation_trace_active();
+  if (trace) trace_activation(label + ".conv", x);
   // In place on the convolution's output, which its backward does not read: one activation
   // buffer for noise, bias and LeakyReLU instead of three. The strengths are cast to x's dtype
   // first so that under autocast the full-size kernel reads and writes one dtype.
   const auto noise = torch::randn({n, 1, x.size(2), x.size(3)}, x.options());
   x.addcmul_(noise, noise_strength.to(x.scalar_type()).view({1, c, 1, 1}));
-  lrelu_inplace(x);
+  x = lrelu_clamp(std::move(x), clamp);
+  if (trace) trace_activation(label + ".act", x);
   x = torch::instance_norm(x, {}, {}, {}, {}, /*use_input_stats=*/true, /*momentum=*/0.0, kEpsilon,
                            /*cudnn_enabled=*/true);
+  if (trace) trace_activation(label + ".norm", x);
   const auto s = style(dlatent).view({n, 2, c, 1, 1});
-  return torch::addcmul(s.select(1, 1), x, s.select(1, 0) + 1);
+  if (trace) trace_activation(label + ".style", s);
+  auto y = torch::addcmul(s.select(1, 1), x, s.select(1, 0) + 1);
+  if (trace) trace_activation(label + ".out", y);
+  return y;
 }
 
 SynthesisNetworkImpl::SynthesisNetworkImpl(const StyleGanOptions& o) : options(o) {
@@ -202,7 +388,15 @@ SynthesisNetworkImpl::SynthesisNetworkImpl(const StyleGanOptions& o) : options(o
   }
   epilogues = register_module("epilogues", torch::nn::ModuleList());
   for (int64_t layer = 0; layer < o.num_layers(); ++layer) {
-    epilogues->push_back(LayerEpilogue(o.nf(layer / 2 + 1), d));
+    // Layer 2k and 2k+1 are the two of resolution 2^(k+2): the constant (or the upscaling
+    // conv) and the 3x3 conv.
+    const int64_t side = int64_t{4} << (layer / 2);
+    const char* which = layer == 0       ? "const"
+                        : layer == 1     ? "conv"
+                        : layer % 2 == 0 ? "conv0_up"
+                                         : "conv1";
+    epilogues->push_back(
+        LayerEpilogue(o.nf(layer / 2 + 1), d, fmt::format("G.{}.{}", side, which), o.conv_clamp()));
   }
   to_rgb = register_module("to_rgb", torch::nn::ModuleList());
   for (int64_t res = log2; res >= 2; --res) {
@@ -215,13 +409,22 @@ torch::Tensor SynthesisNetworkImpl::forward(const torch::Tensor& dlatents) {
   auto epilogue = [&](int64_t layer, torch::Tensor x) {
     return epilogues[layer]->as<LayerEpilogue>()->forward(std::move(x), dlatents.select(1, layer));
   };
-  // The constant plus its bias, tiled over the minibatch (a fresh tensor the epilogue may
-  // modify in place).
-  auto x = (const_input + const_bias.view({1, -1, 1, 1})).repeat({n, 1, 1, 1});
-  x = epilogue(0, x);
-  x = epilogue(1, conv4(x));
+  torch::Tensor x;
+  {
+    // The 4x4 block (fp32 under the fp16 recipe; the caller's precision otherwise).
+    const AutocastOff fp32(!options.fp16_at(2));
+    // The constant plus its bias, tiled over the minibatch (a fresh tensor the epilogue may
+    // modify in place).
+    x = (const_input + const_bias.view({1, -1, 1, 1})).repeat({n, 1, 1, 1});
+    x = epilogue(0, x);
+    x = epilogue(1, conv4(x));
+  }
   for (int64_t i = 0; i < static_cast<int64_t>(up_convs->size()); ++i) {
     const int64_t res = i + 3;
+    // The fp16 recipe's blocks run under the caller's autocast; the others with it off, their
+    // input in fp32 (in G the fp32 blocks come first, so this cast never narrows).
+    const AutocastOff fp32(!options.fp16_at(res));
+    x = fp32_if(x, !options.fp16_at(res));
     auto* up = up_convs[i]->as<EqualizedConv2d>();
     const bool fused = options.fused_at(res);
     if (options.blur()) {
@@ -233,7 +436,18 @@ torch::Tensor SynthesisNetworkImpl::forward(const torch::Tensor& dlatents) {
     x = epilogue(2 * res - 4, x);
     x = epilogue(2 * res - 3, convs[i]->as<EqualizedConv2d>()->forward(x));
   }
-  return to_rgb[0]->as<EqualizedConv2d>()->forward(x);
+  // ToRGB belongs to the last block (its precision); under the fp16 recipe the images leave G
+  // in fp32, as StyleGAN2-ADA's.
+  const int64_t log2 = options.resolution_log2();
+  torch::Tensor images;
+  {
+    const AutocastOff fp32(!options.fp16_at(log2));
+    images = to_rgb[0]->as<EqualizedConv2d>()->forward(fp32_if(x, !options.fp16_at(log2)));
+  }
+  if (options.conv_clamp() > 0) images = images.clamp(-options.conv_clamp(), options.conv_clamp());
+  if (!options.fp16_everywhere()) images = fp32_if(images, true);
+  if (activation_trace_active()) trace_activation("G.torgb", images);
+  return images;
 }
 
 torch::Tensor mix_styles(const torch::Tensor& w1, const torch::Tensor& w2, int64_t num_layers,
@@ -259,16 +473,22 @@ torch::Tensor StyleGanGeneratorImpl::forward(const torch::Tensor& z) {
   const int64_t n = z.size(0), layers = options.num_layers();
   const bool mixing = is_training() && options.style_mixing_prob() > 0;
   torch::Tensor w, dlatents;
-  if (mixing) {
-    // The reference maps the second z in a second call; one call on both halves is the same
-    // arithmetic per row with half the launches.
-    const auto both = mapping(torch::cat({z, torch::randn_like(z)}));
-    w = both.narrow(0, 0, n);
-    dlatents = mix_styles(w, both.narrow(0, n, n), layers, options.style_mixing_prob());
-  } else {
-    w = mapping(z);
-    dlatents = w.unsqueeze(1).expand({n, layers, w.size(1)});
+  {
+    // The mapping runs in fp32 under the fp16 recipe (StyleGAN2-ADA's mapping is never fp16).
+    const bool fp32 = !options.fp16_everywhere();
+    const AutocastOff off(fp32);
+    if (mixing) {
+      // The reference maps the second z in a second call; one call on both halves is the same
+      // arithmetic per row with half the launches.
+      const auto both = mapping(fp32_if(torch::cat({z, torch::randn_like(z)}), fp32));
+      w = both.narrow(0, 0, n);
+      dlatents = mix_styles(w, both.narrow(0, n, n), layers, options.style_mixing_prob());
+    } else {
+      w = mapping(fp32_if(z, fp32));
+      dlatents = w.unsqueeze(1).expand({n, layers, w.size(1)});
+    }
   }
+  if (activation_trace_active()) trace_activation("G.mapping", w);
   if (is_training() && options.dlatent_avg_beta() < 1) {
     torch::NoGradGuard no_grad;
     dlatent_avg.lerp_(w.detach().mean(0).to(dlatent_avg.scalar_type()),
@@ -329,20 +549,45 @@ StyleGanDiscriminatorImpl::StyleGanDiscriminatorImpl(const StyleGanOptions& o) :
 torch::Tensor StyleGanDiscriminatorImpl::forward(const torch::Tensor& images) {
   // LeakyReLU in place: convolutions and dense layers do not read their outputs in backward,
   // and the activation's own backward (and its double backward) needs only its result.
-  auto x = lrelu_inplace(from_rgb[0]->as<EqualizedConv2d>()->forward(images));
+  // Under the fp16 recipe each block runs under the caller's autocast or, outside the fp16
+  // set, with it off and its input in fp32; the clamp follows every convolution.
+  const double clamp = options.conv_clamp();
+  const bool trace = activation_trace_active();
   const int64_t log2 = options.resolution_log2();
+  torch::Tensor x;
+  {
+    // FromRGB belongs to the first block.
+    const AutocastOff fp32(!options.fp16_at(log2));
+    x = lrelu_clamp(
+        from_rgb[0]->as<EqualizedConv2d>()->forward(fp32_if(images, !options.fp16_at(log2))),
+        clamp);
+  }
+  if (trace) trace_activation(fmt::format("D.{}.from_rgb", int64_t{1} << log2), x);
   for (int64_t i = 0; i < static_cast<int64_t>(conv0->size()); ++i) {
     const int64_t res = log2 - i;
-    x = lrelu_inplace(conv0[i]->as<EqualizedConv2d>()->forward(x));
+    const AutocastOff fp32(!options.fp16_at(res));
+    x = fp32_if(x, !options.fp16_at(res));
+    x = lrelu_clamp(conv0[i]->as<EqualizedConv2d>()->forward(x), clamp);
+    if (trace) trace_activation(fmt::format("D.{}.conv0", int64_t{1} << res), x);
     if (options.blur()) x = blurs[i]->as<Blur2d>()->forward(x);
-    x = lrelu_inplace(conv1_down[i]->as<EqualizedConv2d>()->forward_down(x, options.fused_at(res)));
+    x = lrelu_clamp(conv1_down[i]->as<EqualizedConv2d>()->forward_down(x, options.fused_at(res)),
+                    clamp);
+    if (trace) trace_activation(fmt::format("D.{}.conv1_down", int64_t{1} << res), x);
   }
+  // The 4x4 epilogue: fp32 under the fp16 recipe (StyleGAN2-ADA's DiscriminatorEpilogue).
+  const AutocastOff fp32(!options.fp16_at(2));
+  x = fp32_if(x, !options.fp16_at(2));
   if (options.mbstd_group_size() > 1) {
     x = minibatch_stddev(x, options.mbstd_group_size(), options.mbstd_num_features());
+    if (trace) trace_activation("D.mbstd", x);
   }
-  x = lrelu_inplace(conv4(x));
+  x = lrelu_clamp(conv4(x), clamp);
+  if (trace) trace_activation("D.conv4", x);
   x = lrelu_inplace(dense0(x.flatten(1)));
-  return dense1(x);
+  if (trace) trace_activation("D.dense0", x);
+  auto scores = dense1(x);
+  if (trace) trace_activation("D.dense1", scores);
+  return scores;
 }
 
 // ---- Loss pieces and data ----
@@ -442,6 +687,17 @@ ParamSchema stylegan_schema() {
        "precision of D's pass over the reals that R1 differentiates twice: fp32, autocast, or "
        "auto (fp32 under amp-fp16, autocast otherwise)",
        {"auto", "fp32", "autocast"}},
+      {"fp16_resolutions", ParamKind::kString, "all",
+       "amp-fp16 only: 'all' (every layer under autocast), or how many of the highest "
+       "resolutions of G's synthesis and of D run in fp16, as a quoted count ('4': "
+       "StyleGAN2-ADA's num_fp16_res); the rest, the mapping and D's 4x4 epilogue in fp32"},
+      {"conv_clamp",
+       ParamKind::kNumber,
+       0.0,
+       "amp-fp16 only: clamp every convolution's output to +-this after its bias and activation "
+       "(StyleGAN2-ADA's conv_clamp, 256); 0 = off",
+       {},
+       0},
       {"mirror_augment", ParamKind::kBool, true, "mirror each real left-right with p 1/2"},
       {"g_smoothing_kimg",
        ParamKind::kNumber,
@@ -516,9 +772,13 @@ class StyleGanStep final : public train::RuntimeStep {
     gs_beta_ = kimg > 0 ? std::pow(0.5, static_cast<double>(batch_) / (kimg * 1000.0)) : 0.0;
     // The latents of every step come from the device's generator, seeded here.
     torch::manual_seed(ctx.seed + 2);
+    if (activation_trace_active()) {
+      runtime_.disable_graphs("the activation trace (GPUBENCH_TRACE_ACTIVATIONS) reads the device");
+    }
   }
 
   double run() override {
+    trace_iteration_begins();
     return runtime_.run([&] {
       discriminator_step();
       update_gs();
@@ -536,12 +796,16 @@ class StyleGanStep final : public train::RuntimeStep {
     return Json{{"images", batch_},
                 {"resolution", options_.resolution()},
                 {"mbstd_group", std::min(options_.mbstd_group_size(), batch_)},
-                {"r1_pass", r1_fp32_ ? "fp32" : "autocast"}};
+                {"r1_pass", r1_fp32_ ? "fp32" : "autocast"},
+                // The fp16 recipe as it applies to this run (amp-fp16 only; else all and 0).
+                {"fp16_resolutions",
+                 options_.fp16_everywhere() ? Json("all") : Json(options_.fp16_resolutions())},
+                {"conv_clamp", options_.conv_clamp()}};
   }
 
  private:
   static StyleGanOptions checked_options(const StepContext& ctx) {
-    const auto options = stylegan_options(ctx.model);
+    const auto options = stylegan_options(ctx.model, ctx.precision);
     GPUBENCH_CHECK(stylegan_batch_ok(ctx.batch, options.mbstd_group_size()), ConfigError,
                    "stylegan: batch {} does not split into minibatch-stddev groups of {} (the "
                    "reference groups min({}, batch) images); use a batch below {} or a multiple "
@@ -578,14 +842,18 @@ class StyleGanStep final : public train::RuntimeStep {
       torch::Tensor fakes;
       {
         torch::NoGradGuard no_grad;
+        trace_pass("d-step G(z)");
         fakes = generator_(latents());
       }
+      trace_pass("d-step D(reals)");
       if (!r1_fp32_) real_scores = discriminator_(reals).to(torch::kFloat);
+      trace_pass("d-step D(fakes)");
       fake_scores = discriminator_(fakes).to(torch::kFloat);
     }
     // Under amp-fp16 the reals' pass runs in fp32: one loss scale cannot serve both the input
     // gradient (which underflows at small scales, and whose quantisation error the division by
     // the scale then blows up in the double backward) and the weight gradients.
+    trace_pass("d-step D(reals) fp32");
     if (r1_fp32_) real_scores = discriminator_(reals).to(torch::kFloat);
     // The gradient call runs outside autocast, as PyTorch's AMP recipe for gradient penalties;
     // an fp32 pass needs no scaling.
@@ -601,8 +869,15 @@ class StyleGanStep final : public train::RuntimeStep {
     }
     runtime_.record_loss("d", loss);
     runtime_.record_loss("r1", penalty.detach().mean());
+    const bool trace = activation_trace_active();
+    if (trace) {
+      trace_pass("d-step loss");
+      trace_activation("loss.d", loss);
+      trace_activation("loss.r1", penalty);
+    }
     runtime_.backward(d_updater_, loss);
     runtime_.update(d_updater_);
+    if (trace) trace_parameters("D", *discriminator_, d_updater_);
   }
 
   /// Gs <- lerp(G, Gs, beta), with beta = 0.5^(batch / (g_smoothing_kimg * 1000)): one
@@ -619,12 +894,21 @@ class StyleGanStep final : public train::RuntimeStep {
     torch::Tensor loss;
     {
       const auto autocast = runtime_.autocast();
-      const auto scores = discriminator_(generator_(latents())).to(torch::kFloat);
+      trace_pass("g-step G(z)");
+      const auto fakes = generator_(latents());
+      trace_pass("g-step D(G(z))");
+      const auto scores = discriminator_(fakes).to(torch::kFloat);
       loss = torch::softplus(-scores).mean();
     }
     runtime_.record_loss("g", loss);
+    const bool trace = activation_trace_active();
+    if (trace) {
+      trace_pass("g-step loss");
+      trace_activation("loss.g", loss);
+    }
     runtime_.backward(g_updater_, loss);
     runtime_.update(g_updater_);
+    if (trace) trace_parameters("G", *generator_, g_updater_);
   }
 
   StyleGanOptions options_;

@@ -13,6 +13,8 @@
 #include <torch/nn.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 
 namespace gpubench::models {
 
@@ -34,6 +36,17 @@ struct StyleGanOptions {
   int64_t nf(int64_t stage) const;
   /// Whether the block at 2^res x 2^res uses the fused up- or down-scaling convolution.
   bool fused_at(int64_t res) const;
+  /// Whether layers run in the caller's precision everywhere (fp16_resolutions = kAll), or the
+  /// StyleGAN2-ADA recipe places them (only the highest resolutions under autocast).
+  bool fp16_everywhere() const { return fp16_resolutions_ == kAllResolutions; }
+  /// Whether the block at 2^res x 2^res (G's synthesis block, or D's block that takes 2^res
+  /// down to 2^(res-1)) runs under the caller's autocast: always with fp16_everywhere(), else
+  /// when res is one of the fp16_resolutions highest and at least 3 (StyleGAN2-ADA's
+  /// fp16_resolution = max(2^(log2 + 1 - num_fp16_res), 8)).
+  bool fp16_at(int64_t res) const;
+
+  /// fp16_resolutions: every layer under the caller's autocast (what v1 under AMP does).
+  static constexpr int64_t kAllResolutions = -1;
 
   /// Output (and real image) side, a power of two >= 4. Default: 1024
   TORCH_ARG(int64_t, resolution) = 1024;
@@ -68,11 +81,43 @@ struct StyleGanOptions {
   TORCH_ARG(int64_t, mbstd_group_size) = 4;
   /// Feature maps the minibatch-stddev layer appends. Default: 1
   TORCH_ARG(int64_t, mbstd_num_features) = 1;
+  /// StyleGAN2-ADA's num_fp16_res: only G's synthesis blocks and D's blocks at the N highest
+  /// resolutions run under the caller's autocast; the mapping, the 4x4 synthesis block, the
+  /// lower blocks and D's 4x4 epilogue run with autocast off, in fp32. kAllResolutions: no
+  /// such split. Default: kAllResolutions
+  TORCH_ARG(int64_t, fp16_resolutions) = kAllResolutions;
+  /// StyleGAN2-ADA's conv_clamp: every convolution's output is clamped to +-conv_clamp after
+  /// its bias and activation (G: before the instance norm; ToRGB: after its bias); 0 = off.
+  /// Default: 0
+  TORCH_ARG(double, conv_clamp) = 0.0;
 };
 
-/// StyleGanOptions from a resolved `model:` section; throws if the resolution is not a power of
-/// two.
-StyleGanOptions stylegan_options(const Params& model);
+/// StyleGanOptions from a resolved `model:` section for a run at `precision`; throws if the
+/// resolution is not a power of two, or fp16_resolutions is neither "all" nor a count of
+/// resolutions. The fp16 recipe (fp16_resolutions, conv_clamp) applies under amp-fp16 only:
+/// at any other precision the options say every layer, no clamp (the reference's math).
+StyleGanOptions stylegan_options(const Params& model, Precision precision = Precision::kFp32);
+
+/// Diagnosis (GPUBENCH_TRACE_ACTIVATIONS): one traced tensor of a G or D forward, or a
+/// network's parameters after an update.
+struct ActivationTraceRecord {
+  int64_t iteration = 0;      ///< the step's iteration, from 1 (0 outside a step)
+  std::string pass;           ///< "d-step G(z)", "g-step D(G(z))", ...; "" outside a step
+  std::string layer;          ///< "G.mapping", "G.1024.conv1.norm", "D.mbstd", ...
+  torch::ScalarType dtype{};  ///< the tensor's
+  double max_abs = 0;         ///< largest |x| among its finite values
+  int64_t nonfinite = 0;      ///< inf and NaN values
+};
+
+/// Whether the activation trace is on now: GPUBENCH_TRACE_ACTIVATIONS set (or a test sink
+/// installed) and the step still within its first traced iterations. One static flag.
+bool activation_trace_active();
+/// Sends the activation trace to `sink` for the next `iterations` step iterations (tests);
+/// an empty sink turns it off again.
+void set_activation_trace_sink(std::function<void(const ActivationTraceRecord&)> sink,
+                               int64_t iterations);
+/// Traces `x` as `layer` (a host read); call only when activation_trace_active().
+void trace_activation(const std::string& layer, const torch::Tensor& x);
 
 /// Fully connected layer with equalized learning rate (the reference's dense + apply_bias with
 /// use_wscale): the weight is stored with std 1/lrmul and multiplied by
@@ -145,7 +190,10 @@ TORCH_MODULE(MappingNetwork);
 /// style modulation (AdaIN) x * (1 + ys) + yb with [ys, yb] = dense(w) (gain 1).
 class LayerEpilogueImpl : public torch::nn::Module {
  public:
-  LayerEpilogueImpl(int64_t channels, int64_t dlatent_size);
+  /// `label` names the layer in the activation trace; `clamp` > 0 clamps the activation (before
+  /// the instance norm) to +-clamp.
+  LayerEpilogueImpl(int64_t channels, int64_t dlatent_size, std::string label = "",
+                    double clamp = 0.0);
   /// `x`: the layer's convolution output with its bias already added, [N, C, H, W]; modified in
   /// place before the instance norm. `dlatent`: [N, dlatent]. Draws fresh noise N(0, 1) of shape
   /// [N, 1, H, W] on x's device (the reference's randomize_noise=True).
@@ -153,6 +201,8 @@ class LayerEpilogueImpl : public torch::nn::Module {
 
   torch::Tensor noise_strength;  ///< [C], zero-initialized
   EqualizedLinear style{nullptr};
+  std::string label;
+  double clamp = 0.0;
 };
 TORCH_MODULE(LayerEpilogue);
 

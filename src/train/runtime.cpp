@@ -2,6 +2,7 @@
 
 #include "gpubench/errors.h"
 
+#include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/torch.h>
 
 #include <fmt/format.h>
@@ -15,6 +16,8 @@
 #endif
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 namespace gpubench {
 
@@ -123,7 +126,30 @@ void Runtime::disable_graphs(const std::string& reason) {
   graphs_note_ = reason;
 }
 
+namespace {
+/// GPUBENCH_DETECT_ANOMALY=K (diagnosis only, never timed): from the K-th backward of the
+/// process on (1: every one), backward runs under autograd's anomaly mode, so the first node
+/// whose output holds a NaN throws, naming itself. 0 when unset. Read once.
+int64_t detect_anomaly_from() {
+  static const int64_t from = [] {
+    const char* v = std::getenv("GPUBENCH_DETECT_ANOMALY");
+    return v == nullptr ? int64_t{0} : std::max<int64_t>(0, std::strtoll(v, nullptr, 10));
+  }();
+  return from;
+}
+}  // namespace
+
 void Runtime::backward(Updater& updater, const torch::Tensor& loss, bool retain_graph) {
+  if (detect_anomaly_from() > 0) {
+    static int64_t calls = 0;
+    if (++calls >= detect_anomaly_from()) {
+      std::fprintf(stderr, "gpubench: GPUBENCH_DETECT_ANOMALY: backward %lld in anomaly mode\n",
+                   static_cast<long long>(calls));
+      torch::autograd::DetectAnomalyGuard anomaly;
+      updater.backward(loss, retain_graph);
+      return;
+    }
+  }
   updater.backward(loss, retain_graph);
 }
 

@@ -113,7 +113,9 @@ class Runtime {
   /// The autocast scope of forward and loss: autocast to the AMP dtype, nothing in fp32/tf32.
   [[nodiscard]] AutocastGuard autocast() const { return AutocastGuard(precision_, device_); }
 
-  /// The scaled backward of `loss` into `updater`'s parameters (fp16 loss scaling).
+  /// The scaled backward of `loss` into `updater`'s parameters (fp16 loss scaling). With
+  /// GPUBENCH_DETECT_ANOMALY=K (diagnosis), from the process's K-th backward on under autograd's
+  /// anomaly mode: the first node returning NaN throws, naming itself.
   void backward(Updater& updater, const torch::Tensor& loss, bool retain_graph = false);
   /// One update of `updater`: gradient sync, unscale, clip, optimizer step, scaler, schedule.
   void update(Updater& updater);
