@@ -8,7 +8,7 @@
 //
 // GPUBENCH_FLOPS_MODEL is a JSON merge patch over the workload's full-size `model:` (or "smoke"
 // for the smoke model); the batch defaults to cpu_batch; STEPS counted steps (default 1) after
-// WARMUP uncounted ones (default 0). scripts/dev/count_flops.sh wraps it.
+// WARMUP uncounted ones (default 0); STEPS=0 prints the step's batch_info without running it. scripts/dev/count_flops.sh wraps it.
 #include "flop_counter.h"
 
 #include "gpubench/config.h"
@@ -116,6 +116,10 @@ TEST(FlopCount, WorkloadStep) {
   const int warmup = std::stoi(env_or("GPUBENCH_FLOPS_WARMUP", "0"));
   torch::manual_seed(0);
   auto step = arch.prepare(ctx);
+  if (steps == 0) {  // the batches only (the data-dependent shapes of an analytic count)
+    std::printf("batch_info %s\n", step->batch_info().dump().c_str());
+    return;
+  }
   for (int s = 0; s < warmup; ++s) step->run();
   FlopCounter counter;
   double units = 0;
@@ -137,6 +141,7 @@ TEST(FlopCount, WorkloadStep) {
               "(forward %.6g, backward %.6g)\n",
               name.c_str(), model.dump().c_str(), static_cast<long long>(ctx.batch), steps, units,
               (forward + backward) / units, forward / units, backward / units);
+  std::printf("batch_info %s\n", step->batch_info().dump().c_str());
   std::fflush(stdout);
 }
 
