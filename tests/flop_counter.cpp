@@ -98,6 +98,21 @@ int64_t op_macs(const std::string& name, c10::ArrayRef<const c10::IValue> in) {
   };
   if (name == "aten::convolution" || name == "aten::_convolution") return convolution_macs(in);
   if (name == "aten::convolution_backward") return convolution_backward_macs(in);
+  // fairseq's ConvTBC: input [T, B, C_in], weight [k, C_in, C_out]; its backward computes the
+  // input and weight gradients (2 x the forward) from grad_output [T_out, B, C_out].
+  if (name == "aten::conv_tbc" || name == "aten::conv_tbc_backward") {
+    const bool backward = name == "aten::conv_tbc_backward";
+    const at::Tensor* rows = tensor(0);  // the input, or grad_output in backward
+    const at::Tensor* weight = tensor(backward ? 2 : 1);
+    if (!rows || !weight || rows->dim() != 3 || weight->dim() != 3) return 0;
+    int64_t t_out = rows->size(0);
+    if (!backward) {
+      const int64_t pad = in.size() > 3 && in[3].isInt() ? in[3].toInt() : 0;
+      t_out = rows->size(0) + 2 * pad - weight->size(0) + 1;
+    }
+    const int64_t forward = std::max<int64_t>(t_out, 0) * rows->size(1) * weight->numel();
+    return backward ? 2 * forward : forward;
+  }
   // (a [n, k], b [k, m]) at offset 0 (mm, bmm) or 1 (addmm, baddbmm, addbmm): batch x n x k x m.
   auto product = [&](size_t first, bool batched) -> int64_t {
     const at::Tensor* a = tensor(first);
@@ -111,7 +126,8 @@ int64_t op_macs(const std::string& name, c10::ArrayRef<const c10::IValue> in) {
   if (name == "aten::bmm") return product(0, true);
   if (name == "aten::baddbmm" || name == "aten::addbmm") return product(1, true);
   if (name == "aten::mv") return size_or_zero(in[0], 0) * size_or_zero(in[0], 1);
-  if (name == "aten::addmv") return in.size() > 1 ? size_or_zero(in[1], 0) * size_or_zero(in[1], 1) : 0;
+  if (name == "aten::addmv")
+    return in.size() > 1 ? size_or_zero(in[1], 0) * size_or_zero(in[1], 1) : 0;
   if (name == "aten::dot") return tensor(0) ? tensor(0)->numel() : 0;
   return -1;
 }
@@ -120,8 +136,7 @@ FlopCounter::FlopCounter() {
   FlopCounter* expected = nullptr;
   TORCH_CHECK(active.compare_exchange_strong(expected, this), "one FlopCounter at a time");
   handle_ = at::addGlobalCallback(
-      at::RecordFunctionCallback(&FlopCounter::on_start, &FlopCounter::on_end)
-          .needsInputs(true));
+      at::RecordFunctionCallback(&FlopCounter::on_start, &FlopCounter::on_end).needsInputs(true));
 }
 
 FlopCounter::~FlopCounter() {

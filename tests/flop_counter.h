@@ -6,9 +6,9 @@
 //
 // Counted: aten::convolution (and _convolution where called directly), convolution_backward
 // (the input and weight gradients its output mask asks for, each as many MACs as the forward),
-// mm, addmm, bmm, baddbmm, addbmm, mv, addmv, dot. An op nested inside a counted one (the
-// backend kernels, a matmul's mm) is not counted again. Not counted: element-wise work,
-// normalizations, softmax, pooling, RoIAlign, embedding look-ups, the optimizer: the
+// conv_tbc and its backward, mm, addmm, bmm, baddbmm, addbmm, mv, addmv, dot. An op nested inside a
+// counted one (the backend kernels, a matmul's mm) is not counted again. Not counted: element-wise
+// work, normalizations, softmax, pooling, RoIAlign, embedding look-ups, the optimizer: the
 // conventions of docs/workloads/bert-base.md. Work done under autograd's backward functions
 // is reported apart from the rest ("forward", which includes no-grad work such as greedy
 // decoding).

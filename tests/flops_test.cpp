@@ -8,9 +8,8 @@
 //
 // GPUBENCH_FLOPS_MODEL is a JSON merge patch over the workload's full-size `model:` (or "smoke"
 // for the smoke model); the batch defaults to cpu_batch; STEPS counted steps (default 1) after
-// WARMUP uncounted ones (default 0); STEPS=0 prints the step's batch_info without running it. scripts/dev/count_flops.sh wraps it.
-#include "flop_counter.h"
-
+// WARMUP uncounted ones (default 0); STEPS=0 prints the step's batch_info without running it.
+// scripts/dev/count_flops.sh wraps it.
 #include "gpubench/config.h"
 #include "gpubench/registry.h"
 
@@ -21,6 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#include "flop_counter.h"
 
 namespace gpubench {
 namespace {
@@ -76,6 +77,19 @@ TEST(FlopCounter, CountsConvolutionsStridedTransposedAndGroupedWithTheirGradient
   torch::nn::Conv2d dw(torch::nn::Conv2dOptions(8, 8, 3).groups(8).dilation(2).padding(2));
   dw(torch::randn({1, 8, 6, 6}));
   EXPECT_EQ(counter.macs(), 8 * 6 * 6 * 9);
+}
+
+TEST(FlopCounter, CountsFairseqsConvTbcAndItsBackward) {
+  // T 6, B 2, 4 -> 5 channels, kernel 3, padding 1: 6 output steps.
+  auto x = torch::randn({6, 2, 4}, torch::requires_grad());
+  auto w = torch::randn({3, 4, 5}, torch::requires_grad());
+  auto b = torch::randn({5}, torch::requires_grad());
+  FlopCounter counter;
+  auto y = torch::conv_tbc(x, w, b, 1);
+  const int64_t forward = 6 * 2 * 3 * 4 * 5;
+  EXPECT_EQ(counter.forward_macs(), forward);
+  y.sum().backward();
+  EXPECT_EQ(counter.backward_macs(), 2 * forward);
 }
 
 TEST(FlopCounter, IgnoresElementwiseWorkAndCountsNothingOnceDestroyed) {
@@ -137,10 +151,11 @@ TEST(FlopCount, WorkloadStep) {
       std::printf("    %-28s %.6g FLOPs\n", op.c_str(), 2.0 * macs);
   }
   ASSERT_GT(units, 0);
-  std::printf("%s model %s batch %lld, %d steps: %.6g units, FLOPs per unit %.6g "
-              "(forward %.6g, backward %.6g)\n",
-              name.c_str(), model.dump().c_str(), static_cast<long long>(ctx.batch), steps, units,
-              (forward + backward) / units, forward / units, backward / units);
+  std::printf(
+      "%s model %s batch %lld, %d steps: %.6g units, FLOPs per unit %.6g "
+      "(forward %.6g, backward %.6g)\n",
+      name.c_str(), model.dump().c_str(), static_cast<long long>(ctx.batch), steps, units,
+      (forward + backward) / units, forward / units, backward / units);
   std::printf("batch_info %s\n", step->batch_info().dump().c_str());
   std::fflush(stdout);
 }

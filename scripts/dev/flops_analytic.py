@@ -271,9 +271,10 @@ def mt_dnn_step(m, task, L):
     classes = m["task_classes"][task]
     if head == "san":
         turns = m["san_turns"]
-        # query_wsum over the first segment (<= L), then per turn: attention Linear(h,h), the
-        # scores and summary bmm over L, the classifier 4h x classes, a GRUCell (6 h^2)
-        head_macs = L * h + L * h + turns * (h * h + 2 * L * h + 4 * h * classes + 6 * h * h)
+        # the initial state: query_wsum and its summary over the batch's longest first segment
+        # (taken as L / 2: the split is drawn), then per turn: attention Linear(h, h), the scores
+        # and summary bmm over L, the classifier 4h x classes, a GRUCell (6 h^2)
+        head_macs = 2 * (L / 2) * h + turns * (h * h + 2 * L * h + 4 * h * classes + 6 * h * h)
         # the pooler runs but is not on the loss's graph: forward only
         return enc, head_macs, pooler, False
     return enc, h * classes, pooler, True
@@ -303,8 +304,7 @@ def mt_dnn(m, batch, info=None):
 def unsupmt(m, batch, info):
     if info is None:
         sys.exit("unsupmt needs --batch-info (the batch_info line of the counted step)")
-    d, f, nl, V = m["dim"], m["ffn_dim"], m["layers"], m["vocab_size"] + 4  # n_words: + specials
-    V = info.get("n_words", V)
+    d, f, nl, V = m["dim"], m["ffn_dim"], m["layers"], m["vocab_size"]
 
     def enc(B, S):
         return B * nl * (S * (4 * d * d + 2 * d * f) + 2 * S * S * d)
@@ -439,7 +439,8 @@ def main():
     info = None
     if a.batch_info:
         text = open(a.batch_info).read()
-        info = json.loads(text[text.index("{"):]) if "batch_info" in text else json.loads(text)
+        lines = [l for l in text.splitlines() if l.startswith("batch_info ")]
+        info = json.loads(lines[-1][len("batch_info "):] if lines else text)
     fn = {"deeplabv3": deeplabv3, "stylegan": stylegan, "pix2pixhd": pix2pixhd,
           "mt-dnn": lambda m, b: mt_dnn(m, b), "unsupmt": lambda m, b: unsupmt(m, b, info),
           "mask-rcnn": lambda m, b: mask_rcnn(m, b)}[a.workload]
