@@ -135,6 +135,16 @@ inline void foreach_div_(std::vector<torch::Tensor>& tensors, const torch::Tenso
 #endif
 }
 
+/// dst[i].copy_(src[i]) as one multi-tensor kernel (at::_foreach_copy_, libtorch 2.1 and
+/// later); a copy per tensor on 1.13.
+inline void foreach_copy_(std::vector<torch::Tensor>& dst, const std::vector<torch::Tensor>& src) {
+#if GPUBENCH_TORCH_AT_LEAST(2, 1)
+  at::_foreach_copy_(dst, src);
+#else
+  for (std::size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+#endif
+}
+
 /// tensors[i] += weight * (ends[i] - tensors[i]). libtorch 1.13 has no _foreach_lerp_: there it
 /// is a difference and an add (two passes and a temporary copy).
 inline void foreach_lerp_(std::vector<torch::Tensor>& tensors,
