@@ -3,6 +3,8 @@
 // fuzz targets' bodies (tests/fuzz/targets.cpp), in the ordinary test suite: a finding that
 // came back fails here, not only in the next campaign.
 #include "gpubench/errors.h"
+#include "gpubench/journal.h"
+#include "gpubench/report/reporter.h"
 #include "src/cli/app.h"
 #include "tests/fuzz/targets.h"
 #include "tests/testing.h"
@@ -90,6 +92,23 @@ TEST(FuzzRegressionTest, CommandLineInputs) {
   const int count = replay("cli", fuzz::run_command_line);
   fs::current_path(before);
   EXPECT_GT(count, 0);
+}
+
+// Found by fuzz_report_merge: a first line whose "schema" is no string made is_journal_file
+// throw nlohmann's type_error, so `gpubench report` exited 1 (an internal error) instead of 2.
+TEST(FuzzRegressionTest, AFileWhoseSchemaIsNoStringIsBadInput) {
+  testing::TempDir scratch;
+  for (const char* first : {R"({"schema": []})", R"({"schema": 1})", R"({"schema": {"a": 1}})",
+                            R"({"schema": null, "jobs": []})"}) {
+    const std::string path = scratch.file("r.json");
+    testing::write_file(path, std::string(first) + "\n");
+    SCOPED_TRACE(first);
+    EXPECT_FALSE(is_journal_file(path));
+    EXPECT_THROW(read_result_files({path}), Error);
+    const char* argv[] = {"gpubench", "report", path.c_str()};
+    std::ostringstream out, err;
+    EXPECT_EQ(cli::run_cli(3, argv, out, err), kExitBadInput) << err.str();
+  }
 }
 
 // The cli target's seam: run_cli_check_only checks a run as run_cli does, and stops before it
