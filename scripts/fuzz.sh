@@ -13,7 +13,8 @@
 # corpora, logs and crash files, default $GPUBENCH_FUZZ_DIR/campaign), GPUBENCH_FUZZ_JOBS
 # (parallel fuzzing processes per target, default 1), GPUBENCH_FUZZ_RUNS (stop a target after
 # that many executions, or at SECONDS, whichever comes first), GPUBENCH_FUZZ_MAX_LEN (the
-# largest input, default 8192 bytes, 4096 for cli). Targets: config result journal
+# largest input, default 8192 bytes, 4096 for cli), GPUBENCH_FUZZ_NO_BUILD=1 (run the targets
+# as built, without ninja). Targets: config result journal
 # report_merge cli. Exit 1 when a target found a crash, a leak, a timeout or a sanitizer report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +28,10 @@ out=${GPUBENCH_FUZZ_OUT:-$dir/campaign}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)  # absolute: the cli target works in a scratch folder of its own
 
-scripts/dev/configure_fuzz.sh "$dir"
-nice -n 19 ninja -C "$dir" gpubench_fuzz_targets
+if [ "${GPUBENCH_FUZZ_NO_BUILD:-0}" != 1 ]; then  # 1: run the targets as they are built
+  scripts/dev/configure_fuzz.sh "$dir"
+  nice -n 19 ninja -C "$dir" gpubench_fuzz_targets
+fi
 
 f=$PWD/tests/fuzz
 # The targets write their inputs to files (the readers take paths) and the journal target
