@@ -4,6 +4,8 @@
 // came back fails here, not only in the next campaign.
 #include "gpubench/errors.h"
 #include "gpubench/journal.h"
+#include "gpubench/json.h"
+#include "gpubench/result.h"
 #include "gpubench/report/reporter.h"
 #include "src/cli/app.h"
 #include "tests/fuzz/targets.h"
@@ -109,6 +111,24 @@ TEST(FuzzRegressionTest, AFileWhoseSchemaIsNoStringIsBadInput) {
     std::ostringstream out, err;
     EXPECT_EQ(cli::run_cli(3, argv, out, err), kExitBadInput) << err.str();
   }
+}
+
+// Found by fuzz_journal: a float beyond int's range where a record holds an int
+// ("multiprocessors": 1.3e12) went through nlohmann's float-to-int cast, undefined behaviour
+// (UBSan). Now bad input, as a value of the wrong type is.
+TEST(FuzzRegressionTest, AFloatBeyondAnIntFieldIsBadInput) {
+  for (const char* record :
+       {R"({"model": "m", "device": {"type": "cuda", "multiprocessors": 1.3215e12}})",
+        R"({"model": "m", "device": {"type": "cuda", "index": -1e10}})",
+        R"({"model": "m", "timing": {"steps": 4e9}})"}) {
+    SCOPED_TRACE(record);
+    EXPECT_THROW(JobRecord::from_json(Json::parse(record)), ConfigError);
+  }
+  const JobRecord fine = JobRecord::from_json(
+      Json::parse(R"({"model": "m", "device": {"type": "cuda", "multiprocessors": 132.0}})"));
+  EXPECT_EQ(fine.device.multiprocessors, 132);
+  EXPECT_EQ(value_int(Json::parse(R"({"n": 7})"), "n", 0), 7);
+  EXPECT_EQ(value_int(Json::parse(R"({})"), "n", 3), 3);
 }
 
 // The cli target's seam: run_cli_check_only checks a run as run_cli does, and stops before it
