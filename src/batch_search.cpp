@@ -1,4 +1,5 @@
 #include "gpubench/batch_search.h"
+#include "gpubench/json_int.h"
 
 #include "gpubench/errors.h"
 #include "gpubench/strings.h"

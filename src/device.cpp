@@ -1,4 +1,5 @@
 #include "gpubench/device.h"
+#include "gpubench/json_int.h"
 
 #include "gpubench/compat.h"
 #include "gpubench/nvml.h"

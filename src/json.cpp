@@ -1,4 +1,5 @@
 #include "gpubench/json.h"
+#include "gpubench/json_int.h"
 
 #include "gpubench/errors.h"
 #include "gpubench/strings.h"

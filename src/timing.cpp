@@ -1,4 +1,5 @@
 #include "gpubench/timing.h"
+#include "gpubench/json_int.h"
 
 #include "gpubench/strings.h"
 

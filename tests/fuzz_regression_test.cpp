@@ -4,7 +4,7 @@
 // came back fails here, not only in the next campaign.
 #include "gpubench/errors.h"
 #include "gpubench/journal.h"
-#include "gpubench/json.h"
+#include "gpubench/json_int.h"
 #include "gpubench/result.h"
 #include "gpubench/report/reporter.h"
 #include "src/cli/app.h"

@@ -53,12 +53,6 @@ std::string read_string(const Json& value, const Where& where);
 std::string read_choice(const Json& value, const Where& where,
                         const std::vector<std::string>& choices);
 
-/// object[key] as an int, `fallback` when absent: nlohmann's value(key, fallback), except that a
-/// number outside int's range is a ConfigError (a float there made value()'s cast undefined
-/// behaviour: a record's "multiprocessors": 1.3e12, found by fuzz_journal). A value of the wrong
-/// type still throws nlohmann's type_error, which the record readers turn into bad input.
-int value_int(const Json& object, const char* key, int fallback);
-
 /// `value` as JSON text (indented when `indent` >= 0) that never throws on the strings in it:
 /// invalid UTF-8 (a message quoting a binary file, a truncated name) becomes U+FFFD instead of
 /// nlohmann's type_error 316, which would lose the record or the journal line that held it.

@@ -4,6 +4,7 @@
 #include "src/report/sections.h"
 
 #include "gpubench/strings.h"
+#include "gpubench/json_int.h"
 
 #include <fmt/format.h>
 
