@@ -67,26 +67,11 @@ if(GPUBENCH_FUZZ)
 endif()
 
 if(GPUBENCH_SANITIZE)
-  # The CPU tests of everything but the models, under ASan and UBSan (scripts/sanitize.sh).
+  # The CPU tests of everything but the models (GPUBENCH_CORE_TEST_SOURCES, CMakeLists.txt),
+  # under ASan and UBSan (scripts/sanitize.sh).
   find_package(GTest REQUIRED)
   find_library(GPUBENCH_LIBUTIL util)
-  add_executable(gpubench_sanitize_tests
-    tests/test_main.cpp
-    tests/strings_test.cpp
-    tests/config_test.cpp
-    tests/batch_search_test.cpp
-    tests/timing_test.cpp
-    tests/reference_test.cpp
-    tests/report_test.cpp
-    tests/report_golden_test.cpp
-    tests/compare_test.cpp
-    tests/journal_test.cpp
-    tests/suite_test.cpp
-    tests/hostile_content_test.cpp
-    tests/reader_robustness_test.cpp
-    tests/registry_snapshot_test.cpp
-    tests/fuzz_regression_test.cpp
-    tests/optimizers_test.cpp)
+  add_executable(gpubench_sanitize_tests ${GPUBENCH_CORE_TEST_SOURCES})
   target_link_libraries(gpubench_sanitize_tests PRIVATE gpubench_readers GTest::gtest
                         $<$<BOOL:${GPUBENCH_LIBUTIL}>:${GPUBENCH_LIBUTIL}>)
 endif()

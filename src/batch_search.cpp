@@ -1,4 +1,5 @@
 #include "gpubench/batch_search.h"
+#include "gpubench/json_int.h"
 
 #include "gpubench/errors.h"
 #include "gpubench/strings.h"
@@ -571,11 +572,11 @@ ProbeRecord ProbeRecord::from_json(const Json& p) {
   probe.seconds = p.value("seconds", 0.0);
   probe.prepare_seconds = p.value("prepare_seconds", 0.0);
   probe.steps_seconds = p.value("steps_seconds", 0.0);
-  probe.steps = p.value("steps", 0);
+  probe.steps = value_int(p, "steps", 0);
   probe.phase = p.value("phase", std::string());
   probe.error = p.value("error", std::string());
   probe.sticky = p.value("sticky", false);
-  probe.worker = p.value("worker", 0);
+  probe.worker = value_int(p, "worker", 0);
   return probe;
 }
 
@@ -753,7 +754,7 @@ SearchRecord SearchRecord::from_json(const Json& json) {
   r.interrupted = json.value("interrupted", false);
   r.cudnn_benchmark = json.value("cudnn_benchmark", false);
   r.probe_overrides = json.value("probe_overrides", Json::object());
-  r.workers = json.value("workers", 1);
+  r.workers = value_int(json, "workers", 1);
   r.seconds = json.value("seconds", 0.0);
   for (const auto& p : json.value("probes", Json::array())) {
     r.probes.push_back(ProbeRecord::from_json(p));

@@ -1,4 +1,5 @@
 #include "gpubench/device.h"
+#include "gpubench/json_int.h"
 
 #include "gpubench/compat.h"
 #include "gpubench/nvml.h"
@@ -46,10 +47,10 @@ Json DeviceInfo::to_json() const {
 DeviceInfo DeviceInfo::from_json(const Json& json) {
   DeviceInfo d;
   d.type = json.value("type", std::string("cpu"));
-  d.index = json.value("index", -1);
+  d.index = value_int(json, "index", -1);
   d.name = json.value("name", std::string());
   d.memory_bytes = json.value("memory_bytes", int64_t{0});
-  d.multiprocessors = json.value("multiprocessors", 0);
+  d.multiprocessors = value_int(json, "multiprocessors", 0);
   d.compute_capability = json.value("compute_capability", std::string());
   d.pci_bus_id = json.value("pci_bus_id", std::string());
   return d;

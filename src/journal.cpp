@@ -92,7 +92,12 @@ bool is_journal_file(const std::string& path) {
   std::string first;
   if (!in.good() || !std::getline(in, first)) return false;
   const Json j = Json::parse(first, nullptr, /*allow_exceptions=*/false);
-  return j.is_object() && j.value("schema", std::string()) == kSchema;
+  // Not value("schema", ""): that throws nlohmann's type_error when "schema" is no string
+  // (found by fuzz_report_merge: `gpubench report` on {"schema": []} exited 1 as an internal
+  // error instead of 2, bad input).
+  if (!j.is_object()) return false;
+  const auto schema = j.find("schema");
+  return schema != j.end() && schema->is_string() && schema->get<std::string>() == kSchema;
 }
 
 Journal read_journal(const std::string& path) { return parse_journal(read_all(path), path); }

@@ -1,4 +1,5 @@
 #include "gpubench/json.h"
+#include "gpubench/json_int.h"
 
 #include "gpubench/errors.h"
 #include "gpubench/strings.h"
@@ -67,6 +68,20 @@ std::string range_text(double min, double max, bool integer) {
   return "";
 }
 }  // namespace
+
+int value_int(const Json& object, const char* key, int fallback) {
+  if (object.is_object()) {
+    const auto found = object.find(key);
+    if (found != object.end() && found->is_number()) {
+      const double v = found->get<double>();
+      GPUBENCH_CHECK(std::isfinite(v) && v >= std::numeric_limits<int>::min() &&
+                         v <= std::numeric_limits<int>::max(),
+                     ConfigError, "'{}': the number {} is out of range (expected an integer)", key,
+                     dump_json(*found));
+    }
+  }
+  return object.value(key, fallback);
+}
 
 int64_t read_int(const Json& value, const Where& where, int64_t min, int64_t max) {
   const std::string expected =

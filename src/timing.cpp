@@ -1,4 +1,5 @@
 #include "gpubench/timing.h"
+#include "gpubench/json_int.h"
 
 #include "gpubench/strings.h"
 
@@ -82,7 +83,7 @@ Json SampleStats::to_json() const {
 
 SampleStats SampleStats::from_json(const Json& json) {
   SampleStats s;
-  s.n = json.value("n", 0);
+  s.n = value_int(json, "n", 0);
   s.median = json.value("median", 0.0);
   s.mean = json.value("mean", 0.0);
   s.min = json.value("min", 0.0);
@@ -183,7 +184,7 @@ Json TimingStats::to_json() const {
 
 TimingStats TimingStats::from_json(const Json& json) {
   TimingStats s;
-  s.steps = json.value("steps", 0);
+  s.steps = value_int(json, "steps", 0);
   s.median_ms = json.value("step_time_ms_median", 0.0);
   s.mean_ms = json.value("step_time_ms_mean", 0.0);
   s.min_ms = json.value("step_time_ms_min", 0.0);

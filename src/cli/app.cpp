@@ -43,8 +43,15 @@ std::string sigabbrev_or_number(int signal_number) {
   }
 }
 
+/// The built-in configs, parsed and validated once per process (they are compiled in); each
+/// caller gets its own copy to overlay.
+ConfigStore builtin_store() {
+  static const ConfigStore builtin = ConfigStore::load_builtin(builtin_registry());
+  return builtin;
+}
+
 ConfigStore load_store(const std::string& config_file) {
-  ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  ConfigStore store = builtin_store();
   if (!config_file.empty()) store.apply_file(config_file);
   return store;
 }
@@ -841,7 +848,7 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
              "one set)\n";
     }
   } else {
-    ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+    ConfigStore store = builtin_store();
     if (!o.config_file.empty()) {
       Json document = load_config_file(o.config_file);
       store.apply_document(document, o.config_file);
@@ -955,12 +962,14 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
   }
   if (!outputs.json.empty()) check_writable(outputs.json, "--json");
   if (!outputs.csv.empty()) check_writable(outputs.csv, "--csv");
-  const ConfigStore store = resolve_store(plan.overlays);
-
-  // The journal exists before the first job starts, so even the first one cannot be lost.
   const std::string journal_path = !o.resume_path.empty() ? o.resume_path : journal_flag;
   check_not_journal(outputs.json, "--json", journal_path);
   check_not_journal(outputs.csv, "--csv", journal_path);
+  // Every check is done (the overlays were applied above; resolve_store applies them again).
+  if (o.check_only) return kExitOk;
+  const ConfigStore store = resolve_store(plan.overlays);
+
+  // The journal exists before the first job starts, so even the first one cannot be lost.
   if (!o.resume_path.empty()) {
     journal.emplace(JournalWriter::resume(o.resume_path));
   } else {
@@ -1094,7 +1103,7 @@ int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
   auto reporter = make_reporter(o.format, text);
   const std::vector<PriceSpec> prices = parse_prices(o.prices);
   if (!o.output.empty()) check_writable(o.output, "--output");
-  const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  const ConfigStore store = builtin_store();
   const ResultFiles files = read_result_files(o.files);
   for (const auto& note : files.notes) err << "gpubench: " << terminal_text(note) << '\n';
   ReferenceTable reference = store.reference();
@@ -1164,7 +1173,10 @@ void setup_worker(CLI::App& app, WorkerOptions& o) {
 
 // ---- dispatch ----
 
-int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+namespace {
+
+int run_cli_mode(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
+                 bool check_only) {
   // A file size limit (ulimit -f) then fails a write with EFBIG, which gpubench reports (exit
   // 4, the journal kept), instead of SIGXFSZ killing the process mid-write. Workers inherit it.
   std::signal(SIGXFSZ, SIG_IGN);
@@ -1175,6 +1187,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   ListOptions list;
   InfoOptions info;
   RunOptions run;
+  run.check_only = check_only;
   ReportOptions report;
   CompareOptions compare;
   WorkerOptions worker;
@@ -1220,6 +1233,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   try {
     const std::vector<std::string> args(argv, argv + argc);
     if (app.got_subcommand("list")) return run_list(list, out, err);
+    if (check_only && (app.got_subcommand("info") || app.got_subcommand("worker"))) return kExitOk;
     if (app.got_subcommand("info")) return run_info(info, out, err);
     if (app.got_subcommand("run")) return run_run(run, args, out, err);
     if (app.got_subcommand("report")) return run_report(report, out, err);
@@ -1241,6 +1255,16 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     return kExitJobFailed;
   }
   return kExitBadInput;
+}
+
+}  // namespace
+
+int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  return run_cli_mode(argc, argv, out, err, /*check_only=*/false);
+}
+
+int run_cli_check_only(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  return run_cli_mode(argc, argv, out, err, /*check_only=*/true);
 }
 
 }  // namespace gpubench::cli

@@ -61,6 +61,10 @@ struct RunOptions {
   bool quiet = false;                    ///< --quiet: no progress lines on stderr
   bool in_process = false;               ///< --in-process: no worker processes (debugging)
   std::string worker_exe;                ///< --worker-exe PATH: another worker binary (tests)
+  /// No flag: set by run_cli's check-only mode. run_run returns 0 once everything it checks
+  /// before the first job holds (the plan, the device, the outputs' paths), before it writes a
+  /// journal or starts a worker.
+  bool check_only = false;
 };
 
 /// `gpubench report`
@@ -102,5 +106,11 @@ int run_compare(const CompareOptions& options, std::ostream& out, std::ostream& 
 /// Parses the command line and runs the subcommand. Returns the process exit code (errors.h):
 /// tables to `out`, progress, warnings and errors to `err`.
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
+
+/// run_cli that parses and checks the whole command line but runs nothing: `run` stops before
+/// its journal and its first job (RunOptions::check_only), `worker` and `info` (which reads only
+/// the machine) once parsed; `list`, `report` and `compare` run as usual. For the command line's
+/// fuzz target (tests/fuzz), where a started worker or a training step would cost seconds.
+int run_cli_check_only(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
 
 }  // namespace gpubench::cli

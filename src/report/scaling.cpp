@@ -4,6 +4,7 @@
 #include "src/report/sections.h"
 
 #include "gpubench/strings.h"
+#include "gpubench/json_int.h"
 
 #include <fmt/format.h>
 
@@ -14,7 +15,7 @@
 namespace gpubench::report {
 
 int world_size_of(const JobRecord& job) {
-  return job.data_parallel.is_object() ? job.data_parallel.value("world_size", 1) : 1;
+  return job.data_parallel.is_object() ? value_int(job.data_parallel, "world_size", 1) : 1;
 }
 
 std::optional<double> scaling_efficiency(const JobRecord& job, const std::vector<JobRecord>& jobs) {

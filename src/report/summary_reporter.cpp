@@ -13,12 +13,12 @@
 #include "gpubench/report/reporter.h"
 #include "gpubench/strings.h"
 #include "src/report/sections.h"
+#include "src/report/terminal_reporter.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <set>
-#include <sstream>
 
 namespace gpubench {
 
@@ -63,20 +63,13 @@ std::string step_text(const JobRecord& j) {
   return text;
 }
 
-class SummaryReporter final : public Reporter {
+class SummaryReporter final : public report::TerminalReporter {
  public:
-  using Reporter::Reporter;
-
-  void report(const std::vector<JobRecord>& jobs, const ReferenceTable& reference) override {
-    // Made safe for a terminal in one place (see TableReporter::report).
-    std::ostringstream text;
-    write(text, jobs, reference);
-    out_ << terminal_text(text.str());
-  }
+  using TerminalReporter::TerminalReporter;
 
  private:
   void write(std::ostream& out, const std::vector<JobRecord>& jobs,
-             const ReferenceTable& reference) {
+             const ReferenceTable& reference) override {
     const std::vector<JobRecord> merged = latest_records(jobs);
     std::set<std::string> devices, precisions;
     for (const auto& j : merged) {

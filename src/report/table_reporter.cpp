@@ -15,30 +15,21 @@
 #include "gpubench/report/reporter.h"
 #include "gpubench/strings.h"
 #include "src/report/sections.h"
+#include "src/report/terminal_reporter.h"
 
 #include <fmt/format.h>
-
-#include <sstream>
 
 namespace gpubench {
 
 namespace {
 
-class TableReporter final : public Reporter {
+class TableReporter final : public report::TerminalReporter {
  public:
-  TableReporter(std::ostream& out, GridStyle style) : Reporter(out), style_(style) {}
-
-  void report(const std::vector<JobRecord>& jobs, const ReferenceTable& reference) override {
-    // Written whole, then made safe for a terminal in one place: nothing from a record (a name,
-    // a message) can send an escape sequence or a megabyte line to the screen.
-    std::ostringstream text;
-    write(text, jobs, reference);
-    out_ << terminal_text(text.str());
-  }
+  TableReporter(std::ostream& out, GridStyle style) : TerminalReporter(out), style_(style) {}
 
  private:
   void write(std::ostream& out, const std::vector<JobRecord>& jobs,
-             const ReferenceTable& reference) {
+             const ReferenceTable& reference) override {
     const report::ReportView view = report::make_view(jobs, reference);
     std::vector<report::Section> sections = {report::normalized_section(view, reference)};
     if (auto s = report::summary_section(view, reference)) sections.push_back(std::move(*s));

@@ -4,7 +4,6 @@
 #include "tests/fuzz/targets.h"
 
 #include "gpubench/config.h"
-#include "gpubench/device.h"
 #include "gpubench/journal.h"
 #include "gpubench/registry.h"
 #include "gpubench/report/compare.h"
@@ -21,18 +20,59 @@
 
 namespace gpubench::fuzz {
 
-// The config loader: a YAML or JSON document (the first byte picks which), parsed and applied
-// over the built-in configs with every schema check, then every workload resolved.
+namespace {
+
+const ConfigStore& builtin_store() {
+  static const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  return store;
+}
+
+/// FNV-1a of the input: picks what a target does with it (which operation, which format)
+/// without taking bytes from it, so that the seeds and regression inputs keep their meaning.
+uint32_t input_hash(const uint8_t* data, size_t size) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < size; ++i) h = (h ^ data[i]) * 16777619u;
+  return h;
+}
+
+}  // namespace
+
+int config_choices() { return static_cast<int>(builtin_store().model_names().size()) + 1; }
+
+// The config loader: a YAML or JSON document (bit 0 of the first byte picks which), parsed and
+// applied over the built-in configs with every schema check. The first byte's other bits pick
+// the built-in config a document of bare model keys (no `name`, `models` or `run`) is applied
+// to, as `models: {NAME: document}`; 0 applies every document as it is, as a --config file.
+// Then every workload the document changed, the chosen one and the run settings are resolved
+// and written (the others are the built-in store's, unchanged).
 int run_config(const uint8_t* data, size_t size) {
-  static const ConfigStore base = ConfigStore::load_builtin(builtin_registry());
+  const ConfigStore& base = builtin_store();
   if (size == 0) return 0;
   const bool yaml = (data[0] & 1) == 0;
+  const int choice = (data[0] >> 1) % config_choices();
+  const std::string chosen = choice == 0 ? std::string() : base.model_names()[choice - 1];
   const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const std::string file = yaml ? "fuzz.yaml" : "fuzz.json";
   try {
-    const Json document = yaml ? parse_yaml(text, "fuzz.yaml") : parse_json(text, "fuzz.json");
+    Json document = yaml ? parse_yaml(text, file) : parse_json(text, file);
+    if (!chosen.empty() && document.is_object() && !document.contains("name") &&
+        !document.contains("models") && !document.contains("run")) {
+      document = Json{{"models", Json{{chosen, std::move(document)}}}};
+    }
     ConfigStore store = base;
-    store.apply_document(document, yaml ? "fuzz.yaml" : "fuzz.json");
-    for (const auto& name : store.model_names()) {
+    store.apply_document(document, file);
+    // What apply_document rebuilt: the models it names (it throws on any other name).
+    std::vector<std::string> touched;
+    if (!chosen.empty()) touched.push_back(chosen);
+    if (document.is_object()) {
+      if (document.contains("models") && document["models"].is_object()) {
+        for (const auto& item : document["models"].items()) touched.push_back(item.key());
+      } else if (document.contains("name") && document["name"].is_string()) {
+        touched.push_back(document["name"].get<std::string>());
+      }
+    }
+    for (const auto& name : touched) {
+      FUZZ_CHECK(store.has_model(name), "an applied model is not in the store");
       const Json resolved = store.model(name).to_json();
       (void)dump_json(resolved);  // whatever was accepted can be written into a record
     }
@@ -61,11 +101,15 @@ int run_result(const uint8_t* data, size_t size) {
   return 0;
 }
 
-// The journal reader and resume's parsing: a journal file read (the header, its suite plan as a
-// resume reads it, every record), then continued as --resume does (a torn last line cut off, a
-// whole last record without its newline kept), after which it must read back whole: no torn
-// tail, the same records.
-int run_journal(const uint8_t* data, size_t size) {
+// The journal reader and resume's parsing: a journal file read (the header, every record), then
+// one operation (the input's hash picks it):
+//   kJournalPlan:   its suite plan read as --resume reads it;
+//   kJournalResume: continued as --resume does (a torn last line cut off, a whole last record
+//                   without its newline kept), after which it must read back whole: no torn
+//                   tail, no record lost;
+//   kJournalAppend: resumed and a record appended, which must read back as the last one after
+//                   the same records, with no torn tail.
+int run_journal(const uint8_t* data, size_t size, int operation) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   const std::string path = fuzz::temp_file("journal.jsonl", text);
   Journal journal;
@@ -74,38 +118,56 @@ int run_journal(const uint8_t* data, size_t size) {
   } catch (const gpubench::Error&) {
     return 0;  // bad input, reported with a message: expected
   }
-  try {
-    (void)SuitePlan::from_json(journal.header.plan, path);
-  } catch (const gpubench::Error&) {
+  const std::size_t before = journal.jobs.size();
+  switch (operation) {
+    case kJournalPlan:
+      try {
+        (void)SuitePlan::from_json(journal.header.plan, path);
+      } catch (const gpubench::Error&) {
+      }
+      break;
+    case kJournalResume: {
+      {
+        JournalWriter writer = JournalWriter::resume(path);  // may cut a torn last line
+      }
+      const Journal resumed = read_journal(path);
+      FUZZ_CHECK(!resumed.torn_tail, "a resumed journal still has a torn last line");
+      FUZZ_CHECK(resumed.jobs.size() == before || resumed.jobs.size() == before + 1,
+                 "resume lost records");
+      break;
+    }
+    default: {
+      {
+        JournalWriter writer = JournalWriter::resume(path);
+        JobRecord record;
+        record.model = "fuzz\xff";
+        writer.append(record);
+      }
+      // The resume may have kept a whole last record that had no newline: one more.
+      const Journal appended = read_journal(path);
+      FUZZ_CHECK(!appended.torn_tail, "a resumed journal still has a torn last line");
+      FUZZ_CHECK((appended.jobs.size() == before + 1 || appended.jobs.size() == before + 2) &&
+                     appended.jobs.back().model == valid_utf8("fuzz\xff"),
+                 "an appended record does not read back");
+      break;
+    }
   }
-  {
-    JournalWriter writer = JournalWriter::resume(path);  // may cut a torn last line
-  }
-  const Journal resumed = read_journal(path);
-  FUZZ_CHECK(!resumed.torn_tail, "a resumed journal still has a torn last line");
-  FUZZ_CHECK(
-      resumed.jobs.size() == journal.jobs.size() || resumed.jobs.size() == journal.jobs.size() + 1,
-      "resume lost records");
-  // A record appended after the resume reads back as the last one.
-  {
-    JournalWriter writer = JournalWriter::resume(path);
-    JobRecord record;
-    record.model = "fuzz\xff";
-    writer.append(record);
-  }
-  const Journal appended = read_journal(path);
-  FUZZ_CHECK(appended.jobs.size() == resumed.jobs.size() + 1 &&
-                 appended.jobs.back().model == valid_utf8("fuzz\xff"),
-             "an appended record does not read back");
   return 0;
 }
 
+int run_journal(const uint8_t* data, size_t size) {
+  return run_journal(data, size, static_cast<int>(input_hash(data, size) % kJournalOperations));
+}
+
+int report_merge_choices() { return static_cast<int>(report_formats().size()) + 1; }
+
 // The report's merge of many files: the input split into up to 8 files (result documents and
-// journals in any mix) read together, merged (the last record of a job wins) and rendered in
-// every format and compared; every terminal format must come out clean (no control byte,
-// valid UTF-8), the HTML without markup from the records.
-int run_report_merge(const uint8_t* data, size_t size) {
-  static const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+// journals in any mix) read together, merged (the last record of a job wins), then rendered in
+// one format, or compared (choice == the number of formats; the input's hash picks): every
+// terminal format must come out clean (no control byte, valid UTF-8), the HTML without markup
+// from the records, a comparison valid UTF-8 in each of its formats.
+int run_report_merge(const uint8_t* data, size_t size, int choice) {
+  const ConfigStore& store = builtin_store();
   const std::string text(reinterpret_cast<const char*>(data), size);
   // Files are separated by a line "--8<--".
   std::vector<std::string> paths;
@@ -123,12 +185,13 @@ int run_report_merge(const uint8_t* data, size_t size) {
   } catch (const gpubench::Error&) {
     return 0;  // bad input, reported with a message: expected
   }
-  for (const auto& format : report_formats()) {
+  if (choice < static_cast<int>(report_formats().size())) {
+    const std::string& format = report_formats()[static_cast<std::size_t>(choice)];
     std::ostringstream out;
     try {
       make_reporter(format, out)->report(files.jobs, store.reference());
     } catch (const gpubench::Error&) {
-      continue;
+      return 0;
     }
     const std::string rendered = out.str();
     FUZZ_CHECK(valid_utf8(rendered) == rendered, "a report is not valid UTF-8");
@@ -138,6 +201,7 @@ int run_report_merge(const uint8_t* data, size_t size) {
     if (format == "html") {
       FUZZ_CHECK(rendered.find("<script") == std::string::npos, "markup in the HTML report");
     }
+    return 0;
   }
   try {
     const std::size_t half = files.jobs.size() / 2;
@@ -154,12 +218,18 @@ int run_report_merge(const uint8_t* data, size_t size) {
   return 0;
 }
 
-// The command-line parser: up to 24 arguments (the input split at NUL bytes) given to run_cli,
-// the whole CLI as `gpubench` runs it. Kept from doing real work: it runs in an empty scratch
-// folder (the caller's chdir), inputs with an argument holding '/' are skipped (no file outside
-// it is read or written), as are `worker`, `--` and the device and testing flags, and `run`
-// always gets `--device cuda`, which a CPU-only build refuses before any job (a CUDA build skips
-// `run` inputs). What must hold: an exit code from the documented set, and stderr clean for a
+int run_report_merge(const uint8_t* data, size_t size) {
+  return run_report_merge(data, size,
+                          static_cast<int>(input_hash(data, size) % report_merge_choices()));
+}
+
+// The command-line parser: up to 24 arguments (the input split at NUL bytes) given to
+// run_cli_check_only: the whole CLI as `gpubench` parses and checks it (every option, the
+// configs a --config names, the plan, the device, the outputs' paths, a --resume's journal),
+// with `run` stopped before its journal and first job and `worker` and `info` once parsed;
+// `list`, `report` and `compare` run as usual. It runs in an empty scratch folder (the caller's
+// chdir), and inputs with an argument holding '/' are skipped (no file outside it is read or
+// written). What must hold: an exit code from the documented set, and stderr clean for a
 // terminal.
 int run_command_line(const uint8_t* data, size_t size) {
   std::vector<std::string> args = {"gpubench"};
@@ -174,21 +244,12 @@ int run_command_line(const uint8_t* data, size_t size) {
   }
   if (!current.empty() && args.size() < 24) args.push_back(current);
   for (const auto& a : args) {
-    if (a.find('/') != std::string::npos || a == "--" || a.rfind("--device", 0) == 0 ||
-        a.rfind("--gpu", 0) == 0 || a.rfind("--in-process", 0) == 0 ||
-        a.rfind("--worker", 0) == 0 || a == "worker") {
-      return 0;
-    }
-  }
-  if (args.size() > 1 && args[1] == "run") {
-    if (built_with_cuda()) return 0;  // --device cuda would run the jobs
-    args.push_back("--device");
-    args.push_back("cuda");
+    if (a.find('/') != std::string::npos) return 0;
   }
   std::vector<const char*> argv;
   for (const auto& a : args) argv.push_back(a.c_str());
   std::ostringstream out, err;
-  const int code = cli::run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+  const int code = cli::run_cli_check_only(static_cast<int>(argv.size()), argv.data(), out, err);
   FUZZ_CHECK(code >= 0 && code <= 4, "an exit code outside the documented ones");
   FUZZ_CHECK(fuzz::terminal_clean(err.str()), "stderr holds a control byte or invalid UTF-8");
   return 0;
