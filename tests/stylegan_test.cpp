@@ -1,11 +1,13 @@
 // StyleGAN specifics: the parameter breakdown against the spec, equalized learning rate, the
 // fused resampling convolutions, the blur, the minibatch-stddev layer on a hand-made batch,
 // style mixing, the R1 penalty and its double backward against finite differences, the
-// synthetic reals and one training iteration's bookkeeping.
+// synthetic reals, one training iteration's bookkeeping, and the amp-fp16 recipe's settings
+// (fp16_resolutions, conv_clamp) with the activation trace that shows where each layer ran.
 #include "models/stylegan.h"
 
 #include "gpubench/config.h"
 #include "gpubench/errors.h"
+#include "gpubench/precision.h"
 #include "gpubench/registry.h"
 #include "tests/testing.h"
 
@@ -13,12 +15,11 @@
 
 #include <gtest/gtest.h>
 
-#include <functional>
-#include <tuple>
-
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
+#include <tuple>
 
 namespace gpubench::models {
 namespace {
@@ -450,6 +451,231 @@ TEST(StyleGanTest, BatchesThatDoNotSplitIntoStddevGroupsAreRejected) {
   const auto& arch = builtin_registry().get("stylegan");
   EXPECT_THROWS_WITH(arch.prepare(smoke_context(6)), ConfigError, "multiple of it");
   EXPECT_NO_THROW(arch.prepare(smoke_context(3)));
+}
+
+/// The smoke model section with `changes` applied (validated against the schema).
+Params smoke_model_with(const Json& changes) {
+  const auto& arch = builtin_registry().get("stylegan");
+  Json values = store().model("stylegan").smoke_model.json();
+  merge_into(values, changes);
+  return Params(arch.model_schema, values, Where{"test", "model"});
+}
+
+TEST(StyleGanTest, TheFp16RecipeSettingsParseAndApplyUnderAmpFp16Alone) {
+  // Shipped: v1's math in every precision (every layer under the run's autocast, no clamp).
+  const Params shipped = store().model("stylegan").model;
+  for (const auto precision : {Precision::kFp32, Precision::kAmpBf16, Precision::kAmpFp16}) {
+    const auto o = stylegan_options(shipped, precision);
+    EXPECT_TRUE(o.fp16_everywhere());
+    EXPECT_EQ(o.conv_clamp(), 0.0);
+    EXPECT_TRUE(o.fp16_at(2) && o.fp16_at(10));
+  }
+  // StyleGAN2-ADA's recipe at 1024: fp16 from 128x128 up (max(2^(10 + 1 - 4), 8)), clamp 256.
+  Json values = shipped.json();
+  values["fp16_resolutions"] = "4";
+  values["conv_clamp"] = 256;
+  const Params recipe(builtin_registry().get("stylegan").model_schema, values, Where{"t", "m"});
+  const auto o = stylegan_options(recipe, Precision::kAmpFp16);
+  EXPECT_FALSE(o.fp16_everywhere());
+  EXPECT_EQ(o.fp16_resolutions(), 4);
+  EXPECT_EQ(o.conv_clamp(), 256.0);
+  for (int64_t res = 2; res <= 10; ++res) EXPECT_EQ(o.fp16_at(res), res >= 7) << res;
+  // Other precisions keep the reference's math whatever the settings say.
+  for (const auto precision : {Precision::kFp32, Precision::kAmpBf16}) {
+    EXPECT_TRUE(stylegan_options(recipe, precision).fp16_everywhere());
+    EXPECT_EQ(stylegan_options(recipe, precision).conv_clamp(), 0.0);
+  }
+  // 0: nothing in fp16; 9 (every resolution): all blocks from 8x8 up, 4x4 still fp32, as ADA's
+  // floor of 8.
+  const auto none =
+      stylegan_options(smoke_model_with({{"fp16_resolutions", "0"}}), Precision::kAmpFp16);
+  for (int64_t res = 2; res <= 5; ++res) EXPECT_FALSE(none.fp16_at(res)) << res;
+  values["fp16_resolutions"] = "9";
+  const auto most = stylegan_options(
+      Params(builtin_registry().get("stylegan").model_schema, values, Where{"t", "m"}),
+      Precision::kAmpFp16);
+  EXPECT_FALSE(most.fp16_at(2));
+  EXPECT_TRUE(most.fp16_at(3));
+}
+
+TEST(StyleGanTest, BadFp16RecipeValuesAreRefusedWithTheKeyAndWhatIsAccepted) {
+  // Smoke size: 32x32 has 4 resolutions (4, 8, 16, 32).
+  for (const char* bad : {"x", "-1", "5", "4.5", "", "all4"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THROWS_WITH(
+        stylegan_options(smoke_model_with({{"fp16_resolutions", bad}}), Precision::kAmpFp16),
+        ConfigError, "fp16_resolutions");
+    // Refused whatever the precision: a bad config is bad before it meets amp-fp16.
+    EXPECT_THROWS_WITH(stylegan_options(smoke_model_with({{"fp16_resolutions", bad}})), ConfigError,
+                       "'all'");
+  }
+  EXPECT_NO_THROW(stylegan_options(smoke_model_with({{"fp16_resolutions", "4"}})));
+  // The schema: a count must be quoted, the clamp not negative.
+  EXPECT_THROW(smoke_model_with({{"fp16_resolutions", 4}}), ConfigError);
+  EXPECT_THROWS_WITH(smoke_model_with({{"conv_clamp", -1}}), ConfigError, "conv_clamp");
+}
+
+/// Collects the activation trace while it lives.
+struct CollectTrace {
+  explicit CollectTrace(int64_t iterations = 1000) {
+    set_activation_trace_sink([this](const ActivationTraceRecord& r) { records.push_back(r); },
+                              iterations);
+  }
+  ~CollectTrace() { set_activation_trace_sink({}, 0); }
+  const ActivationTraceRecord& at(const std::string& layer) const {
+    for (const auto& r : records) {
+      if (r.layer == layer) return r;
+    }
+    ADD_FAILURE() << "no trace of " << layer;
+    static const ActivationTraceRecord none;
+    return none;
+  }
+  std::vector<ActivationTraceRecord> records;
+};
+
+StyleGanOptions smoke_options() { return stylegan_options(store().model("stylegan").smoke_model); }
+
+TEST(StyleGanTest, TheRecipeWithoutClampComputesThePlainForwardInFp32) {
+  // Outside autocast the recipe only moves autocast boundaries: G and D compute exactly the
+  // reference's math (the same parameters from the same seed, the same noise and mixing).
+  const auto plain = smoke_options();
+  auto recipe = plain;
+  recipe.fp16_resolutions(1);
+  ASSERT_FALSE(recipe.fp16_everywhere());
+  torch::manual_seed(3);
+  StyleGanGenerator g1(plain);
+  StyleGanDiscriminator d1(plain);
+  torch::manual_seed(3);
+  StyleGanGenerator g2(recipe);
+  StyleGanDiscriminator d2(recipe);
+  const auto z = torch::randn({4, plain.latent_size()});
+  torch::manual_seed(5);
+  const auto images1 = g1->forward(z);
+  const auto scores1 = d1->forward(images1);
+  torch::manual_seed(5);
+  const auto images2 = g2->forward(z);
+  const auto scores2 = d2->forward(images2);
+  EXPECT_TRUE(torch::equal(images1, images2));
+  EXPECT_TRUE(torch::equal(scores1, scores2));
+  // A clamp no activation reaches changes nothing either.
+  recipe.conv_clamp(1e30);
+  torch::manual_seed(3);
+  StyleGanGenerator g3(recipe);
+  StyleGanDiscriminator d3(recipe);
+  torch::manual_seed(5);
+  EXPECT_TRUE(torch::equal(d3->forward(g3->forward(z)), scores1));
+}
+
+TEST(StyleGanTest, UnderAutocastOnlyTheHighestResolutionsLeaveFp32) {
+  // CPU autocast is bf16 (fp16 needs the GPU); the placement is the same. At 32x32 with one
+  // fp16 resolution only the 32x32 blocks (G's last with its ToRGB, D's first with its FromRGB)
+  // run under autocast; the mapping, G's 4..16 blocks and D's 16..4 ones and its epilogue run
+  // in fp32, and the images leave G in fp32.
+  auto o = smoke_options();
+  o.fp16_resolutions(1);
+  torch::manual_seed(0);
+  StyleGanGenerator g(o);
+  StyleGanDiscriminator d(o);
+  const auto z = torch::randn({4, o.latent_size()});
+  CollectTrace trace;
+  torch::Tensor images, scores;
+  {
+    AutocastGuard autocast(Precision::kAmpBf16, torch::kCPU);
+    images = g->forward(z);
+    scores = d->forward(images);
+  }
+  EXPECT_EQ(images.scalar_type(), torch::kFloat);
+  EXPECT_EQ(scores.scalar_type(), torch::kFloat);
+  for (const char* fp32 :
+       {"G.mapping", "G.4.const.out", "G.4.conv.conv", "G.16.conv1.out", "G.16.conv0_up.style",
+        "G.torgb", "D.16.conv0", "D.8.conv1_down", "D.mbstd", "D.conv4", "D.dense0", "D.dense1"}) {
+    EXPECT_EQ(trace.at(fp32).dtype, torch::kFloat) << fp32;
+  }
+  for (const char* bf16 : {"G.32.conv0_up.conv", "G.32.conv1.conv", "G.32.conv1.style",
+                           "D.32.from_rgb", "D.32.conv0", "D.32.conv1_down"}) {
+    EXPECT_EQ(trace.at(bf16).dtype, torch::kBFloat16) << bf16;
+  }
+  // Without the recipe every layer runs under autocast: the mapping and D's epilogue in bf16.
+  trace.records.clear();
+  StyleGanGenerator g_all(smoke_options());
+  StyleGanDiscriminator d_all(smoke_options());
+  {
+    AutocastGuard autocast(Precision::kAmpBf16, torch::kCPU);
+    d_all->forward(g_all->forward(z));
+  }
+  for (const char* layer : {"G.mapping", "G.8.conv1.conv", "G.torgb", "D.16.conv0", "D.dense1"}) {
+    EXPECT_EQ(trace.at(layer).dtype, torch::kBFloat16) << layer;
+  }
+}
+
+TEST(StyleGanTest, TheClampBoundsEveryConvolutionsActivation) {
+  auto o = smoke_options();
+  o.fp16_resolutions(1);
+  torch::manual_seed(0);
+  StyleGanGenerator g(o);
+  StyleGanDiscriminator d(o);
+  const auto z = torch::randn({4, o.latent_size()});
+  CollectTrace trace;
+  torch::manual_seed(1);
+  d->forward(g->forward(z));
+  // Unclamped, the activations reach past 0.5 (so that the check below can fail).
+  double largest = 0;
+  for (const auto& r : trace.records) largest = std::max(largest, r.max_abs);
+  ASSERT_GT(largest, 1.0);
+  constexpr double kClamp = 0.5;
+  o.conv_clamp(kClamp);
+  torch::manual_seed(0);
+  StyleGanGenerator gc(o);
+  StyleGanDiscriminator dc(o);
+  trace.records.clear();
+  torch::manual_seed(1);
+  const auto images = gc->forward(z);
+  dc->forward(images);
+  EXPECT_LE(images.abs().max().item<double>(), kClamp);
+  int clamped = 0;
+  for (const auto& r : trace.records) {
+    const bool after_conv = r.layer.rfind(".act") == r.layer.size() - 4 ||
+                            r.layer.rfind("D.", 0) == 0 || r.layer == "G.torgb";
+    if (!after_conv || r.layer == "D.mbstd" || r.layer.rfind("D.dense", 0) == 0) continue;
+    EXPECT_LE(r.max_abs, kClamp) << r.layer;
+    ++clamped;
+  }
+  // G: 8 layers' activations and ToRGB; D: FromRGB, 3 x 2 block convs, the 4x4 conv.
+  EXPECT_EQ(clamped, 8 + 1 + 1 + 6 + 1);
+  // Not past the instance norm: the normalized maps are not clamped.
+  EXPECT_GT(trace.at("G.32.conv1.norm").max_abs, kClamp);
+}
+
+TEST(StyleGanTest, TheStepRecordsTheRecipeAndTracesItsFirstIterations) {
+  const auto& arch = builtin_registry().get("stylegan");
+  auto ctx = smoke_context(4);
+  ctx.model = smoke_model_with({{"fp16_resolutions", "2"}, {"conv_clamp", 256}});
+  ctx.precision = Precision::kAmpBf16;  // the recipe is amp-fp16's: recorded as not applied
+  auto info = arch.prepare(ctx)->batch_info();
+  EXPECT_EQ(info.at("fp16_resolutions"), "all");
+  EXPECT_EQ(info.at("conv_clamp").get<double>(), 0.0);
+  ctx.precision = Precision::kAmpFp16;
+  info = arch.prepare(ctx)->batch_info();
+  EXPECT_EQ(info.at("fp16_resolutions").get<int64_t>(), 2);
+  EXPECT_EQ(info.at("conv_clamp").get<double>(), 256.0);
+
+  // The trace of a fp32 step: its first iteration only, every pass named.
+  ctx.precision = Precision::kFp32;
+  auto step = arch.prepare(ctx);
+  CollectTrace trace(/*iterations=*/1);
+  step->run();
+  step->run();
+  ASSERT_FALSE(trace.records.empty());
+  std::set<std::string> passes;
+  for (const auto& r : trace.records) {
+    EXPECT_EQ(r.iteration, 1);
+    EXPECT_EQ(r.nonfinite, 0) << r.layer;
+    passes.insert(r.pass);
+  }
+  EXPECT_EQ(passes,
+            (std::set<std::string>{"d-step G(z)", "d-step D(reals)", "d-step D(fakes)",
+                                   "d-step loss", "g-step G(z)", "g-step D(G(z))", "g-step loss"}));
+  EXPECT_EQ(trace.at("loss.g").dtype, torch::kFloat);
 }
 
 }  // namespace
