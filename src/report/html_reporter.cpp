@@ -86,6 +86,24 @@ std::string env_text(const Json& env, std::initializer_list<const char*> path) {
   return dump_json(*node);
 }
 
+/// The device's memory from a record's environment, 0 where it is absent or no byte count (a
+/// report renders whatever a file holds: fuzz_report_merge found `"device": 3` throwing here).
+int64_t env_memory_bytes(const Json& env) {
+  const Json* node = &env;
+  for (const char* key : {"device", "memory_bytes"}) {
+    if (!node->is_object() || !node->contains(key)) return 0;
+    node = &(*node)[key];
+  }
+  if (node->is_number_unsigned()) {
+    const auto v = node->get<uint64_t>();
+    return v <= static_cast<uint64_t>(INT64_MAX) ? static_cast<int64_t>(v) : 0;
+  }
+  if (node->is_number_integer()) return std::max<int64_t>(node->get<int64_t>(), 0);
+  if (!node->is_number()) return 0;
+  const double v = node->get<double>();
+  return std::isfinite(v) && v > 0 && v < 9.0e18 ? static_cast<int64_t>(v) : 0;
+}
+
 /// One environment: the software and device a set of records ran on.
 struct Environment {
   std::vector<std::string> fields;  // in the order of environment_headers()
@@ -107,9 +125,8 @@ std::vector<Environment> environments(const std::vector<JobRecord>& jobs) {
     std::string gpu = job.device.type == "cpu" ? "CPU: " + env_text(env, {"cpu"})
                                                : job.device.name;
     if (gpu.empty()) gpu = env_text(env, {"device", "name"});
-    const int64_t bytes = job.device.memory_bytes
-                              ? job.device.memory_bytes
-                              : env.value("device", Json::object()).value("memory_bytes", int64_t{0});
+    const int64_t bytes =
+        job.device.memory_bytes ? job.device.memory_bytes : env_memory_bytes(env);
     std::string gpubench = env_text(env, {"gpubench", "version"});
     const std::string commit = env_text(env, {"gpubench", "git_commit"});
     if (commit != "-") gpubench += " (" + commit + ")";
