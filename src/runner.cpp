@@ -503,11 +503,11 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   record.losses = at_end.values;
   record.runtime = step->runtime_info();  // again: with loss scaling, the updates it skipped
   worker_log(record.model,
-             fmt::format("timed: {} in {:.2f} s, {} {} (noise {}, stop: {})",
-                         counted(steps, "step"), window_seconds,
+             fmt::format("timed: {} in {:.2f} s, {} {}{}", counted(steps, "step"), window_seconds,
                          format_significant(record.throughput, 4), record.throughput_unit,
-                         noise ? fmt::format("+-{:.2f}%", 100 * *noise) : std::string("n/a"),
-                         stop));
+                         stop == "minimum" ? std::string()
+                         : noise ? fmt::format(" (+-{:.2f}%, {})", 100 * *noise, stop)
+                                 : fmt::format(" ({})", stop)));
 
   // A number is a result only when the model it timed was training soundly: finite losses at
   // both ends of the window, and the workload's own degeneracy check.

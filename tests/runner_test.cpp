@@ -128,13 +128,12 @@ JobRecord time_on_cpu(const Architecture& arch, double max_seconds = 0.0,
 }
 
 TEST(RunnerTest, TheWindowStopsAtItsMinimumWhenQuietAndGoesOnToItsLimitWhenNoisy) {
-  // Any noise is below 100%: the window ends at its minimum of 4 steps and says why.
-  JobRecord r = time_on_cpu(diverging_architecture(1000000, 1.0), 10.0, 1.0);
+  // A target no noise exceeds: the window ends at its minimum of 4 steps and says why.
+  JobRecord r = time_on_cpu(diverging_architecture(1000000, 1.0), 10.0, 1e9);
   ASSERT_EQ(r.status, "ok") << r.message;
   EXPECT_EQ(r.timing.steps, 4);
   EXPECT_EQ(r.timing.stop, "noise");
   ASSERT_TRUE(r.timing.noise.has_value());
-  EXPECT_LE(*r.timing.noise, 1.0);
   // No host-timed step is known to a billionth: the window goes on to its time limit.
   r = time_on_cpu(diverging_architecture(1000000, 1.0), 0.05, 1e-9);
   ASSERT_EQ(r.status, "ok") << r.message;
