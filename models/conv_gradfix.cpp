@@ -4,9 +4,31 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
 namespace gpubench::models {
 
 namespace {
+
+std::atomic<int64_t>& split_elements() {
+  static std::atomic<int64_t> limit{[] {
+    int64_t v = std::numeric_limits<int32_t>::max();
+    if (const char* env = std::getenv("GPUBENCH_CONV_SPLIT_ELEMENTS")) {
+      try {
+        v = std::stoll(env);
+      } catch (const std::exception&) {
+        TORCH_CHECK(false, "GPUBENCH_CONV_SPLIT_ELEMENTS='", env,
+                    "' is not a whole number of elements (0 turns the split off)");
+      }
+    }
+    return v;
+  }()};
+  return limit;
+}
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -43,6 +65,36 @@ bool reduced_transposed_on_cpu(const torch::Tensor& input, const Geometry& g) {
          input.scalar_type() != torch::kDouble;
 }
 
+}  // namespace
+
+int64_t gradfix_images_per_call(int64_t n, int64_t per_image) {
+  const int64_t limit = split_elements().load();
+  if (limit <= 0 || n <= 1 || per_image * n <= limit) return n;
+  const int64_t most = std::max<int64_t>(1, (limit / 8) / std::max<int64_t>(per_image, 1));
+  const int64_t calls = (n + most - 1) / most;
+  return (n + calls - 1) / calls;  // balanced pieces
+}
+
+namespace {
+
+/// Elements per image of a convolution's output (geometry g, square kernel of side k).
+int64_t output_elements_per_image(const torch::Tensor& input, const torch::Tensor& weight,
+                                  const Geometry& g) {
+  const int64_t k = weight.size(-1);
+  auto side = [&](int64_t n) {
+    return g.transposed ? (n - 1) * g.stride - 2 * g.padding + k + g.output_padding
+                        : (n + 2 * g.padding - k) / g.stride + 1;
+  };
+  const int64_t channels = g.transposed ? weight.size(1) : weight.size(0);
+  return channels * side(input.size(2)) * side(input.size(3));
+}
+
+torch::Tensor convolve_call(const torch::Tensor& input, const torch::Tensor& weight,
+                            const torch::Tensor& bias, const Geometry& g) {
+  return at::convolution(input, weight, bias, {g.stride, g.stride}, {g.padding, g.padding}, {1, 1},
+                         g.transposed, {g.output_padding, g.output_padding}, 1);
+}
+
 torch::Tensor convolve(const torch::Tensor& input, const torch::Tensor& weight,
                        const torch::Tensor& bias, const Geometry& g) {
   if (reduced_transposed_on_cpu(input, g)) {
@@ -51,12 +103,34 @@ torch::Tensor convolve(const torch::Tensor& input, const torch::Tensor& weight,
                     bias.defined() ? bias.to(torch::kFloat) : bias, g)
         .to(type);
   }
-  return at::convolution(input, weight, bias, {g.stride, g.stride}, {g.padding, g.padding}, {1, 1},
-                         g.transposed, {g.output_padding, g.output_padding}, 1);
+  const int64_t n = input.size(0);
+  const int64_t per_image =
+      std::max(input.numel() / std::max<int64_t>(n, 1), output_elements_per_image(input, weight, g));
+  const int64_t step = gradfix_images_per_call(n, per_image);
+  if (step >= n) return convolve_call(input, weight, bias, g);
+  torch::Tensor out;
+  for (int64_t start = 0; start < n; start += step) {
+    const int64_t len = std::min(step, n - start);
+    const auto piece = convolve_call(input.narrow(0, start, len), weight, bias, g);
+    if (!out.defined()) {
+      auto sizes = piece.sizes().vec();
+      sizes[0] = n;
+      out = at::empty(sizes, piece.options().memory_format(piece.suggest_memory_format()));
+    }
+    out.narrow(0, start, len).copy_(piece);
+  }
+  return out;
 }
 
 /// libtorch's weight-gradient kernel of a convolution of geometry g (cuDNN's backward-filter on a
 /// GPU). The weight is passed for its shape only: the weight gradient does not depend on it.
+torch::Tensor weight_gradient_call(const torch::Tensor& grad_output, const torch::Tensor& input,
+                                   const torch::Tensor& weight, const Geometry& g) {
+  return std::get<1>(at::convolution_backward(
+      grad_output, input, weight, c10::nullopt, {g.stride, g.stride}, {g.padding, g.padding},
+      {1, 1}, g.transposed, {g.output_padding, g.output_padding}, 1, {false, true, false}));
+}
+
 torch::Tensor weight_gradient_kernel(const torch::Tensor& grad_output, const torch::Tensor& input,
                                      const torch::Tensor& weight, const Geometry& g) {
   if (reduced_transposed_on_cpu(input, g)) {  // in float there, as convolve() does
@@ -64,9 +138,21 @@ torch::Tensor weight_gradient_kernel(const torch::Tensor& grad_output, const tor
                                   weight.to(torch::kFloat), g)
         .to(input.scalar_type());
   }
-  return std::get<1>(at::convolution_backward(
-      grad_output, input, weight, c10::nullopt, {g.stride, g.stride}, {g.padding, g.padding},
-      {1, 1}, g.transposed, {g.output_padding, g.output_padding}, 1, {false, true, false}));
+  const int64_t n = input.size(0);
+  const int64_t per_image = std::max(input.numel(), grad_output.numel()) / std::max<int64_t>(n, 1);
+  const int64_t step = gradfix_images_per_call(n, per_image);
+  if (step >= n) return weight_gradient_call(grad_output, input, weight, g);
+  // The sum over the batch, piece by piece, accumulated in fp32 at least.
+  const auto accumulate = at::promote_types(input.scalar_type(), torch::kFloat);
+  torch::Tensor sum;
+  for (int64_t start = 0; start < n; start += step) {
+    const int64_t len = std::min(step, n - start);
+    const auto piece = weight_gradient_call(grad_output.narrow(0, start, len),
+                                            input.narrow(0, start, len), weight, g)
+                           .to(accumulate);
+    sum = sum.defined() ? sum.add_(piece) : piece.clone();
+  }
+  return sum.to(input.scalar_type());
 }
 
 /// The convolution in the other direction that maps an output gradient of `g` back onto an
@@ -177,6 +263,10 @@ torch::Tensor weight_gradient(const torch::Tensor& grad_output, const torch::Ten
 }
 
 }  // namespace
+
+int64_t gradfix_split_elements() { return split_elements().load(); }
+
+void set_gradfix_split_elements(int64_t elements) { split_elements().store(elements); }
 
 torch::Tensor gradfix_conv2d(const torch::Tensor& input, const torch::Tensor& weight,
                              const torch::Tensor& bias, int64_t stride, int64_t padding,

@@ -24,4 +24,20 @@ torch::Tensor gradfix_conv2d(const torch::Tensor& input, const torch::Tensor& we
                              const torch::Tensor& bias, int64_t stride, int64_t padding,
                              bool transposed = false, int64_t output_padding = 0);
 
+/// The most elements one convolution kernel call may see in its input or output (of any order:
+/// forward, input gradient, weight gradient) before gradfix_conv2d splits the batch: 2^31 - 1,
+/// as 32-bit indexing allows. A larger call runs as pieces of at most 1/8 of it, copied into
+/// one output (or, for a weight gradient, summed in fp32 at least), so a split adds a transient
+/// of one piece. The environment variable GPUBENCH_CONV_SPLIT_ELEMENTS overrides it (0: never
+/// split), for diagnosis.
+int64_t gradfix_split_elements();
+
+/// Sets that limit for the process (0: never split); tests lower it to exercise the split.
+void set_gradfix_split_elements(int64_t elements);
+
+/// How many of `images` one kernel call takes when each image touches `elements_per_image` in
+/// the call's largest operand, under the current limit: all of them, or balanced pieces of at
+/// most an eighth of the limit (one image at least).
+int64_t gradfix_images_per_call(int64_t images, int64_t elements_per_image);
+
 }  // namespace gpubench::models

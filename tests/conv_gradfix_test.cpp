@@ -117,5 +117,80 @@ TEST(ConvGradfixTest, UnderAutocastItComputesInTheAutocastDtypeAndReachesTheFp32
   EXPECT_GT(w.grad().abs().sum().item<double>(), 0);
 }
 
+/// Lowers gradfix_conv2d's split limit for one scope.
+class SplitLimit {
+ public:
+  explicit SplitLimit(int64_t elements) : saved_(gradfix_split_elements()) {
+    set_gradfix_split_elements(elements);
+  }
+  ~SplitLimit() { set_gradfix_split_elements(saved_); }
+  SplitLimit(const SplitLimit&) = delete;
+  SplitLimit& operator=(const SplitLimit&) = delete;
+
+ private:
+  int64_t saved_;
+};
+
+TEST(ConvGradfixTest, ABatchPastTheLimitIsSplitIntoBalancedPiecesOfAnEighthOfIt) {
+  EXPECT_EQ(gradfix_split_elements(), int64_t{2147483647});  // 2^31 - 1 unless overridden
+  // stylegan at batch 132: 16 x 1024 x 1024 elements per image, 2.2e9 in all.
+  const int64_t image = 16 * 1024 * 1024;
+  EXPECT_EQ(gradfix_images_per_call(127, image), 127);  // 2.13e9: one call
+  EXPECT_EQ(gradfix_images_per_call(132, image), 15);   // 9 pieces of at most 15 (2^28 / image)
+  EXPECT_LE(gradfix_images_per_call(132, image) * image, int64_t{2147483647} / 8);
+  {
+    const SplitLimit limit(100);
+    EXPECT_EQ(gradfix_images_per_call(8, 10), 8);   // 80 elements: under the limit
+    EXPECT_EQ(gradfix_images_per_call(11, 10), 1);  // an eighth is 12: one image a call
+    EXPECT_EQ(gradfix_images_per_call(5, 500), 1);  // an image past the limit still runs alone
+  }
+  {
+    const SplitLimit limit(800);
+    EXPECT_EQ(gradfix_images_per_call(90, 10), 10);  // pieces of at most 10: 9 of 10
+    EXPECT_EQ(gradfix_images_per_call(81, 10), 9);  // 9 pieces of 9 rather than 8 of 10 and 1
+  }
+  {
+    const SplitLimit off(0);
+    EXPECT_EQ(gradfix_images_per_call(132, image), 132);
+  }
+}
+
+TEST(ConvGradfixTest, SplittingTheBatchChangesNoValueOrGradientToSecondOrder) {
+  torch::manual_seed(3);
+  const auto opts = torch::TensorOptions().dtype(torch::kDouble);
+  // Five images: pieces of uneven count at the lowered limit.
+  const auto reals = torch::randn({5, 3, 10, 10}, opts);
+  std::vector<torch::Tensor> weights = {
+      torch::randn({4, 3, 3, 3}, opts), torch::randn({4}, opts),
+      torch::randn({5, 4, 4, 4}, opts), torch::randn({5}, opts)};
+  for (auto& w : weights) w.requires_grad_(true);
+  auto conv = [](const auto& x, const auto& w, const auto& b, int64_t s, int64_t p) {
+    return gradfix_conv2d(x, w, b, s, p);
+  };
+  const auto whole = r1_weight_gradients(reals, weights, conv);
+  std::vector<torch::Tensor> split;
+  torch::Tensor y_whole, y_split, t_whole, t_split;
+  const auto up = torch::randn({3, 4, 4, 4}, opts);  // transposed: [in, out, k, k]
+  y_whole = gradfix_conv2d(reals, weights[0], weights[1], 1, 1);
+  t_whole = gradfix_conv2d(reals, up, torch::Tensor(), 2, 1, /*transposed=*/true);
+  {
+    // 400 elements per image at most (4 x 10 x 10): an eighth of 1000 is 125, one image a call.
+    const SplitLimit limit(1000);
+    ASSERT_EQ(gradfix_images_per_call(5, 400), 1);
+    split = r1_weight_gradients(reals, weights, conv);
+    y_split = gradfix_conv2d(reals, weights[0], weights[1], 1, 1);
+    t_split = gradfix_conv2d(reals, up, torch::Tensor(), 2, 1, /*transposed=*/true);
+  }
+  EXPECT_EQ(y_split.sizes(), y_whole.sizes());
+  EXPECT_LT(max_relative_error(y_split, y_whole), 1e-12);
+  EXPECT_EQ(t_split.sizes(), t_whole.sizes());
+  EXPECT_LT(max_relative_error(t_split, t_whole), 1e-12);
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    ASSERT_TRUE(split[i].defined()) << i;
+    EXPECT_GT(whole[i].abs().max().item<double>(), 0) << i;
+    EXPECT_LT(max_relative_error(split[i], whole[i]), 1e-10) << "weight " << i;
+  }
+}
+
 }  // namespace
 }  // namespace gpubench::models
