@@ -566,6 +566,22 @@ TEST(StyleGanTest, TheRecipeWithoutClampComputesThePlainForwardInFp32) {
   EXPECT_TRUE(torch::equal(d3->forward(g3->forward(z)), scores1));
 }
 
+/// G and D built from seed 0 and four latents drawn after them: the same networks and inputs
+/// for the same options.
+struct SeededNetworks {
+  StyleGanGenerator g;
+  StyleGanDiscriminator d;
+  torch::Tensor z;
+};
+
+SeededNetworks seeded_networks(const StyleGanOptions& o) {
+  torch::manual_seed(0);
+  StyleGanGenerator g(o);
+  StyleGanDiscriminator d(o);
+  auto z = torch::randn({4, o.latent_size()});
+  return {g, d, z};
+}
+
 TEST(StyleGanTest, UnderAutocastOnlyTheHighestResolutionsLeaveFp32) {
   // CPU autocast is bf16 (fp16 needs the GPU); the placement is the same. At 32x32 with one
   // fp16 resolution only the 32x32 blocks (G's last with its ToRGB, D's first with its FromRGB)
@@ -573,10 +589,7 @@ TEST(StyleGanTest, UnderAutocastOnlyTheHighestResolutionsLeaveFp32) {
   // in fp32, and the images leave G in fp32.
   auto o = smoke_options();
   o.fp16_resolutions(1);
-  torch::manual_seed(0);
-  StyleGanGenerator g(o);
-  StyleGanDiscriminator d(o);
-  const auto z = torch::randn({4, o.latent_size()});
+  auto [g, d, z] = seeded_networks(o);
   CollectTrace trace;
   torch::Tensor images, scores;
   {
@@ -611,10 +624,7 @@ TEST(StyleGanTest, UnderAutocastOnlyTheHighestResolutionsLeaveFp32) {
 TEST(StyleGanTest, TheClampBoundsEveryConvolutionsActivation) {
   auto o = smoke_options();
   o.fp16_resolutions(1);
-  torch::manual_seed(0);
-  StyleGanGenerator g(o);
-  StyleGanDiscriminator d(o);
-  const auto z = torch::randn({4, o.latent_size()});
+  auto [g, d, z] = seeded_networks(o);
   CollectTrace trace;
   torch::manual_seed(1);
   d->forward(g->forward(z));
@@ -624,9 +634,8 @@ TEST(StyleGanTest, TheClampBoundsEveryConvolutionsActivation) {
   ASSERT_GT(largest, 1.0);
   constexpr double kClamp = 0.5;
   o.conv_clamp(kClamp);
-  torch::manual_seed(0);
-  StyleGanGenerator gc(o);
-  StyleGanDiscriminator dc(o);
+  auto [gc, dc, zc] = seeded_networks(o);
+  ASSERT_TRUE(torch::equal(zc, z));
   trace.records.clear();
   torch::manual_seed(1);
   const auto images = gc->forward(z);
