@@ -687,13 +687,13 @@ ParamSchema stylegan_schema() {
        "precision of D's pass over the reals that R1 differentiates twice: fp32, autocast, or "
        "auto (fp32 under amp-fp16, autocast otherwise)",
        {"auto", "fp32", "autocast"}},
-      {"fp16_resolutions", ParamKind::kString, "all",
-       "amp-fp16 only: 'all' (every layer under autocast), or how many of the highest "
-       "resolutions of G's synthesis and of D run in fp16, as a quoted count ('4': "
-       "StyleGAN2-ADA's num_fp16_res); the rest, the mapping and D's 4x4 epilogue in fp32"},
+      {"fp16_resolutions", ParamKind::kString, "4",
+       "amp-fp16 only: how many of the highest resolutions of G's synthesis and of D run in "
+       "fp16, as a quoted count ('4': StyleGAN2-ADA's num_fp16_res); the rest, the mapping and "
+       "D's 4x4 epilogue in fp32; 'all': every layer under autocast (v1 as it is)"},
       {"conv_clamp",
        ParamKind::kNumber,
-       0.0,
+       256.0,
        "amp-fp16 only: clamp every convolution's output to +-this after its bias and activation "
        "(StyleGAN2-ADA's conv_clamp, 256); 0 = off",
        {},
