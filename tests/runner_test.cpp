@@ -10,6 +10,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace gpubench {
@@ -278,6 +279,68 @@ TEST(RunnerTest, AWarmUpStopsSettlingOnceALossIsNoLongerFinite) {
       << r.warmup["detail"];
   EXPECT_EQ(r.status, "diverged");
   EXPECT_NE(r.message.find("loss 'loss' is NaN"), std::string::npos) << r.message;
+}
+
+/// A step that logs what the runner asks of it, in order: "state" for
+/// allocate_optimizer_state(), "run" for run().
+class LoggingStep : public TrainStep {
+ public:
+  explicit LoggingStep(std::vector<std::string>* log) : log_(log) {}
+  double run() override {
+    log_->push_back("run");
+    return 3;
+  }
+  void allocate_optimizer_state() override { log_->push_back("state"); }
+  std::map<std::string, torch::Tensor> losses() const override {
+    return {{"loss", torch::tensor(1.0)}};
+  }
+  std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
+    return {{"model", {weight_}}};
+  }
+
+ private:
+  std::vector<std::string>* log_;
+  torch::Tensor weight_ = torch::zeros({4}).requires_grad_(true);
+};
+
+Architecture logging_architecture(std::vector<std::string>* log) {
+  Architecture a;
+  a.name = "logging";
+  a.prepare = [=](const StepContext&) -> std::unique_ptr<TrainStep> {
+    log->push_back("build");
+    return std::make_unique<LoggingStep>(log);
+  };
+  return a;
+}
+
+// The timed run lays memory out as the search's probe did: the optimizer state first, once,
+// before the first warm-up step (a first update would put it among freed activations).
+TEST(RunnerTest, TheTimedPhaseAllocatesTheOptimizerStateBeforeTheFirstStep) {
+  std::vector<std::string> log;
+  const JobRecord r = time_on_cpu(logging_architecture(&log));
+  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_GE(log.size(), 3u);
+  EXPECT_EQ(log[0], "build");
+  EXPECT_EQ(log[1], "state");
+  EXPECT_EQ(std::count(log.begin(), log.end(), "state"), 1);
+  EXPECT_EQ(std::count(log.begin() + 2, log.end(), "run"), static_cast<long>(log.size()) - 2);
+  EXPECT_EQ(std::count(log.begin(), log.end(), "run"),
+            r.warmup["steps"].get<int>() + r.timing.steps);
+}
+
+TEST(RunnerTest, ATiersConfirmAllocatesTheOptimizerStateBeforeItsFirstStep) {
+  static const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  StepContext ctx;
+  ctx.config = &store.model("bert-base");
+  ctx.batch = 3;
+  JobRecord record;
+  record.model = "logging";
+  std::vector<std::string> log;
+  confirm_phase(record, logging_architecture(&log), ctx);
+  EXPECT_EQ(record.status, "ok");
+  // On the CPU the confirm trains one step (no autotuning to sit out).
+  EXPECT_EQ(log, (std::vector<std::string>{"build", "state", "run"}));
+  EXPECT_EQ(record.memory["confirm_steps"], 1);
 }
 
 TEST(RunnerTest, ADivergedJobIsNotNormalized) {

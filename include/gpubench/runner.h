@@ -83,13 +83,22 @@ struct LossReading {
 };
 LossReading read_losses(const TrainStep& step);
 
-/// The timed phase on a prepared architecture: warm-up, the losses, the timed window, the
-/// losses and the workload's degeneracy check again. Fills `record`; a step whose losses are not
-/// finite at either end of the window, or that says it is degenerate, gets status "diverged",
-/// a message naming the loss, and no throughput (the measured one is kept as
-/// diverged_throughput). Model errors propagate (run_phase records them).
+/// The timed phase on a prepared architecture: the step built, its optimizer state allocated
+/// before its first run (TrainStep::allocate_optimizer_state: where the search's probe put it),
+/// warm-up, the losses, the timed window, the losses and the workload's degeneracy check again.
+/// Fills `record`; a step whose losses are not finite at either end of the window, or that says
+/// it is degenerate, gets status "diverged", a message naming the loss, and no throughput (the
+/// measured one is kept as diverged_throughput). Model errors propagate (run_phase records
+/// them).
 void time_phase(JobRecord& record, const Architecture& arch, const StepContext& ctx,
                 const RunSettings& run);
+
+/// A memory tier's confirm, in a fresh process at the searched batch: the step built as the
+/// search built it, its optimizer state allocated first (as the timed phase does), then the
+/// steps that autotune (every distinct batch shape once) and one more. Fills `record`'s batch
+/// info, peaks and status; out of memory propagates (run_phase records `oom`); no window is
+/// timed.
+void confirm_phase(JobRecord& record, const Architecture& arch, const StepContext& ctx);
 
 /// Runs one phase in this process: what `gpubench worker` does. Never throws for a failure of
 /// the model (out of memory, a libtorch error): the record's status says what happened.
