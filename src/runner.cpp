@@ -419,7 +419,8 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
              fmt::format("timing: at least {} and {} s{}", counted(t.min_steps, "step"),
                          format_number(t.min_seconds),
                          t.max_seconds > t.min_seconds
-                             ? fmt::format(", then until the noise is at most {}% or {} s",
+                             ? fmt::format(", then until the noise is at most {}% or {} s "
+                                           "(or sooner, when it cannot get there by then)",
                                            format_number(100 * t.noise_target),
                                            format_number(t.max_seconds))
                              : std::string()));
@@ -457,7 +458,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
     for (double ms : times) device_seconds += ms / 1000.0;
     if (!window_done(steps, device_seconds, t)) continue;
     noise = window_noise(times, cycle);
-    stop = window_stop(noise, device_seconds, t);
+    stop = window_stop(noise, static_cast<int>(times.size()) / cycle, device_seconds, t);
     if (!stop.empty()) break;
     // The next look after about a quarter more steps, whole cycles, and not far past the limit.
     const double per_step = device_seconds / steps;

@@ -128,20 +128,51 @@ JobRecord time_on_cpu(const Architecture& arch, double max_seconds = 0.0,
   return record;
 }
 
-TEST(RunnerTest, TheWindowStopsAtItsMinimumWhenQuietAndGoesOnToItsLimitWhenNoisy) {
+/// A DivergingStep (finite losses) whose mix repeats every `cycle` steps.
+class CyclingStep : public DivergingStep {
+ public:
+  explicit CyclingStep(int64_t cycle) : DivergingStep(1000000, 1.0, ""), cycle_(cycle) {}
+  int64_t representative_steps() const override { return cycle_; }
+
+ private:
+  int64_t cycle_;
+};
+
+Architecture cycling_architecture(int64_t cycle) {
+  Architecture a;
+  a.name = "cycling";
+  a.prepare = [=](const StepContext&) -> std::unique_ptr<TrainStep> {
+    return std::make_unique<CyclingStep>(cycle);
+  };
+  return a;
+}
+
+TEST(RunnerTest, TheWindowStopsAtItsMinimumWhenQuietOrHopelessAndGoesOnOtherwise) {
   // A target no noise exceeds: the window ends at its minimum of 4 steps and says why.
   JobRecord r = time_on_cpu(diverging_architecture(1000000, 1.0), 10.0, 1e9);
   ASSERT_EQ(r.status, "ok") << r.message;
   EXPECT_EQ(r.timing.steps, 4);
   EXPECT_EQ(r.timing.stop, "noise");
   ASSERT_TRUE(r.timing.noise.has_value());
-  // No host-timed step is known to a billionth: the window goes on to its time limit.
-  r = time_on_cpu(diverging_architecture(1000000, 1.0), 0.05, 1e-9);
+  // No host-timed step is known to a billionth: four cycles project the target far past the
+  // 10 s limit, so the window ends at its minimum instead of running to the limit.
+  r = time_on_cpu(diverging_architecture(1000000, 1.0), 10.0, 1e-9);
+  ASSERT_EQ(r.status, "ok") << r.message;
+  EXPECT_EQ(r.timing.stop, "noise unreachable");
+  EXPECT_EQ(r.timing.steps, 4);
+  EXPECT_TRUE(r.timing.noise.has_value());
+  // Cycles of 8 steps: the minimum is one cycle (no noise yet), two are too few to project
+  // from; the window goes on and stops at three (the looks come a cycle apart here).
+  r = time_on_cpu(cycling_architecture(8), 10.0, 1e-9);
+  ASSERT_EQ(r.status, "ok") << r.message;
+  EXPECT_EQ(r.timing.stop, "noise unreachable");
+  EXPECT_EQ(r.timing.steps, 24);
+  // ... unless its time limit comes first: there the window stops at the limit.
+  r = time_on_cpu(cycling_architecture(8), 1e-9, 1e-9);
   ASSERT_EQ(r.status, "ok") << r.message;
   EXPECT_EQ(r.timing.stop, "time limit");
-  EXPECT_GT(r.timing.steps, 4);
-  EXPECT_GE(r.timing.window_seconds, 0.05);
-  EXPECT_TRUE(r.timing.noise.has_value());
+  EXPECT_EQ(r.timing.steps, 8);
+  EXPECT_FALSE(r.timing.noise.has_value());
   // No limit above the minimum: the window ends at its minimum, as before the noise stop.
   r = time_on_cpu(diverging_architecture(1000000, 1.0));
   EXPECT_EQ(r.timing.steps, 4);
