@@ -534,6 +534,60 @@ Json probes_json(const std::vector<ProbeRecord>& probes) {
 }
 }  // namespace
 
+Json MatmulPeak::to_json() const {
+  return {{"device", device}, {"kind", kind}, {"tflops", tflops}, {"measured_by", measured_by}};
+}
+
+MatmulPeak MatmulPeak::from_json(const Json& json) {
+  MatmulPeak p;
+  p.device = json.at("device").get<std::string>();
+  p.kind = json.at("kind").get<std::string>();
+  p.tflops = json.at("tflops").get<double>();
+  p.measured_by = json.value("measured_by", std::string());
+  return p;
+}
+
+PeakChoice choose_matmul_peak(const std::optional<MatmulPeak>& given, const std::string& device,
+                              const std::string& kind,
+                              const std::function<std::optional<double>()>& measure) {
+  PeakChoice choice;
+  if (given && !kind.empty() && given->device == device && given->kind == kind &&
+      given->tflops > 0) {
+    choice.tflops = given->tflops;
+    choice.source = "reused";
+    choice.measured_by = given->measured_by;
+    return choice;
+  }
+  choice.tflops = measure();
+  if (choice.tflops) choice.source = "measured";
+  return choice;
+}
+
+Json compute_with_peak(double throughput, std::optional<double> flops_per_unit,
+                       const std::string& kind, const PeakChoice& peak) {
+  Json out = compute_summary(throughput, flops_per_unit, kind, peak.tflops);
+  if (out.contains("peak_tflops")) {
+    out["peak_source"] = peak.source;
+    if (!peak.measured_by.empty()) out["peak_measured_by"] = peak.measured_by;
+  }
+  return out;
+}
+
+std::optional<MatmulPeak> measured_matmul_peak(const JobRecord& record, const std::string& device) {
+  const Json& c = record.compute;
+  if (!c.is_object() || c.value("peak_source", std::string()) != "measured" ||
+      !c.contains("peak_tflops") || !c["peak_tflops"].is_number() || !c.contains("peak_kind")) {
+    return std::nullopt;
+  }
+  MatmulPeak p;
+  p.device = device;
+  p.kind = c["peak_kind"].get<std::string>();
+  p.tflops = c["peak_tflops"].get<double>();
+  p.measured_by = record.model;
+  if (!(p.tflops > 0) || p.kind.empty()) return std::nullopt;
+  return p;
+}
+
 Json JobSpec::to_json() const {
   Json overlays_json = Json::array();
   for (const auto& [file, document] : overlays) {
@@ -549,7 +603,8 @@ Json JobSpec::to_json() const {
           {"search_worker", search_worker},
           {"search_only", search_only},
           {"progress", {{"label", progress_label}, {"started_unix", progress_started_unix}}},
-          {"distributed", distributed}};
+          {"distributed", distributed},
+          {"matmul_peak", matmul_peak ? matmul_peak->to_json() : Json(nullptr)}};
 }
 
 JobSpec JobSpec::from_json(const Json& json) {
@@ -568,6 +623,9 @@ JobSpec JobSpec::from_json(const Json& json) {
   spec.search_worker = json.value("search_worker", 0);
   spec.search_only = json.value("search_only", false);
   spec.distributed = json.value("distributed", Json());
+  if (json.contains("matmul_peak") && json["matmul_peak"].is_object()) {
+    spec.matmul_peak = MatmulPeak::from_json(json["matmul_peak"]);
+  }
   if (json.contains("progress")) {
     spec.progress_label = json["progress"].value("label", std::string());
     spec.progress_started_unix = json["progress"].value("started_unix", 0.0);
@@ -737,11 +795,15 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
         distributed::finish_timed_phase(record, *communicator, rank, *sync);
       }
       if (record.ok()) {
-        // The step is gone: the device's matmul peak at this precision, for the utilisation.
+        // The step is gone: the device's matmul peak at this precision, for the utilisation;
+        // measured once per suite, by its first timed run on this device at this kind.
         const std::string kind = matmul_peak_kind(to_string(run.precision));
-        const auto peak =
-            device.is_cuda() ? measure_matmul_peak_tflops(device, kind) : std::optional<double>();
-        record.compute = compute_summary(record.throughput, config.flops_per_unit, kind, peak);
+        const PeakChoice peak =
+            choose_matmul_peak(spec.matmul_peak, spec.device, kind, [&]() -> std::optional<double> {
+              if (!device.is_cuda()) return std::nullopt;
+              return measure_matmul_peak_tflops(device, kind);
+            });
+        record.compute = compute_with_peak(record.throughput, config.flops_per_unit, kind, peak);
       }
     }
     if (!cap_record.is_null()) record.memory["cap"] = cap_record;
@@ -1061,6 +1123,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   spec.progress_label = plan.progress_label;
   spec.progress_started_unix = plan.progress_started_unix;
   spec.search_only = plan.search_only;
+  spec.matmul_peak = plan.matmul_peak;
 
   GPUBENCH_CHECK(!plan.search_only || (!plan.fixed_batch && plan.device != "cpu"), ConfigError,
                  "{}: a search-only job needs a CUDA device and no --batch", plan.model);
@@ -1119,16 +1182,20 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
         timed.first_batch, record.batch);
   }
   if (record.ok() && run.repeat > 1) {
+    // The repeats reuse the peak the first timed run measured, if it measured one.
+    if (!spec.matmul_peak) spec.matmul_peak = measured_matmul_peak(record, plan.device);
     repeat_timed_run(record, spec, run, launcher, log);
     if (record.ok() && !record.compute.empty()) {  // the achieved FLOP/s of the median
       const Json& c = record.compute;
-      record.compute = compute_summary(
+      PeakChoice peak;
+      if (c.contains("peak_tflops")) peak.tflops = c["peak_tflops"].get<double>();
+      peak.source = c.value("peak_source", std::string());
+      peak.measured_by = c.value("peak_measured_by", std::string());
+      record.compute = compute_with_peak(
           record.throughput,
           c.contains("flops_per_unit") ? std::optional<double>(c["flops_per_unit"].get<double>())
                                        : std::nullopt,
-          c.value("peak_kind", std::string()),
-          c.contains("peak_tflops") ? std::optional<double>(c["peak_tflops"].get<double>())
-                                    : std::nullopt);
+          c.value("peak_kind", std::string()), peak);
     }
   }
   if (!search_warning.empty() && record.ok() && record.message.empty()) {
