@@ -265,13 +265,11 @@ LossReading read_losses(const TrainStep& step) {
   return reading;
 }
 
-/// A memory tier's confirm, in a fresh process at the searched batch: the step built as the
-/// search built it, then the steps that autotune (every distinct batch shape once) and one
-/// more. Out of memory propagates (the record says `oom`); no window is timed.
 void confirm_phase(JobRecord& record, const Architecture& arch, const StepContext& ctx) {
   const torch::Device& device = ctx.device;
   Heartbeat::phase(fmt::format("confirming batch {}", ctx.batch));
   auto step = arch.prepare(ctx);
+  step->allocate_optimizer_state();  // below the activations, as the search's probe laid it
   const int steps =
       device.is_cuda() ? autotune_steps(step->uniform_steps(), step->warmup_steps()) + 1 : 1;
   reset_peak_memory(device);
@@ -294,6 +292,12 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   TimingSettings t = device.is_cuda() ? run.timing : run.cpu_timing;
   Heartbeat::phase(fmt::format("building the step at batch {}", ctx.batch));
   auto step = arch.prepare(ctx);
+  // The optimizer state before the first step, as the search's probe allocated it: a first
+  // update puts it among the blocks the first step's activations freed, and at the searched
+  // batch every timed run on the H200 that ran out of memory so (2026-12-02) was short by less
+  // than the memory the allocator held reserved but unused (docs/search.md, "The suite's
+  // floor").
+  step->allocate_optimizer_state();
   t.warmup_steps = std::max<int>(t.warmup_steps, static_cast<int>(step->warmup_steps()));
   t.max_warmup_steps = std::max(t.max_warmup_steps, t.warmup_steps);
   if (!step->uniform_steps()) t.steady_tolerance = -1;  // never "steady": stop at warmup_steps
@@ -415,7 +419,8 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
              fmt::format("timing: at least {} and {} s{}", counted(t.min_steps, "step"),
                          format_number(t.min_seconds),
                          t.max_seconds > t.min_seconds
-                             ? fmt::format(", then until the noise is at most {}% or {} s",
+                             ? fmt::format(", then until the noise is at most {}% or {} s "
+                                           "(or sooner, when it cannot get there by then)",
                                            format_number(100 * t.noise_target),
                                            format_number(t.max_seconds))
                              : std::string()));
@@ -453,7 +458,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
     for (double ms : times) device_seconds += ms / 1000.0;
     if (!window_done(steps, device_seconds, t)) continue;
     noise = window_noise(times, cycle);
-    stop = window_stop(noise, device_seconds, t);
+    stop = window_stop(noise, static_cast<int>(times.size()) / cycle, device_seconds, t);
     if (!stop.empty()) break;
     // The next look after about a quarter more steps, whole cycles, and not far past the limit.
     const double per_step = device_seconds / steps;
@@ -529,6 +534,60 @@ Json probes_json(const std::vector<ProbeRecord>& probes) {
 }
 }  // namespace
 
+Json MatmulPeak::to_json() const {
+  return {{"device", device}, {"kind", kind}, {"tflops", tflops}, {"measured_by", measured_by}};
+}
+
+MatmulPeak MatmulPeak::from_json(const Json& json) {
+  MatmulPeak p;
+  p.device = json.at("device").get<std::string>();
+  p.kind = json.at("kind").get<std::string>();
+  p.tflops = json.at("tflops").get<double>();
+  p.measured_by = json.value("measured_by", std::string());
+  return p;
+}
+
+PeakChoice choose_matmul_peak(const std::optional<MatmulPeak>& given, const std::string& device,
+                              const std::string& kind,
+                              const std::function<std::optional<double>()>& measure) {
+  PeakChoice choice;
+  if (given && !kind.empty() && given->device == device && given->kind == kind &&
+      given->tflops > 0) {
+    choice.tflops = given->tflops;
+    choice.source = "reused";
+    choice.measured_by = given->measured_by;
+    return choice;
+  }
+  choice.tflops = measure();
+  if (choice.tflops) choice.source = "measured";
+  return choice;
+}
+
+Json compute_with_peak(double throughput, std::optional<double> flops_per_unit,
+                       const std::string& kind, const PeakChoice& peak) {
+  Json out = compute_summary(throughput, flops_per_unit, kind, peak.tflops);
+  if (out.contains("peak_tflops")) {
+    out["peak_source"] = peak.source;
+    if (!peak.measured_by.empty()) out["peak_measured_by"] = peak.measured_by;
+  }
+  return out;
+}
+
+std::optional<MatmulPeak> measured_matmul_peak(const JobRecord& record, const std::string& device) {
+  const Json& c = record.compute;
+  if (!c.is_object() || c.value("peak_source", std::string()) != "measured" ||
+      !c.contains("peak_tflops") || !c["peak_tflops"].is_number() || !c.contains("peak_kind")) {
+    return std::nullopt;
+  }
+  MatmulPeak p;
+  p.device = device;
+  p.kind = c["peak_kind"].get<std::string>();
+  p.tflops = c["peak_tflops"].get<double>();
+  p.measured_by = record.model;
+  if (!(p.tflops > 0) || p.kind.empty()) return std::nullopt;
+  return p;
+}
+
 Json JobSpec::to_json() const {
   Json overlays_json = Json::array();
   for (const auto& [file, document] : overlays) {
@@ -544,7 +603,8 @@ Json JobSpec::to_json() const {
           {"search_worker", search_worker},
           {"search_only", search_only},
           {"progress", {{"label", progress_label}, {"started_unix", progress_started_unix}}},
-          {"distributed", distributed}};
+          {"distributed", distributed},
+          {"matmul_peak", matmul_peak ? matmul_peak->to_json() : Json(nullptr)}};
 }
 
 JobSpec JobSpec::from_json(const Json& json) {
@@ -563,6 +623,9 @@ JobSpec JobSpec::from_json(const Json& json) {
   spec.search_worker = json.value("search_worker", 0);
   spec.search_only = json.value("search_only", false);
   spec.distributed = json.value("distributed", Json());
+  if (json.contains("matmul_peak") && json["matmul_peak"].is_object()) {
+    spec.matmul_peak = MatmulPeak::from_json(json["matmul_peak"]);
+  }
   if (json.contains("progress")) {
     spec.progress_label = json["progress"].value("label", std::string());
     spec.progress_started_unix = json["progress"].value("started_unix", 0.0);
@@ -732,11 +795,15 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
         distributed::finish_timed_phase(record, *communicator, rank, *sync);
       }
       if (record.ok()) {
-        // The step is gone: the device's matmul peak at this precision, for the utilisation.
+        // The step is gone: the device's matmul peak at this precision, for the utilisation;
+        // measured once per suite, by its first timed run on this device at this kind.
         const std::string kind = matmul_peak_kind(to_string(run.precision));
-        const auto peak =
-            device.is_cuda() ? measure_matmul_peak_tflops(device, kind) : std::optional<double>();
-        record.compute = compute_summary(record.throughput, config.flops_per_unit, kind, peak);
+        const PeakChoice peak =
+            choose_matmul_peak(spec.matmul_peak, spec.device, kind, [&]() -> std::optional<double> {
+              if (!device.is_cuda()) return std::nullopt;
+              return measure_matmul_peak_tflops(device, kind);
+            });
+        record.compute = compute_with_peak(record.throughput, config.flops_per_unit, kind, peak);
       }
     }
     if (!cap_record.is_null()) record.memory["cap"] = cap_record;
@@ -1056,6 +1123,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   spec.progress_label = plan.progress_label;
   spec.progress_started_unix = plan.progress_started_unix;
   spec.search_only = plan.search_only;
+  spec.matmul_peak = plan.matmul_peak;
 
   GPUBENCH_CHECK(!plan.search_only || (!plan.fixed_batch && plan.device != "cpu"), ConfigError,
                  "{}: a search-only job needs a CUDA device and no --batch", plan.model);
@@ -1114,16 +1182,20 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
         timed.first_batch, record.batch);
   }
   if (record.ok() && run.repeat > 1) {
+    // The repeats reuse the peak the first timed run measured, if it measured one.
+    if (!spec.matmul_peak) spec.matmul_peak = measured_matmul_peak(record, plan.device);
     repeat_timed_run(record, spec, run, launcher, log);
     if (record.ok() && !record.compute.empty()) {  // the achieved FLOP/s of the median
       const Json& c = record.compute;
-      record.compute = compute_summary(
+      PeakChoice peak;
+      if (c.contains("peak_tflops")) peak.tflops = c["peak_tflops"].get<double>();
+      peak.source = c.value("peak_source", std::string());
+      peak.measured_by = c.value("peak_measured_by", std::string());
+      record.compute = compute_with_peak(
           record.throughput,
           c.contains("flops_per_unit") ? std::optional<double>(c["flops_per_unit"].get<double>())
                                        : std::nullopt,
-          c.value("peak_kind", std::string()),
-          c.contains("peak_tflops") ? std::optional<double>(c["peak_tflops"].get<double>())
-                                    : std::nullopt);
+          c.value("peak_kind", std::string()), peak);
     }
   }
   if (!search_warning.empty() && record.ok() && record.message.empty()) {

@@ -1,5 +1,6 @@
 #include "gpubench/suite.h"
 
+#include "gpubench/device.h"
 #include "gpubench/errors.h"
 #include "gpubench/process.h"
 #include "gpubench/strings.h"
@@ -193,6 +194,11 @@ SuiteOutcome run_suite(const SuitePlan& plan, const std::vector<JobRecord>& earl
   const double started_unix = unix_now();
   const auto started = std::chrono::steady_clock::now();
   double finished_seconds = 0;  // wall time of the jobs this run finished
+  // The device's matmul peak by kind, as the first timed run of this run measured it: the jobs
+  // after it reuse it instead of measuring it again. Not across a resume (another day, maybe
+  // another card of the name), nor for data-parallel runs (each rank measures its own device).
+  std::map<std::string, MatmulPeak> peaks;
+  const bool share_peaks = plan.data_parallel.is_null();
   for (std::size_t i = 0; i < todo.size(); ++i) {
     stop_if_asked();  // a Ctrl-C between two jobs: start no other
     const SuiteJob& job = *todo[i];
@@ -218,8 +224,17 @@ SuiteOutcome run_suite(const SuitePlan& plan, const std::vector<JobRecord>& earl
     job_plan.search_hint = hint_for(job.model, outcome.records);
     job_plan.progress_label = label;
     job_plan.progress_started_unix = started_unix;
+    if (share_peaks) {
+      const auto peak = peaks.find(matmul_peak_kind(to_string(store.run().precision)));
+      if (peak != peaks.end()) job_plan.matmul_peak = peak->second;
+    }
     JobRecord record = run_job(job_plan, store, launcher, log);
     finished_seconds += record.wall_seconds;
+    if (share_peaks) {
+      if (auto measured = measured_matmul_peak(record, plan.device)) {
+        peaks.emplace(measured->kind, *measured);
+      }
+    }
 
     journal.append(record);  // synced before anything else happens
     ++outcome.ran;

@@ -162,11 +162,38 @@ std::optional<double> window_noise(const std::vector<double>& step_ms, int cycle
   return (s.ci95_high - s.mean) / s.mean;
 }
 
-std::string window_stop(const std::optional<double>& noise, double elapsed_seconds,
+double projected_window_seconds(double noise, int cycles, double elapsed_seconds, double target) {
+  if (cycles < 2 || !(noise >= 0) || !(target > 0) || !(elapsed_seconds >= 0)) {
+    return std::numeric_limits<double>::infinity();
+  }
+  const double per_cycle = elapsed_seconds / cycles;
+  if (noise <= target) return elapsed_seconds;
+  // noise = t(n - 1) x cv / sqrt(n): the cycles' coefficient of variation, held as it is.
+  const double cv = noise * std::sqrt(static_cast<double>(cycles)) / t_quantile_975(cycles - 1);
+  auto within = [&](int64_t m) {
+    return t_quantile_975(static_cast<int>(m - 1)) * cv / std::sqrt(static_cast<double>(m)) <=
+           target;
+  };
+  // Past 121 cycles t is the normal's 1.96 and the count has a closed form.
+  constexpr int64_t kTableEnd = 121;
+  for (int64_t m = cycles; m <= kTableEnd; ++m) {
+    if (within(m)) return static_cast<double>(m) * per_cycle;
+  }
+  const double m = std::max(static_cast<double>(std::max<int64_t>(cycles, kTableEnd + 1)),
+                            std::ceil(std::pow(t_quantile_975(kTableEnd) * cv / target, 2)));
+  return m * per_cycle;
+}
+
+std::string window_stop(const std::optional<double>& noise, int cycles, double elapsed_seconds,
                         const TimingSettings& settings) {
   if (settings.max_seconds <= settings.min_seconds) return "minimum";
   if (noise && *noise <= settings.noise_target) return "noise";
   if (elapsed_seconds >= settings.max_seconds) return "time limit";
+  if (noise && cycles >= kMinCyclesToProject &&
+      projected_window_seconds(*noise, cycles, elapsed_seconds, settings.noise_target) >
+          settings.max_seconds) {
+    return "noise unreachable";
+  }
   return "";
 }
 

@@ -10,6 +10,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace gpubench {
@@ -127,20 +128,51 @@ JobRecord time_on_cpu(const Architecture& arch, double max_seconds = 0.0,
   return record;
 }
 
-TEST(RunnerTest, TheWindowStopsAtItsMinimumWhenQuietAndGoesOnToItsLimitWhenNoisy) {
+/// A DivergingStep (finite losses) whose mix repeats every `cycle` steps.
+class CyclingStep : public DivergingStep {
+ public:
+  explicit CyclingStep(int64_t cycle) : DivergingStep(1000000, 1.0, ""), cycle_(cycle) {}
+  int64_t representative_steps() const override { return cycle_; }
+
+ private:
+  int64_t cycle_;
+};
+
+Architecture cycling_architecture(int64_t cycle) {
+  Architecture a;
+  a.name = "cycling";
+  a.prepare = [=](const StepContext&) -> std::unique_ptr<TrainStep> {
+    return std::make_unique<CyclingStep>(cycle);
+  };
+  return a;
+}
+
+TEST(RunnerTest, TheWindowStopsAtItsMinimumWhenQuietOrHopelessAndGoesOnOtherwise) {
   // A target no noise exceeds: the window ends at its minimum of 4 steps and says why.
   JobRecord r = time_on_cpu(diverging_architecture(1000000, 1.0), 10.0, 1e9);
   ASSERT_EQ(r.status, "ok") << r.message;
   EXPECT_EQ(r.timing.steps, 4);
   EXPECT_EQ(r.timing.stop, "noise");
   ASSERT_TRUE(r.timing.noise.has_value());
-  // No host-timed step is known to a billionth: the window goes on to its time limit.
-  r = time_on_cpu(diverging_architecture(1000000, 1.0), 0.05, 1e-9);
+  // No host-timed step is known to a billionth: four cycles project the target far past the
+  // 10 s limit, so the window ends at its minimum instead of running to the limit.
+  r = time_on_cpu(diverging_architecture(1000000, 1.0), 10.0, 1e-9);
+  ASSERT_EQ(r.status, "ok") << r.message;
+  EXPECT_EQ(r.timing.stop, "noise unreachable");
+  EXPECT_EQ(r.timing.steps, 4);
+  EXPECT_TRUE(r.timing.noise.has_value());
+  // Cycles of 8 steps: the minimum is one cycle (no noise yet), two are too few to project
+  // from; the window goes on and stops at three (the looks come a cycle apart here).
+  r = time_on_cpu(cycling_architecture(8), 10.0, 1e-9);
+  ASSERT_EQ(r.status, "ok") << r.message;
+  EXPECT_EQ(r.timing.stop, "noise unreachable");
+  EXPECT_EQ(r.timing.steps, 24);
+  // ... unless its time limit comes first: there the window stops at the limit.
+  r = time_on_cpu(cycling_architecture(8), 1e-9, 1e-9);
   ASSERT_EQ(r.status, "ok") << r.message;
   EXPECT_EQ(r.timing.stop, "time limit");
-  EXPECT_GT(r.timing.steps, 4);
-  EXPECT_GE(r.timing.window_seconds, 0.05);
-  EXPECT_TRUE(r.timing.noise.has_value());
+  EXPECT_EQ(r.timing.steps, 8);
+  EXPECT_FALSE(r.timing.noise.has_value());
   // No limit above the minimum: the window ends at its minimum, as before the noise stop.
   r = time_on_cpu(diverging_architecture(1000000, 1.0));
   EXPECT_EQ(r.timing.steps, 4);
@@ -280,6 +312,68 @@ TEST(RunnerTest, AWarmUpStopsSettlingOnceALossIsNoLongerFinite) {
   EXPECT_NE(r.message.find("loss 'loss' is NaN"), std::string::npos) << r.message;
 }
 
+/// A step that logs what the runner asks of it, in order: "state" for
+/// allocate_optimizer_state(), "run" for run().
+class LoggingStep : public TrainStep {
+ public:
+  explicit LoggingStep(std::vector<std::string>* log) : log_(log) {}
+  double run() override {
+    log_->push_back("run");
+    return 3;
+  }
+  void allocate_optimizer_state() override { log_->push_back("state"); }
+  std::map<std::string, torch::Tensor> losses() const override {
+    return {{"loss", torch::tensor(1.0)}};
+  }
+  std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
+    return {{"model", {weight_}}};
+  }
+
+ private:
+  std::vector<std::string>* log_;
+  torch::Tensor weight_ = torch::zeros({4}).requires_grad_(true);
+};
+
+Architecture logging_architecture(std::vector<std::string>* log) {
+  Architecture a;
+  a.name = "logging";
+  a.prepare = [=](const StepContext&) -> std::unique_ptr<TrainStep> {
+    log->push_back("build");
+    return std::make_unique<LoggingStep>(log);
+  };
+  return a;
+}
+
+// The timed run lays memory out as the search's probe did: the optimizer state first, once,
+// before the first warm-up step (a first update would put it among freed activations).
+TEST(RunnerTest, TheTimedPhaseAllocatesTheOptimizerStateBeforeTheFirstStep) {
+  std::vector<std::string> log;
+  const JobRecord r = time_on_cpu(logging_architecture(&log));
+  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_GE(log.size(), 3u);
+  EXPECT_EQ(log[0], "build");
+  EXPECT_EQ(log[1], "state");
+  EXPECT_EQ(std::count(log.begin(), log.end(), "state"), 1);
+  EXPECT_EQ(std::count(log.begin() + 2, log.end(), "run"), static_cast<long>(log.size()) - 2);
+  EXPECT_EQ(std::count(log.begin(), log.end(), "run"),
+            r.warmup["steps"].get<int>() + r.timing.steps);
+}
+
+TEST(RunnerTest, ATiersConfirmAllocatesTheOptimizerStateBeforeItsFirstStep) {
+  static const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  StepContext ctx;
+  ctx.config = &store.model("bert-base");
+  ctx.batch = 3;
+  JobRecord record;
+  record.model = "logging";
+  std::vector<std::string> log;
+  confirm_phase(record, logging_architecture(&log), ctx);
+  EXPECT_EQ(record.status, "ok");
+  // On the CPU the confirm trains one step (no autotuning to sit out).
+  EXPECT_EQ(log, (std::vector<std::string>{"build", "state", "run"}));
+  EXPECT_EQ(record.memory["confirm_steps"], 1);
+}
+
 TEST(RunnerTest, ADivergedJobIsNotNormalized) {
   JobRecord r = time_on_cpu(diverging_architecture(2, std::nan("")));
   ASSERT_EQ(r.status, "diverged");
@@ -303,9 +397,73 @@ TEST(RunnerTest, JobSpecRoundTripsThroughJson) {
   spec.search_probes = {probe};
   spec.search_worker = 1;
   spec.search_only = true;
+  spec.matmul_peak = MatmulPeak{"cuda:1", "bf16", 812.5, "nasnet-large"};
   const JobSpec back = JobSpec::from_json(spec.to_json());
   EXPECT_EQ(back.to_json(), spec.to_json());
   EXPECT_TRUE(back.search_only);
+  ASSERT_TRUE(back.matmul_peak.has_value());
+  EXPECT_EQ(back.matmul_peak->measured_by, "nasnet-large");
+  // A spec without a peak (and one written before peaks were passed) reads back without one.
+  spec.matmul_peak.reset();
+  Json old = spec.to_json();
+  EXPECT_FALSE(JobSpec::from_json(old).matmul_peak.has_value());
+  old.erase("matmul_peak");
+  EXPECT_FALSE(JobSpec::from_json(old).matmul_peak.has_value());
+}
+
+// The matmul peak: measured once per suite and device at each kind, reused by the jobs after.
+TEST(RunnerTest, AGivenMatmulPeakIsReusedOnlyForItsDeviceAndKind) {
+  int measured = 0;
+  auto measure = [&]() -> std::optional<double> {
+    ++measured;
+    return 51.3;
+  };
+  const MatmulPeak given{"cuda:0", "fp32", 50.0, "bert-base"};
+  PeakChoice c = choose_matmul_peak(given, "cuda:0", "fp32", measure);
+  EXPECT_EQ(measured, 0);
+  EXPECT_EQ(c.tflops, 50.0);
+  EXPECT_EQ(c.source, "reused");
+  EXPECT_EQ(c.measured_by, "bert-base");
+  // Another device, another kind, or none given: measured here.
+  for (const auto& [device, kind] :
+       std::vector<std::pair<std::string, std::string>>{{"cuda:1", "fp32"}, {"cuda:0", "bf16"}}) {
+    c = choose_matmul_peak(given, device, kind, measure);
+    EXPECT_EQ(c.tflops, 51.3) << device << " " << kind;
+    EXPECT_EQ(c.source, "measured");
+    EXPECT_TRUE(c.measured_by.empty());
+  }
+  c = choose_matmul_peak(std::nullopt, "cuda:0", "fp32", measure);
+  EXPECT_EQ(c.source, "measured");
+  EXPECT_EQ(measured, 3);
+  // No kind for the precision: nothing to reuse; a measurement that cannot say (the CPU): none.
+  c = choose_matmul_peak(given, "cuda:0", "", [] { return std::optional<double>(); });
+  EXPECT_FALSE(c.tflops.has_value());
+  EXPECT_EQ(c.source, "");
+}
+
+TEST(RunnerTest, TheComputeRecordSaysWhereItsPeakCameFrom) {
+  const Json reused = compute_with_peak(100, 3e9, "fp32", {50.0, "reused", "bert-base"});
+  EXPECT_DOUBLE_EQ(reused["peak_tflops"].get<double>(), 50.0);
+  EXPECT_DOUBLE_EQ(reused["peak_share"].get<double>(), 0.3 / 50.0);
+  EXPECT_EQ(reused["peak_source"], "reused");
+  EXPECT_EQ(reused["peak_measured_by"], "bert-base");
+  const Json measured = compute_with_peak(100, 3e9, "fp32", {51.3, "measured", ""});
+  EXPECT_EQ(measured["peak_source"], "measured");
+  EXPECT_FALSE(measured.contains("peak_measured_by"));
+  const Json none = compute_with_peak(100, 3e9, "fp32", {});
+  EXPECT_FALSE(none.contains("peak_source"));
+  EXPECT_DOUBLE_EQ(none["tflops"].get<double>(), 0.3);
+  // What a suite passes on: a peak the record measured, not one it reused.
+  JobRecord r;
+  r.model = "bert-base";
+  r.compute = measured;
+  const auto passed = measured_matmul_peak(r, "cuda:0");
+  ASSERT_TRUE(passed.has_value());
+  EXPECT_EQ(passed->to_json(), (MatmulPeak{"cuda:0", "fp32", 51.3, "bert-base"}.to_json()));
+  r.compute = reused;
+  EXPECT_FALSE(measured_matmul_peak(r, "cuda:0").has_value());
+  r.compute = none;
+  EXPECT_FALSE(measured_matmul_peak(r, "cuda:0").has_value());
 }
 
 /// A launcher that answers from a script: the search finds `found`; a timed run fits at or
@@ -555,6 +713,52 @@ TEST(RunnerTest, RepeatedTimedRunsGiveTheMedianAndAnInterval) {
   EXPECT_TRUE(single.repeats.empty());
   EXPECT_FALSE(single.throughput_stats.has_value());
   EXPECT_FALSE(single.to_json().contains("repeats"));
+}
+
+/// Timed runs that measure the matmul peak unless their spec brings one (as run_phase does).
+class PeakLauncher : public PhaseLauncher {
+ public:
+  JobRecord launch(const JobSpec& spec, double) override {
+    specs.push_back(spec);
+    JobRecord r;
+    r.model = spec.model;
+    r.device.type = "cuda";
+    r.batch = spec.batch;
+    r.status = "ok";
+    r.throughput = 10.0 + static_cast<double>(specs.size());
+    const PeakChoice peak = choose_matmul_peak(spec.matmul_peak, spec.device, "fp32",
+                                               [] { return std::optional<double>(51.3); });
+    r.compute = compute_with_peak(r.throughput, 1e12, "fp32", peak);
+    return r;
+  }
+  std::vector<JobSpec> specs;
+};
+
+TEST(RunnerTest, RepeatedTimedRunsReuseThePeakTheFirstOneMeasured) {
+  PeakLauncher launcher;
+  const JobPlan plan{"bert-base", "cuda:0", int64_t{64}, {}};
+  const JobRecord r = run_job(plan, with_repeat(3), launcher, quiet);
+  ASSERT_EQ(launcher.specs.size(), 3u);
+  EXPECT_FALSE(launcher.specs[0].matmul_peak.has_value());
+  for (std::size_t i = 1; i < 3; ++i) {
+    ASSERT_TRUE(launcher.specs[i].matmul_peak.has_value()) << i;
+    EXPECT_EQ(launcher.specs[i].matmul_peak->to_json(),
+              (MatmulPeak{"cuda:0", "fp32", 51.3, "bert-base"}.to_json()));
+  }
+  // The record's compute is the median's, its peak the first run's own measurement.
+  EXPECT_EQ(r.throughput, 12);
+  EXPECT_DOUBLE_EQ(r.compute["tflops"].get<double>(), 12.0);
+  EXPECT_EQ(r.compute["peak_source"], "measured");
+  // A peak the suite passes in: every timed run reuses it, and the record says whose it is.
+  PeakLauncher given;
+  JobPlan with_peak = plan;
+  with_peak.matmul_peak = MatmulPeak{"cuda:0", "fp32", 50.0, "nasnet-large"};
+  const JobRecord g = run_job(with_peak, with_repeat(2), given, quiet);
+  ASSERT_EQ(given.specs.size(), 2u);
+  for (const auto& spec : given.specs) ASSERT_TRUE(spec.matmul_peak.has_value());
+  EXPECT_EQ(g.compute["peak_source"], "reused");
+  EXPECT_EQ(g.compute["peak_measured_by"], "nasnet-large");
+  EXPECT_DOUBLE_EQ(g.compute["peak_tflops"].get<double>(), 50.0);
 }
 
 // A repeat that diverges: no timed run of the job is a result. One that runs out of memory is

@@ -32,6 +32,9 @@ class ScriptedLauncher : public PhaseLauncher {
   JobRecord launch(const JobSpec& spec, double) override {
     calls.push_back(spec.model + ":" + spec.phase);
     hinted.push_back(spec.search_hint.has_value());
+    if (spec.phase == "time") {
+      peaks_given.push_back(spec.matmul_peak ? spec.matmul_peak->measured_by : "");
+    }
     JobRecord r;
     r.model = spec.model;
     r.device.type = "cuda";
@@ -52,12 +55,19 @@ class ScriptedLauncher : public PhaseLauncher {
       r.search = s;
       r.batch = s.max_batch;
     } else {
+      r.status = "ok";
       r.throughput = 100;
+      // As run_phase: the peak the spec brings for this device and kind, else measured.
+      const PeakChoice peak = choose_matmul_peak(spec.matmul_peak, spec.device, "fp32",
+                                                 [] { return std::optional<double>(51.3); });
+      r.compute = compute_with_peak(r.throughput, 1e9, "fp32", peak);
     }
     return r;
   }
   std::vector<std::string> calls;
   std::vector<bool> hinted;  ///< whether each call came with a search hint
+  /// Per timed run: the job whose matmul peak its spec brought ("" for none).
+  std::vector<std::string> peaks_given;
   std::string failing;
 };
 
@@ -140,6 +150,40 @@ TEST(SuiteTest, AFailedJobIsJournaledWithItsIdentityAndTheSuiteGoesOn) {
   EXPECT_EQ(failed.precision, "fp32");
   EXPECT_EQ(failed.throughput_unit, "examples/s");
   EXPECT_EQ(failed.device.type, "cuda");
+}
+
+// The dense-matmul peak is measured by the suite's first timed run and reused by the others.
+TEST(SuiteTest, TheFirstTimedRunMeasuresTheMatmulPeakAndTheOthersReuseIt) {
+  TempDir dir;
+  SuitePlan plan = gpu_plan();
+  auto journal = JournalWriter::create(dir.file("j.jsonl"), header_of(plan));
+  ScriptedLauncher launcher;
+  const SuiteOutcome outcome = run_suite(plan, {}, launcher, journal, {});
+  EXPECT_EQ(launcher.peaks_given, (std::vector<std::string>{"", "bert-base", "bert-base"}));
+  ASSERT_EQ(outcome.records.size(), 3u);
+  EXPECT_EQ(outcome.records[0].compute["peak_source"], "measured");
+  EXPECT_EQ(outcome.records[1].compute["peak_source"], "reused");
+  EXPECT_EQ(outcome.records[2].compute["peak_measured_by"], "bert-base");
+  EXPECT_DOUBLE_EQ(outcome.records[2].compute["peak_tflops"].get<double>(), 51.3);
+  // The journal keeps where each peak came from.
+  const Journal j = read_journal(dir.file("j.jsonl"));
+  EXPECT_EQ(j.jobs[1].compute["peak_measured_by"], "bert-base");
+
+  // A first job that fails measures nothing: the next one measures, the last reuses its peak.
+  TempDir dir2;
+  auto journal2 = JournalWriter::create(dir2.file("j.jsonl"), header_of(plan));
+  ScriptedLauncher failing_first;
+  failing_first.failing = "bert-base";
+  run_suite(plan, {}, failing_first, journal2, {});
+  EXPECT_EQ(failing_first.peaks_given, (std::vector<std::string>{"", "bert-base-mlm"}));
+
+  // Data-parallel timed runs measure on each rank's own device: nothing is passed on.
+  TempDir dir3;
+  plan.data_parallel = Json{{"devices", {"cuda:0", "cuda:1"}}};
+  auto journal3 = JournalWriter::create(dir3.file("j.jsonl"), header_of(plan));
+  ScriptedLauncher parallel;
+  run_suite(plan, {}, parallel, journal3, {});
+  EXPECT_EQ(parallel.peaks_given, (std::vector<std::string>{"", "", ""}));
 }
 
 TEST(SuiteTest, PlainJobsMatchTheirRecordsUnderAConfiguredMemoryCap) {

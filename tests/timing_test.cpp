@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace gpubench {
 namespace {
 
@@ -221,28 +223,107 @@ TEST(TimingTest, TheWindowGoesOnWhileNoisyUpToItsTimeLimit) {
   t.min_seconds = 5;
   t.max_seconds = 15;
   t.noise_target = 0.005;
-  EXPECT_EQ(window_stop(0.001, 5.2, t), "noise");
-  EXPECT_EQ(window_stop(0.005, 5.2, t), "noise");
-  EXPECT_EQ(window_stop(0.02, 5.2, t), "");      // noisy, time left: go on
-  EXPECT_EQ(window_stop(std::nullopt, 8, t), "");  // one cycle so far: go on
-  EXPECT_EQ(window_stop(0.02, 15, t), "time limit");
-  EXPECT_EQ(window_stop(std::nullopt, 16, t), "time limit");
+  EXPECT_EQ(window_stop(0.001, 3, 5.2, t), "noise");
+  EXPECT_EQ(window_stop(0.005, 3, 5.2, t), "noise");
+  // Noisy with time left: on while two cycles are too few to project from, or while the noise
+  // projects to the target within the limit (14 cycles, 7.3 s).
+  EXPECT_EQ(window_stop(0.02, 2, 5.2, t), "");
+  EXPECT_EQ(window_stop(0.006, 10, 5.2, t), "");
+  EXPECT_EQ(window_stop(std::nullopt, 1, 8, t), "");  // one cycle so far: go on
+  EXPECT_EQ(window_stop(0.02, 2, 15, t), "time limit");
+  EXPECT_EQ(window_stop(std::nullopt, 1, 16, t), "time limit");
+  // A noise that projects past the limit: no use going on.
+  EXPECT_EQ(window_stop(0.02, 3, 5.2, t), "noise unreachable");
   // A limit at or below the minimum turns the noise stop off: the window ends at its minimum.
   t.max_seconds = 5;
-  EXPECT_EQ(window_stop(0.5, 5.2, t), "minimum");
+  EXPECT_EQ(window_stop(0.5, 3, 5.2, t), "minimum");
   const RunSettings defaults;
-  EXPECT_EQ(window_stop(0.5, 0.1, defaults.cpu_timing), "minimum");  // the CPU: short as before
+  EXPECT_EQ(window_stop(0.5, 3, 0.1, defaults.cpu_timing), "minimum");  // the CPU: as before
   EXPECT_GT(defaults.timing.max_seconds, defaults.timing.min_seconds);
+}
+
+TEST(TimingTest, TheProjectedWindowHoldsTheCyclesSpreadAndShrinksTheirInterval) {
+  // Three cycles with a coefficient of variation of 1%: +-4.303 x 1% / sqrt(3) = +-2.48%. The
+  // interval reaches 0.5% at 18 cycles (2.110 x 1% / sqrt(18) = 0.497%; 17 give 0.514%), not at
+  // the 74 that the noise's square alone says (3 x (2.48 / 0.5)^2): t shrinks too.
+  const double noise = 4.303 * 0.01 / std::sqrt(3.0);
+  EXPECT_NEAR(projected_window_seconds(noise, 3, 6.0, 0.005), 18 * 2.0, 1e-9);
+  // Many cycles (t = 1.96): about cycles x (noise / target)^2, at the mean cycle time so far.
+  EXPECT_NEAR(projected_window_seconds(0.01, 200, 10.0, 0.005), 4 * 10.0, 0.01 * 10.0);
+  EXPECT_NEAR(projected_window_seconds(0.02, 400, 8.0, 0.005), 16 * 8.0, 0.01 * 16 * 8.0);
+  // Already within the target: the window so far.
+  EXPECT_DOUBLE_EQ(projected_window_seconds(0.004, 5, 6.0, 0.005), 6.0);
+  // Fewer than two cycles project nothing.
+  EXPECT_TRUE(std::isinf(projected_window_seconds(0.01, 1, 6.0, 0.005)));
+}
+
+/// Steps of `mean_ms` alternately `deviation` (relative) above and below it.
+std::vector<double> alternating_steps(int n, double mean_ms, double deviation) {
+  std::vector<double> out;
+  for (int i = 0; i < n; ++i) out.push_back(mean_ms * (1 + (i % 2 == 0 ? deviation : -deviation)));
+  return out;
+}
+
+struct WindowEnd {
+  int steps = 0;
+  double seconds = 0;
+  std::string stop;  // "" when the series ran out first
+};
+
+/// The window over `step_ms` as the runner judges it, looking after every step once its minimum
+/// is met: where it ends and why.
+WindowEnd walk_window(const std::vector<double>& step_ms, const TimingSettings& t) {
+  WindowEnd end;
+  for (double ms : step_ms) {
+    ++end.steps;
+    end.seconds += ms / 1000.0;
+    if (!window_done(end.steps, end.seconds, t)) continue;
+    const std::vector<double> so_far(step_ms.begin(), step_ms.begin() + end.steps);
+    end.stop = window_stop(window_noise(so_far, 1), end.steps, end.seconds, t);
+    if (!end.stop.empty()) return end;
+  }
+  return end;
+}
+
+TEST(TimingTest, AWindowThatCannotReachItsNoiseTargetByItsLimitStopsAtItsMinimum) {
+  TimingSettings t;  // 3 steps and 5 s, then up to 15 s for +-0.5%
+  ASSERT_EQ(t.min_seconds, 5);
+  ASSERT_EQ(t.max_seconds, 15);
+  ASSERT_EQ(t.noise_target, 0.005);
+  // 1 s steps +-7% (nasnet-large fp32 on the H200: cv 6.9%): +-9.4% after five steps, which
+  // would take hundreds of seconds to reach +-0.5%. The window stops at its minimum and says so.
+  WindowEnd end = walk_window(alternating_steps(100, 1000, 0.07), t);
+  EXPECT_EQ(end.stop, "noise unreachable");
+  EXPECT_EQ(end.steps, 5);
+  // 0.5 s steps +-1.35%: +-1.02% at the minimum (ten steps), 17 s projected: stops there.
+  end = walk_window(alternating_steps(100, 500, 0.0135), t);
+  EXPECT_EQ(end.stop, "noise unreachable");
+  EXPECT_EQ(end.steps, 10);
+  // +-1.2%: +-0.90% at the minimum, 14 s projected (28 cycles; the noise's square alone would
+  // say 16.4 s): the window goes on and reaches the target at 26 steps, 13 s.
+  end = walk_window(alternating_steps(100, 500, 0.012), t);
+  EXPECT_EQ(end.stop, "noise");
+  EXPECT_EQ(end.steps, 26);
+  EXPECT_LT(end.seconds, t.max_seconds);
+  // +-0.8%: quiet enough to converge soon after the minimum (+-0.60% there): on to the target.
+  end = walk_window(alternating_steps(100, 500, 0.008), t);
+  EXPECT_EQ(end.stop, "noise");
+  EXPECT_GT(end.steps, 10);
+  EXPECT_LE(end.steps, 14);
+  // Too few cycles to project from (a minimum window of two cycles of eight steps): on, up to
+  // the limit; from three cycles the noise projects.
+  EXPECT_EQ(window_stop(0.2, 2, 5.0, t), "");
+  EXPECT_EQ(window_stop(0.2, 3, 7.5, t), "noise unreachable");
 }
 
 TEST(TimingTest, ATimingRecordKeepsTheNoiseAndWhyTheWindowStopped) {
   TimingStats s = summarize_steps({10, 11, 12}, 0.033);
   s.noise = 0.0123;
-  s.stop = "time limit";
+  s.stop = "noise unreachable";
   const TimingStats back = TimingStats::from_json(s.to_json());
   ASSERT_TRUE(back.noise.has_value());
   EXPECT_DOUBLE_EQ(*back.noise, 0.0123);
-  EXPECT_EQ(back.stop, "time limit");
+  EXPECT_EQ(back.stop, "noise unreachable");
   // Records written before the noise existed read back without one.
   Json old = s.to_json();
   old.erase("noise");

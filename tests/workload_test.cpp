@@ -233,6 +233,46 @@ TEST_P(WorkloadTest, AOneStepProbeStartsFromTheSteadyStateAndTrainsAsAFirstStep)
   }
 }
 
+// The timed run and a tier's confirm allocate the optimizer state right after the build
+// (TrainStep::allocate_optimizer_state), so that it lies where the search's probe put it. That
+// is all it does: the steady state's state, the batches in their order, and steps that train
+// bit for bit as those of a step that allocated nothing beforehand.
+TEST_P(WorkloadTest, OptimizerStateAllocatedBeforeTheFirstStepChangesNoStep) {
+  const auto ctx = smoke_context(config(), Precision::kFp32, torch::kCPU);
+  // Each step's runs right after its build: dropout draws from the generator the build seeds.
+  struct Trained {
+    std::vector<double> units;
+    std::vector<std::map<std::string, double>> losses;
+  };
+  auto two_steps = [](TrainStep& step) {
+    Trained out;
+    for (int i = 0; i < 2; ++i) {
+      out.units.push_back(step.run());
+      out.losses.emplace_back();
+      for (const auto& [name, loss] : step.losses()) {
+        out.losses.back()[name] = loss.to(torch::kDouble).item<double>();
+      }
+    }
+    return out;
+  };
+  auto fresh = arch().prepare(ctx);
+  const Trained fresh_trained = two_steps(*fresh);
+  auto primed = arch().prepare(ctx);
+  primed->allocate_optimizer_state();
+  const auto allocated = state_bytes(*primed);
+  for (const auto& [name, bytes] : allocated) EXPECT_GT(bytes, 0) << name;
+  const Trained primed_trained = two_steps(*primed);
+  EXPECT_EQ(primed_trained.units, fresh_trained.units);
+  EXPECT_EQ(primed_trained.losses, fresh_trained.losses);
+  EXPECT_EQ(state_bytes(*primed), allocated) << "the first updates found it all in place";
+  const auto a = fresh->parameters(), b = primed->parameters();
+  for (const auto& [network, ps] : a) {
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      EXPECT_TRUE(torch::equal(ps[i], b.at(network)[i])) << network << " parameter " << i;
+    }
+  }
+}
+
 TEST_P(WorkloadTest, FullSizeHasTheExactTrainableParameterCount) {
   const auto counted = arch().count_parameters(config().model);
   EXPECT_EQ(counted, config().trainable_params);

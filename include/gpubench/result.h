@@ -79,7 +79,9 @@ struct JobRecord {
   double diverged_throughput = 0;  ///< what a diverged job timed (not a result: throughput is 0)
   Json clocks = Json::object();    ///< NVML samples (and energy) over the window
   /// The throughput as arithmetic (compute_summary, timing.h): FLOPs per unit, achieved TFLOP/s,
-  /// the device's measured matmul peak for the precision and the share of it. Timed CUDA runs.
+  /// the device's measured matmul peak for the precision and the share of it, and where that
+  /// peak came from (peak_source "measured" or "reused", peak_measured_by: runner.h
+  /// compute_with_peak). Timed CUDA runs.
   Json compute = Json::object();
   std::optional<NormalizedScore> normalized;
   Json config = Json::object();       ///< the resolved model config

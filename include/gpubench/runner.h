@@ -20,6 +20,18 @@ namespace gpubench {
 /// One config document applied on top of the shipped configs: {file label, document}.
 using ConfigOverlay = std::pair<std::string, Json>;
 
+/// A device's dense-matmul peak as one timed run of a suite measured it, for the jobs after it:
+/// measured once per device and kind instead of in every job (0.5-1 s each on the H200).
+struct MatmulPeak {
+  std::string device;       ///< "cuda:0"
+  std::string kind;         ///< "fp32", "tf32", "bf16" or "fp16" (matmul_peak_kind)
+  double tflops = 0;        ///< measure_matmul_peak_tflops
+  std::string measured_by;  ///< the job whose timed run measured it: "bert-base"
+
+  Json to_json() const;
+  static MatmulPeak from_json(const Json& json);
+};
+
 /// What a worker is asked to do.
 struct JobSpec {
   std::string model;                      ///< workload name
@@ -39,6 +51,9 @@ struct JobSpec {
   double progress_started_unix = 0;       ///< when the suite started (for elapsed times)
   /// A data-parallel timed run: this worker's rank (distributed::RankSpec); null otherwise.
   Json distributed;
+  /// Phase "time": the peak an earlier job of the suite measured, used instead of measuring it
+  /// again where it is for this device and the run's kind (choose_matmul_peak).
+  std::optional<MatmulPeak> matmul_peak;
 
   Json to_json() const;
   static JobSpec from_json(const Json& json);
@@ -83,13 +98,41 @@ struct LossReading {
 };
 LossReading read_losses(const TrainStep& step);
 
-/// The timed phase on a prepared architecture: warm-up, the losses, the timed window, the
-/// losses and the workload's degeneracy check again. Fills `record`; a step whose losses are not
-/// finite at either end of the window, or that says it is degenerate, gets status "diverged",
-/// a message naming the loss, and no throughput (the measured one is kept as
-/// diverged_throughput). Model errors propagate (run_phase records them).
+/// The timed phase on a prepared architecture: the step built, its optimizer state allocated
+/// before its first run (TrainStep::allocate_optimizer_state: where the search's probe put it),
+/// warm-up, the losses, the timed window, the losses and the workload's degeneracy check again.
+/// Fills `record`; a step whose losses are not finite at either end of the window, or that says
+/// it is degenerate, gets status "diverged", a message naming the loss, and no throughput (the
+/// measured one is kept as diverged_throughput). Model errors propagate (run_phase records
+/// them).
 void time_phase(JobRecord& record, const Architecture& arch, const StepContext& ctx,
                 const RunSettings& run);
+
+/// A memory tier's confirm, in a fresh process at the searched batch: the step built as the
+/// search built it, its optimizer state allocated first (as the timed phase does), then the
+/// steps that autotune (every distinct batch shape once) and one more. Fills `record`'s batch
+/// info, peaks and status; out of memory propagates (run_phase records `oom`); no window is
+/// timed.
+void confirm_phase(JobRecord& record, const Architecture& arch, const StepContext& ctx);
+
+/// The matmul peak a timed run's record uses, and where it came from.
+struct PeakChoice {
+  std::optional<double> tflops;
+  std::string source;       ///< "measured" (by this run), "reused", or "" for none
+  std::string measured_by;  ///< "reused": the job that measured it
+};
+/// `given` where it was measured on `device` at `kind` (source "reused"), else what `measure`
+/// returns (source "measured"; none on the CPU or when the measurement failed).
+PeakChoice choose_matmul_peak(const std::optional<MatmulPeak>& given, const std::string& device,
+                              const std::string& kind,
+                              const std::function<std::optional<double>()>& measure);
+/// The record's `compute` (compute_summary) with where its peak came from: `peak_source`, and
+/// `peak_measured_by` for a reused one; neither without a peak.
+Json compute_with_peak(double throughput, std::optional<double> flops_per_unit,
+                       const std::string& kind, const PeakChoice& peak);
+/// The peak `record`'s timed run on `device` measured itself (compute.peak_source "measured"),
+/// for the jobs after it; none when it reused one or has none.
+std::optional<MatmulPeak> measured_matmul_peak(const JobRecord& record, const std::string& device);
 
 /// Runs one phase in this process: what `gpubench worker` does. Never throws for a failure of
 /// the model (out of memory, a libtorch error): the record's status says what happened.
@@ -132,6 +175,9 @@ struct JobPlan {
   std::optional<SearchHint> search_hint;  ///< memory line of an earlier search of this model
   std::string progress_label;             ///< passed to the workers' progress lines
   double progress_started_unix = 0;       ///< when the suite started
+  /// The matmul peak an earlier job of the suite measured on this device at this job's kind:
+  /// its timed runs reuse it. Without one, the first timed run measures and its repeats reuse.
+  std::optional<MatmulPeak> matmul_peak;
 };
 
 /// Runs a job: search (on a GPU without --batch), then the timed run with step-down, then the

@@ -23,7 +23,9 @@ struct TimingStats {
   /// The window's noise: half-width of the 95% interval of the mean step time over whole
   /// cycles, relative to it (window_noise); unset where fewer than two cycles ran.
   std::optional<double> noise;
-  std::string stop;  ///< why the window ended: "minimum", "noise", "time limit", "step limit"
+  /// Why the window ended: "minimum", "noise", "noise unreachable", "time limit", "step limit"
+  /// (window_stop).
+  std::string stop;
 
   Json to_json() const;
   static TimingStats from_json(const Json& json);
@@ -88,11 +90,25 @@ bool window_done(int steps, double elapsed_seconds, const TimingSettings& settin
 /// with fewer than two whole cycles.
 std::optional<double> window_noise(const std::vector<double>& step_ms, int cycle);
 
+/// Cycles a window needs before window_stop projects from its noise: three, so that the spread
+/// is estimated with two degrees of freedom at least.
+constexpr int kMinCyclesToProject = 3;
+
+/// The device time a window would need for its noise to come down to `target`, projected from
+/// `noise` over `cycles` whole cycles in `elapsed_seconds`: the cycles' coefficient of variation
+/// (noise x sqrt(cycles) / t(cycles - 1)) held, the smallest count of cycles m >= cycles whose
+/// interval t(m - 1) x cv / sqrt(m) is within the target (about cycles x (noise / target)^2 for
+/// many cycles), at the mean cycle time so far. Infinity for fewer than two cycles.
+double projected_window_seconds(double noise, int cycles, double elapsed_seconds, double target);
+
 /// After the window's minimum (window_done) is met: whether it ends now, and why. It goes on
 /// while its noise is above settings.noise_target and its device time below
-/// settings.max_seconds (as nvbench's noise stop); a max_seconds at or below min_seconds turns
-/// that off. "" = go on.
-std::string window_stop(const std::optional<double>& noise, double elapsed_seconds,
+/// settings.max_seconds (as nvbench's noise stop): "noise" once within the target, "time
+/// limit" at max_seconds; and "noise unreachable" as soon as the noise over at least
+/// kMinCyclesToProject `cycles` projects (projected_window_seconds) that the target would be
+/// reached only past max_seconds: those seconds would buy a noise still above it. A max_seconds
+/// at or below min_seconds turns all of that off ("minimum"). "" = go on.
+std::string window_stop(const std::optional<double>& noise, int cycles, double elapsed_seconds,
                         const TimingSettings& settings);
 
 /// What a throughput means in arithmetic: {flops_per_unit, tflops (achieved: throughput x

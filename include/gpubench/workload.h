@@ -113,6 +113,13 @@ class TrainStep {
   /// first to allocate the state. Returns whether it is ready: false when one run cannot stand
   /// for the steady state (with CUDA graphs the second run captures). Default: false
   virtual bool prepare_probe() { return false; }
+  /// Gives every parameter its optimizer state now, as a first update would (zeros, or what the
+  /// optimizer starts from: it changes no update), and nothing else. The timed run and a tier's
+  /// confirm call it once, right after the step is built and before its first run(), so that
+  /// the state lies where a search probe put it (prepare_probe()), below the activations,
+  /// instead of among the blocks the first step's activations freed. Default: nothing (a step
+  /// without optimizer state)
+  virtual void allocate_optimizer_state() {}
   /// Why the warm-up must go on after its step times settled, or "": with amp-fp16, a loss
   /// scale still backing off from its initial 65536 (the last update was skipped), so a window
   /// started now would time steps that update nothing. Host state only. Default: ""

@@ -331,8 +331,9 @@ void setup_run(CLI::App& app, RunOptions& o) {
                               format_number(defaults.cpu_timing.min_seconds)));
   cmd->add_option("--max-seconds", o.max_seconds,
                   fmt::format("Past its minimum, the timed window goes on while its noise is above "
-                              "--noise, up to this many seconds; at or below --min-seconds it "
-                              "stops at its minimum (default: {} on a GPU, {} on the CPU)",
+                              "--noise, up to this many seconds, and stops sooner when its noise "
+                              "projects past them; at or below --min-seconds it stops at its "
+                              "minimum (default: {} on a GPU, {} on the CPU)",
                               format_number(defaults.timing.max_seconds),
                               format_number(defaults.cpu_timing.max_seconds)));
   cmd->add_option("--noise", o.noise_percent,

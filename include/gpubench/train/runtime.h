@@ -193,6 +193,9 @@ class RuntimeStep : public TrainStep {
     runtime_.allocate_optimizer_state();
     return true;
   }
+  /// Every updater's state for all its parameters (Runtime::allocate_optimizer_state), with or
+  /// without CUDA graphs: the eager runs before a capture find it in place.
+  void allocate_optimizer_state() override { runtime_.allocate_optimizer_state(); }
   std::string degeneracy() const override { return runtime_.degeneracy(); }
   std::string unsettled() const override { return runtime_.unsettled(); }
 
