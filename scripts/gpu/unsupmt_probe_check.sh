@@ -136,8 +136,8 @@ for c in cases:
           f"{100 * (pp - ip) / ip if ip else float('nan'):>+6.2f} {pr.get('steps_seconds', 0):>8.1f} {iter_s:>7.1f} "
           f"{pr.get('resident_bytes', 0) / G:>9.2f}  {verdict} (probe steps: {pr.get('steps')})")
 print("iter s: (confirm wall - probe build) / iterations, process start included: an upper bound")
-print("the whole-iteration probes they replace (2026-12-02 suites, steps_seconds): fp32 73400 "
-      "tokens 13.9 s, amp-bf16 97300 tokens 14.3 s")
+print("the whole-iteration one-run probes this replaces (2026-12-02, steps_seconds): fp32 73400 "
+      "tokens 13.9 s, amp-bf16 97300 tokens 8.7 s")
 if bad:
     print(f"{bad} case(s) SHORT: the probe peaks below the iteration; do not merge the probe as is")
 PY
