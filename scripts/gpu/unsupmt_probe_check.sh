@@ -45,6 +45,7 @@ start=$(date +%s)
 deadline=$((start + ${GPUBENCH_DEADLINE_S:-140}))
 hard_stop=$((start + 175))
 skipped=()
+: > "$out/walltimes.txt"
 
 # spec PHASE PRECISION BATCH: a worker's job spec (JSON) on stdout.
 spec() {
@@ -73,6 +74,7 @@ for c in $cases; do
     [ "$kind" = iteration ] && phase=confirm
     name="$out/$p-$b-$kind"
     spec "$phase" "$p" "$b" > "$name.spec.json"
+    rm -f "$name.json"  # a record left by an earlier call is not this one's
     left=$((hard_stop - $(date +%s)))
     [ "$left" -gt 90 ] && left=90
     if [ "$left" -lt 5 ]; then
