@@ -4,6 +4,8 @@
 #include "models/unsupmt.h"
 
 #include "gpubench/config.h"
+#include "gpubench/device.h"
+#include "gpubench/precision.h"
 #include "gpubench/registry.h"
 #include "models/xlm_batching.h"
 
@@ -383,6 +385,42 @@ TEST(UnsupMtTest, AProbePeaksAsHighAsWholeIterationsAndHardlyHigher) {
     // The probe's one extra: Adam's two moments for the encoder's pred_layer bias, which no MT
     // step trains (so an iteration never gives it state); 1 KiB of slack beside that.
     EXPECT_LE(probe_peak, iteration_peak + 2 * bias_bytes + 1024) << "batch " << batch;
+  }
+}
+
+// The same on the device, from the caching allocator's peaks, in fp32 and amp-bf16 (the smoke
+// model; scripts/gpu/unsupmt_probe_check.sh compares the full size near the H200's limit).
+TEST(UnsupMtTest, AProbePeaksAsHighAsWholeIterationsOnTheDevice_CUDA) {
+  const torch::Device device(torch::kCUDA, 0);
+  for (const Precision precision : {Precision::kFp32, Precision::kAmpBf16}) {
+    for (const int64_t batch : {store().model("unsupmt").smoke_batch, int64_t{640}}) {
+      StepContext ctx = smoke_context(batch);
+      ctx.device = device;
+      ctx.precision = precision;
+      {
+        UnsupMtStep warm(ctx);  // cuBLAS workspaces and the like, kept by the process
+        warm.run();
+      }
+      auto peak_of = [&](bool probe) {
+        release_cached_memory(device);
+        UnsupMtStep step(ctx);
+        synchronize(device);
+        reset_peak_memory(device);
+        if (probe) {
+          EXPECT_TRUE(step.prepare_probe());
+          step.run();
+        } else {
+          step.run();
+          step.run();
+        }
+        synchronize(device);
+        return memory_stats(device).allocated_peak;
+      };
+      const int64_t iteration_peak = peak_of(false), probe_peak = peak_of(true);
+      const std::string where = to_string(precision) + " at " + std::to_string(batch);
+      EXPECT_GE(probe_peak, iteration_peak) << where;
+      EXPECT_LE(probe_peak, iteration_peak + iteration_peak / 50) << where;
+    }
   }
 }
 
