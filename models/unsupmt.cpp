@@ -545,59 +545,115 @@ torch::Tensor UnsupMtStep::prediction_loss(const torch::Tensor& hidden, const Xl
                                               targets.labels);
 }
 
+void UnsupMtStep::train_auto_encoding(std::size_t lang) {
+  // Denoising auto-encoding: noised sentence -> the sentence, in the same language.
+  const auto& [noised, noised_lengths] = noised_[lang];
+  const auto& target = ae_[lang];
+  const auto id = static_cast<int64_t>(lang);
+  updater_->zero_grad();
+  torch::Tensor loss;
+  {
+    const auto autocast = runtime_.autocast();
+    const auto encoded = encoder_->forward(noised, noised_lengths, id, /*causal=*/false);
+    const auto decoded =
+        decoder_->forward(target.x, target.lengths, id, /*causal=*/true, encoded, noised_lengths);
+    loss = lambda_ae_ * prediction_loss(decoded, target);
+  }
+  runtime_.record_loss("ae_" + kLanguages[lang], loss);
+  runtime_.backward(*updater_, loss);
+  runtime_.update(*updater_);
+}
+
+GreedyOutput UnsupMtStep::back_translate(std::size_t lang) {
+  // Translate l1 -> l2 greedily, without gradients, both models in eval mode.
+  const auto& original = bt_[lang];
+  const auto l1 = static_cast<int64_t>(lang), l2 = 1 - l1;
+  torch::NoGradGuard no_grad;
+  const auto autocast = runtime_.autocast();
+  encoder_->eval();
+  decoder_->eval();
+  const auto encoded = encoder_->forward(original.x, original.lengths, l1, /*causal=*/false);
+  GreedyOutput translation =
+      decoder_->generate(encoded, original.lengths, l2, decode_lengths_[lang]);
+  encoder_->train();
+  decoder_->train();
+  return translation;
+}
+
+void UnsupMtStep::train_back_translation(std::size_t lang, const GreedyOutput& translation,
+                                         bool keep) {
+  // Learn l2 -> l1 from the translation of the original l1 sentences.
+  const auto& original = bt_[lang];
+  const auto l1 = static_cast<int64_t>(lang), l2 = 1 - l1;
+  updater_->zero_grad();
+  torch::Tensor loss;
+  {
+    const auto autocast = runtime_.autocast();
+    const auto encoded =
+        encoder_->forward(translation.tokens, translation.lengths, l2, /*causal=*/false);
+    const auto decoded = decoder_->forward(original.x, original.lengths, l1, /*causal=*/true,
+                                           encoded, translation.lengths);
+    loss = prediction_loss(decoded, original);  // XLM's bt_step applies no lambda
+  }
+  runtime_.record_loss("bt_" + kLanguages[l1] + "_" + kLanguages[l2] + "_" + kLanguages[l1], loss);
+  // Here, as before the split: the previous iteration's translation goes before the backward.
+  if (keep) back_translations_[lang] = translation;
+  runtime_.backward(*updater_, loss);
+  runtime_.update(*updater_);
+}
+
 double UnsupMtStep::run() {
+  if (probe_next_) return run_probe();
   // The same four updates on the same batches every time: one captured variant.
-  return runtime_.run([&] {
-    // Denoising auto-encoding: noised sentence -> the sentence, in the same language.
-    for (std::size_t lang = 0; lang < ae_.size(); ++lang) {
-      const auto& [noised, noised_lengths] = noised_[lang];
-      const auto& target = ae_[lang];
-      const auto id = static_cast<int64_t>(lang);
-      updater_->zero_grad();
-      torch::Tensor loss;
-      {
-        const auto autocast = runtime_.autocast();
-        const auto encoded = encoder_->forward(noised, noised_lengths, id, /*causal=*/false);
-        const auto decoded = decoder_->forward(target.x, target.lengths, id, /*causal=*/true,
-                                               encoded, noised_lengths);
-        loss = lambda_ae_ * prediction_loss(decoded, target);
-      }
-      runtime_.record_loss("ae_" + kLanguages[lang], loss);
-      runtime_.backward(*updater_, loss);
-      runtime_.update(*updater_);
-    }
-    // Back-translation: translate l1 -> l2 greedily without gradients, then learn l2 -> l1.
+  return runtime_.run(0, [&] {
+    for (std::size_t lang = 0; lang < ae_.size(); ++lang) train_auto_encoding(lang);
     for (std::size_t lang = 0; lang < bt_.size(); ++lang) {
-      const auto& original = bt_[lang];
-      const auto l1 = static_cast<int64_t>(lang), l2 = 1 - l1;
-      GreedyOutput translation;
-      {
-        torch::NoGradGuard no_grad;
-        const auto autocast = runtime_.autocast();
-        encoder_->eval();
-        decoder_->eval();
-        const auto encoded = encoder_->forward(original.x, original.lengths, l1, /*causal=*/false);
-        translation = decoder_->generate(encoded, original.lengths, l2, decode_lengths_[lang]);
-        encoder_->train();
-        decoder_->train();
-      }
-      updater_->zero_grad();
-      torch::Tensor loss;
-      {
-        const auto autocast = runtime_.autocast();
-        const auto encoded =
-            encoder_->forward(translation.tokens, translation.lengths, l2, /*causal=*/false);
-        const auto decoded = decoder_->forward(original.x, original.lengths, l1, /*causal=*/true,
-                                               encoded, translation.lengths);
-        loss = prediction_loss(decoded, original);  // XLM's bt_step applies no lambda
-      }
-      runtime_.record_loss("bt_" + kLanguages[l1] + "_" + kLanguages[l2] + "_" + kLanguages[l1],
-                           loss);
-      back_translations_[lang] = translation;
-      runtime_.backward(*updater_, loss);
-      runtime_.update(*updater_);
+      train_back_translation(lang, back_translate(lang), /*keep=*/true);
     }
     return words_;
+  });
+}
+
+bool UnsupMtStep::prepare_probe() {
+  if (!RuntimeStep::prepare_probe()) return false;  // the optimizer state, eager steps only
+  probe_next_ = true;
+  return true;
+}
+
+GreedyOutput UnsupMtStep::stand_in_translation(std::size_t lang) const {
+  // What generate() returns for sentences that never emit </s> early (a random model's, and
+  // the longest possible): [max_len, B] with </s> first and last, every sentence max_len long.
+  // The words are arbitrary; the training pass's memory depends on the shape only.
+  const int64_t rows = decode_lengths_[lang], n = bt_[lang].x.size(1);
+  const auto device = bt_[lang].x.device();
+  const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(device);
+  const int64_t words = encoder_->options.n_words() - xlm::kFirstWordIndex;
+  GreedyOutput out;
+  out.tokens = (torch::arange(rows * n, long_options).remainder(words) + xlm::kFirstWordIndex)
+                   .view({rows, n});
+  out.tokens[0].fill_(xlm::kEosIndex);
+  out.tokens[rows - 1].fill_(xlm::kEosIndex);
+  out.lengths = torch::full({n}, rows, long_options);
+  return out;
+}
+
+double UnsupMtStep::run_probe() {
+  probe_next_ = false;
+  // The iteration's peak is in a back-translation pass: its encoder reads the translation,
+  // padded to int(1.3 S + 5) rows, where the auto-encoder's reads the noised sentence (at most
+  // S rows) and both decoders read about the token budget; the greedy decodes keep no
+  // activations (docs/workloads/unsupmt.md, "The search's probe"). Which of the two passes is
+  // the larger changes with the budget (the smoke model: en-fr-en at 160 tokens, fr-en-fr at
+  // 640), the precision and the attention kind, so the probe trains both. The stand-ins take
+  // the place of the two translations a steady iteration holds at that point.
+  const std::vector<GreedyOutput> stand_ins = {stand_in_translation(0), stand_in_translation(1)};
+  return runtime_.run(1, [&] {
+    double words = 0;
+    for (std::size_t lang = 0; lang < bt_.size(); ++lang) {
+      train_back_translation(lang, stand_ins[lang], /*keep=*/false);
+      words += static_cast<double>(bt_[lang].words);
+    }
+    return words;
   });
 }
 

@@ -14,6 +14,7 @@
 
 #include <torch/nn.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -234,6 +235,12 @@ class UnsupMtStep final : public train::RuntimeStep {
   double run() override;
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override;
   Json batch_info() const override;
+  /// Readies a one-run search probe (TrainStep::prepare_probe): the optimizer state of both
+  /// models allocated, and the next run() trains only the two back-translation passes, where a
+  /// steady iteration peaks, each on a stand-in translation of the decoded shape (every
+  /// sentence decode_lengths() long): no auto-encoding pass, no greedy decode. The run after
+  /// it is a whole iteration again. False with CUDA graphs (then the probe runs two iterations).
+  bool prepare_probe() override;
 
   /// The back-translations the last run() generated, one per direction (en-fr-en, fr-en-fr);
   /// with CUDA graphs, those of the run that captured the iteration.
@@ -253,6 +260,18 @@ class UnsupMtStep final : public train::RuntimeStep {
 
  private:
   torch::Tensor prediction_loss(const torch::Tensor& hidden, const XlmTargets& targets);
+  // The sub-steps of an iteration, in its order (run() calls them inside runtime_.run).
+  /// mt_step(l, l): one update on the auto-encoding batch of language `lang`.
+  void train_auto_encoding(std::size_t lang);
+  /// bt_step's first half: the greedy translation of back-translation batch `lang`.
+  GreedyOutput back_translate(std::size_t lang);
+  /// bt_step's second half: one update on `translation` -> the original; `keep` stores the
+  /// translation as back_translations()[lang].
+  void train_back_translation(std::size_t lang, const GreedyOutput& translation, bool keep);
+  /// A translation of batch `lang` of the shape back_translate() gives it, with no decoding.
+  GreedyOutput stand_in_translation(std::size_t lang) const;
+  /// The probe's run(): both back-translation passes on stand-ins (prepare_probe()).
+  double run_probe();
 
   double lambda_ae_;
   int64_t tokens_per_batch_;
@@ -263,6 +282,7 @@ class UnsupMtStep final : public train::RuntimeStep {
   std::vector<GreedyOutput> back_translations_;
   train::Updater* updater_ = nullptr;
   double words_ = 0;
+  bool probe_next_ = false;  // prepare_probe() was called: the next run() is the probe's
 };
 
 /// The keys of the unsupmt `model:` section.
