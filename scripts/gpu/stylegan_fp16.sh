@@ -8,7 +8,7 @@
 #
 # Cases (each one `gpubench run` at a fixed batch, cuDNN autotuning off so that no case spends
 # its minute autotuning; the throughputs compare with each other, not with the suite's):
-#   a  trace:   defaults (fp16_resolutions all, conv_clamp 0), batch 132 (STYLEGAN_FP16_BATCH), the first 8 iterations
+#   a  trace:   v1 under plain autocast (fp16_resolutions all, conv_clamp 0; the defaults before 2026-12-03), batch 132 (STYLEGAN_FP16_BATCH), the first 8 iterations
 #               traced per layer (GPUBENCH_TRACE_ACTIVATIONS) with the scaler's overflow trace;
 #               the first non-finite lines go into summary.txt, the whole trace to a-trace.log
 #   b  anomaly: the same with GPUBENCH_DETECT_ANOMALY=1 (the first backward node returning NaN
@@ -102,7 +102,7 @@ first_nonfinite() {
 fixed=(--batch "$batch" --warmup-steps 3 --min-steps 3 --min-seconds 3 --max-seconds 3)
 noautotune="cudnn_benchmark: false"
 
-# a: the trace at the defaults.
+# a: the trace of v1 under plain autocast.
 cfg=$(overlay a-trace "fp16_resolutions: all, conv_clamp: 0" "$noautotune")
 GPUBENCH_TRACE_ACTIVATIONS=8 GPUBENCH_TRACE_OVERFLOW=1 run_case a-trace 100 "$cfg" "${fixed[@]}"
 first_nonfinite "$out/a-trace.log"
