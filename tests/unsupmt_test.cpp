@@ -3,13 +3,13 @@
 // one training step that decodes, trains four times and counts words as XLM does.
 #include "models/unsupmt.h"
 
+#include "gpubench/compat.h"
 #include "gpubench/config.h"
 #include "gpubench/device.h"
 #include "gpubench/precision.h"
 #include "gpubench/registry.h"
 #include "models/xlm_batching.h"
 
-#include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/torch.h>
 
@@ -303,24 +303,14 @@ TEST(UnsupMtTest, AProbeTrainsBothBackTranslationPassesWithoutDecodingThenRunsWh
 /// Bytes the CPU allocator gives this thread while it is installed (c10's memory-profiling
 /// hook): now and the most since reset_peak(). Installed for its lifetime; intra-op threads are
 /// set to one meanwhile, so that every allocation and free is reported here.
-class CpuAllocationPeak : public c10::MemoryReportingInfoBase {
+class CpuAllocationPeak : public compat::MemoryReportingHook {
  public:
-  // The hook's signature: libtorch 1.13 passes the totals as int64_t, 2.x as size_t. Both are
-  // declared, the one this libtorch has overrides, the other is never called.
-  void reportMemoryUsage(void*, int64_t bytes, int64_t, int64_t, c10::Device device) {
-    add(bytes, device);
-  }
-  void reportMemoryUsage(void*, int64_t bytes, size_t, size_t, c10::Device device) {
-    add(bytes, device);
-  }
-  bool memoryProfilingEnabled() const { return true; }
-
   void reset_peak() { peak_ = current_; }
   int64_t current() const { return current_; }
   int64_t peak() const { return peak_; }
 
  private:
-  void add(int64_t bytes, const c10::Device& device) {
+  void on_memory(int64_t bytes, const c10::Device& device) override {
     if (!device.is_cpu()) return;
     current_ += bytes;
     peak_ = std::max(peak_, current_);

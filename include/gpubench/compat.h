@@ -4,6 +4,7 @@
 
 #include <ATen/autocast_mode.h>
 #include <ATen/native/ConvUtils.h>
+#include <c10/core/Allocator.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -96,6 +97,26 @@ inline torch::ScalarType embedding_bag_dtype(torch::ScalarType dtype, const torc
   if (dtype == torch::kBFloat16 && device.is_cpu() && !kCpuBf16EmbeddingBag) return torch::kFloat;
   return dtype;
 }
+
+// ---- c10's memory-profiling hook: 1.13 passes the allocator's totals as int64_t, 2.x as ----
+// ---- size_t ----
+/// c10::MemoryReportingInfoBase with one callback whatever this libtorch's signature:
+/// on_memory(bytes, device) for every allocation (bytes > 0) and free (bytes < 0) the hook
+/// sees while installed (c10::DebugInfoGuard with DebugInfoKind::PROFILER_STATE). Both
+/// signatures are declared; the one this libtorch has overrides, the other is never called.
+class MemoryReportingHook : public c10::MemoryReportingInfoBase {
+ public:
+  void reportMemoryUsage(void*, int64_t bytes, int64_t, int64_t, c10::Device device) {
+    on_memory(bytes, device);
+  }
+  void reportMemoryUsage(void*, int64_t bytes, size_t, size_t, c10::Device device) {
+    on_memory(bytes, device);
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+
+ protected:
+  virtual void on_memory(int64_t bytes, const c10::Device& device) = 0;
+};
 
 /// tensors[i] *= scalar for a 0-dim tensor `scalar`, without reading it on the host.
 inline void foreach_mul_(std::vector<torch::Tensor>& tensors, const torch::Tensor& scalar) {
