@@ -1,14 +1,15 @@
 #include "models/conv_gradfix.h"
 
 #include "gpubench/compat.h"
+#include "gpubench/errors.h"
 
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <limits>
-#include <string>
 
 namespace gpubench::models {
 
@@ -16,16 +17,16 @@ namespace {
 
 std::atomic<int64_t>& split_elements() {
   static std::atomic<int64_t> limit{[] {
-    int64_t v = std::numeric_limits<int32_t>::max();
-    if (const char* env = std::getenv("GPUBENCH_CONV_SPLIT_ELEMENTS")) {
-      try {
-        v = std::stoll(env);
-      } catch (const std::exception&) {
-        TORCH_CHECK(false, "GPUBENCH_CONV_SPLIT_ELEMENTS='", env,
-                    "' is not a whole number of elements (0 turns the split off)");
-      }
-    }
-    return v;
+    const char* env = std::getenv("GPUBENCH_CONV_SPLIT_ELEMENTS");
+    if (env == nullptr) return int64_t{std::numeric_limits<int32_t>::max()};
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(env, &end, 10);
+    GPUBENCH_CHECK(end != env && *end == '\0' && errno == 0 && v >= 0, ConfigError,
+                   "GPUBENCH_CONV_SPLIT_ELEMENTS='{}' is not a whole number of elements; give "
+                   "one (0 turns the split off) or unset it",
+                   env);
+    return static_cast<int64_t>(v);
   }()};
   return limit;
 }
@@ -147,10 +148,11 @@ torch::Tensor weight_gradient_kernel(const torch::Tensor& grad_output, const tor
   torch::Tensor sum;
   for (int64_t start = 0; start < n; start += step) {
     const int64_t len = std::min(step, n - start);
-    const auto piece = weight_gradient_call(grad_output.narrow(0, start, len),
-                                            input.narrow(0, start, len), weight, g)
-                           .to(accumulate);
-    sum = sum.defined() ? sum.add_(piece) : piece.clone();
+    // A fresh tensor each time (the kernel's result, or its cast), so the first is the sum.
+    auto piece = weight_gradient_call(grad_output.narrow(0, start, len),
+                                      input.narrow(0, start, len), weight, g)
+                     .to(accumulate);
+    sum = sum.defined() ? sum.add_(piece) : std::move(piece);
   }
   return sum.to(input.scalar_type());
 }

@@ -29,7 +29,8 @@ torch::Tensor gradfix_conv2d(const torch::Tensor& input, const torch::Tensor& we
 /// as 32-bit indexing allows. A larger call runs as pieces of at most 1/8 of it, copied into
 /// one output (or, for a weight gradient, summed in fp32 at least), so a split adds a transient
 /// of one piece. The environment variable GPUBENCH_CONV_SPLIT_ELEMENTS overrides it (0: never
-/// split), for diagnosis.
+/// split), for diagnosis; a value that is not a whole number >= 0 fails the job with a
+/// ConfigError naming it.
 int64_t gradfix_split_elements();
 
 /// Sets that limit for the process (0: never split); tests lower it to exercise the split.
