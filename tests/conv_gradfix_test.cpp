@@ -74,14 +74,21 @@ std::vector<torch::Tensor> r1_weight_gradients(const torch::Tensor& reals,
   return torch::autograd::grad({penalty}, weights);
 }
 
-TEST(ConvGradfixTest, TheR1DoubleBackwardMatchesTorchConv) {
-  torch::manual_seed(2);
-  const auto opts = torch::TensorOptions().dtype(torch::kDouble);
-  const auto reals = torch::randn({3, 3, 10, 10}, opts);
+/// Weights and biases of r1_weight_gradients' stack (3 -> 4 channels 3x3, 4 -> 5 fused 4x4
+/// down), drawn from the current seed, requiring gradients.
+std::vector<torch::Tensor> r1_stack_weights(const torch::TensorOptions& opts) {
   std::vector<torch::Tensor> weights = {
       torch::randn({4, 3, 3, 3}, opts), torch::randn({4}, opts),
       torch::randn({5, 4, 4, 4}, opts), torch::randn({5}, opts)};
   for (auto& w : weights) w.requires_grad_(true);
+  return weights;
+}
+
+TEST(ConvGradfixTest, TheR1DoubleBackwardMatchesTorchConv) {
+  torch::manual_seed(2);
+  const auto opts = torch::TensorOptions().dtype(torch::kDouble);
+  const auto reals = torch::randn({3, 3, 10, 10}, opts);
+  const auto weights = r1_stack_weights(opts);
   const auto fixed = r1_weight_gradients(
       reals, weights, [](const auto& x, const auto& w, const auto& b, int64_t s, int64_t p) {
         return gradfix_conv2d(x, w, b, s, p);
@@ -160,10 +167,7 @@ TEST(ConvGradfixTest, SplittingTheBatchChangesNoValueOrGradientToSecondOrder) {
   const auto opts = torch::TensorOptions().dtype(torch::kDouble);
   // Five images: pieces of uneven count at the lowered limit.
   const auto reals = torch::randn({5, 3, 10, 10}, opts);
-  std::vector<torch::Tensor> weights = {
-      torch::randn({4, 3, 3, 3}, opts), torch::randn({4}, opts),
-      torch::randn({5, 4, 4, 4}, opts), torch::randn({5}, opts)};
-  for (auto& w : weights) w.requires_grad_(true);
+  const auto weights = r1_stack_weights(opts);
   auto conv = [](const auto& x, const auto& w, const auto& b, int64_t s, int64_t p) {
     return gradfix_conv2d(x, w, b, s, p);
   };
