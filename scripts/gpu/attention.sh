@@ -4,6 +4,7 @@
 # search, then throughput at the batch found (a `gpubench run` per job, through jobs.sh).
 #
 #   scripts/gpu/attention.sh GPUBENCH OUTDIR [MODEL...]     (default: all three, 12 jobs)
+#   PRECISIONS="amp-bf16 fp32"   the precisions, in this order (default both)
 #
 # Bounded: a short warm-up and window (attention-{stored,fused}.yaml), each phase killed after
 # 120 s, and no job starts after DEADLINE_S seconds (default 420), so one call stays under
@@ -25,7 +26,7 @@ deadline=${DEADLINE_S:-420}
 mkdir -p "$out"
 start=$(date +%s)
 for m in "${models[@]}"; do
-  for p in amp-bf16 fp32; do
+  for p in ${PRECISIONS:-amp-bf16 fp32}; do
     for a in stored fused; do
       if [ $(( $(date +%s) - start )) -ge "$deadline" ]; then
         echo "$m-$p-attention-$a: skipped (deadline ${deadline} s)" >> "$out/walltimes.txt"

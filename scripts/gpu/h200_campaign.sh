@@ -17,7 +17,9 @@
 # results/h200/jobs: the whole jobs GPUBENCH_JOBS_LIST names, "MODEL:PRECISION ..."), profile
 # (step_speed.sh's side-by-side cases with both sides profiled: results/h200/profile), graphs
 # (graphs_check.sh: CUDA graphs off against on, into results/h200/graphs), ddp (ddp_ws1.sh into
-# results/h200/ddp), stylegan16 (stylegan_fp16.sh into results/h200/stylegan16). Everything under results/h200/ is packed into
+# results/h200/ddp), stylegan16 (stylegan_fp16.sh into results/h200/stylegan16), fidelity
+# (fidelity.sh into results/h200/fidelity), attention (attention.sh into results/h200/attention),
+# probe (unsupmt_probe_check.sh into results/h200/probe). Everything under results/h200/ is packed into
 # $OUT; carry results/h200 into the next call (device tool: carry ["results/h200"]) to go on.
 set -uo pipefail
 self=$(readlink -f "$0")
@@ -163,6 +165,17 @@ for s in ${*:-build stylegan fp32 bf16 tiers refs}; do
     # One stage per list: a later call with another list runs it (jobs.sh skips finished jobs).
     jobs) stage "jobs-$(printf %s "${GPUBENCH_JOBS_LIST:?}" | md5sum | cut -c1-8)" \
             scripts/gpu/jobs.sh build/gpubench "$R/jobs" ${GPUBENCH_JOBS_LIST} ;;
+    # Issue 17: mt-dnn across seeds and autotuning off/on (fidelity.sh, at the amp-bf16 suite's
+    # batches), and attention stored/fused (attention.sh, for PRECISIONS; no job starts in the
+    # last 70 s of the call).
+    fidelity) stage fidelity env DEADLINE_S=$(( $(left) - 70 )) scripts/gpu/fidelity.sh \
+                build/gpubench "$R/fidelity" "$R/bf16/journal.jsonl" ;;
+    attention) stage "attention-$(printf %s "${PRECISIONS:-all}" | md5sum | cut -c1-8)" \
+                 env DEADLINE_S=$(( $(left) - 70 )) scripts/gpu/attention.sh build/gpubench \
+                 "$R/attention" ;;
+    # Issue 10: unsupmt's probe against whole iterations (CASES as unsupmt_probe_check.sh reads it).
+    probe) stage probe env GPUBENCH_DEADLINE_S=$(( $(left) - 60 )) \
+             scripts/gpu/unsupmt_probe_check.sh build/gpubench "$R/probe" ;;
     *) log "unknown stage '$s'"; exit 2 ;;
   esac
 done
