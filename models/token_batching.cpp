@@ -232,16 +232,20 @@ std::vector<SentencePair> sample_sorted_corpus(const LengthSampler& sampler, int
   return pairs;
 }
 
-int64_t activation_weight(const BatchShape& shape) {
-  return shape.sentences() * (shape.src_max() + 2 * shape.tgt_max());
+double activation_weight(const BatchShape& shape, const ActivationModel& model) {
+  const auto s = static_cast<double>(shape.src_max());
+  const auto t = static_cast<double>(shape.tgt_max());
+  return static_cast<double>(shape.sentences()) *
+         (model.per_src * s + model.per_tgt * t + model.per_src_src * s * s +
+          model.per_tgt_tgt * t * t + model.per_tgt_src * t * s);
 }
 
 namespace {
 /// The batch with the largest activation_weight() in [first, last) (the first of equals).
 template <typename It>
-It heaviest_of(It first, It last) {
-  return std::max_element(first, last, [](const BatchShape& a, const BatchShape& b) {
-    return activation_weight(a) < activation_weight(b);
+It heaviest_of(It first, It last, const ActivationModel& model = {}) {
+  return std::max_element(first, last, [&](const BatchShape& a, const BatchShape& b) {
+    return activation_weight(a, model) < activation_weight(b, model);
   });
 }
 }  // namespace
@@ -389,8 +393,9 @@ TokenBatchOptions token_batch_options(const Params& m, int64_t max_tokens) {
 }
 
 TokenBatches::TokenBatches(const std::vector<BatchShape>& shapes, int64_t src_vocab,
-                           int64_t tgt_vocab, const torch::Device& device, uint64_t seed)
-    : shapes_(shapes) {
+                           int64_t tgt_vocab, const torch::Device& device, uint64_t seed,
+                           const ActivationModel& model)
+    : shapes_(shapes), model_(model) {
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     batches_.push_back(make_token_batch(shapes[i], src_vocab, tgt_vocab, device, seed + i));
   }
@@ -403,7 +408,21 @@ const TokenBatch& TokenBatches::next() {
 }
 
 int64_t TokenBatches::heaviest() const {
-  return static_cast<int64_t>(heaviest_of(shapes_.begin(), shapes_.end()) - shapes_.begin());
+  return static_cast<int64_t>(heaviest_of(shapes_.begin(), shapes_.end(), model_) -
+                              shapes_.begin());
+}
+
+std::vector<int64_t> TokenBatches::probe_batches() const {
+  const int64_t top = heaviest();
+  const double floor = activation_weight(shapes_[static_cast<std::size_t>(top)], model_) *
+                       (1 - std::max(0.0, model_.uncertainty));
+  std::vector<int64_t> out{top};
+  for (int64_t i = 0; i < size(); ++i) {
+    if (i != top && activation_weight(shapes_[static_cast<std::size_t>(i)], model_) >= floor) {
+      out.push_back(i);
+    }
+  }
+  return out;
 }
 
 void TokenBatches::seek(int64_t index) {
@@ -413,9 +432,10 @@ void TokenBatches::seek(int64_t index) {
 
 Json TokenBatches::info(int64_t max_tokens) const {
   Json sentences = Json::array(), target = Json::array(), padded = Json::array(),
-       src_len = Json::array(), tgt_len = Json::array();
+       src_len = Json::array(), tgt_len = Json::array(), weight = Json::array();
   double sentence_sum = 0, target_sum = 0, padded_sum = 0;
   for (const auto& s : shapes_) {
+    weight.push_back(activation_weight(s, model_));
     sentences.push_back(s.sentences());
     target.push_back(s.target_tokens());
     padded.push_back(s.padded_tokens());
@@ -435,7 +455,10 @@ Json TokenBatches::info(int64_t max_tokens) const {
               {"target_tokens_per_batch", target},
               {"padded_tokens_per_batch", padded},
               {"src_max_len_per_batch", src_len},
-              {"tgt_max_len_per_batch", tgt_len}};
+              {"tgt_max_len_per_batch", tgt_len},
+              {"activation_weight_per_batch", weight},
+              {"heaviest_batch", heaviest()},
+              {"probe_batches", probe_batches()}};
 }
 
 }  // namespace gpubench::models

@@ -110,9 +110,26 @@ std::vector<BatchShape> batch_by_size(const std::vector<SentencePair>& pairs, in
 std::vector<SentencePair> sample_sorted_corpus(const LengthSampler& sampler, int64_t count,
                                                uint64_t seed);
 
-/// A batch's activation memory, estimated as its padded source tokens plus twice its padded
-/// target tokens (the decoder side carries the self- and cross-attention and the logits).
-int64_t activation_weight(const BatchShape& shape);
+/// A batch's activation memory per sentence, in activation elements: a part per padded source
+/// and per padded target position (the layers' activations, the logits), and the parts that
+/// attention keeps per pair of positions when it stores its probabilities ([heads, Lq, Lk] per
+/// layer, docs/attention.md). Those grow with the square of the length, so among batches of one
+/// token budget the one of the longest sentences can peak highest. The default is the linear
+/// estimate: source positions plus twice the target positions.
+struct ActivationModel {
+  double per_src = 1;      ///< per padded source position
+  double per_tgt = 2;      ///< per padded target position
+  double per_src_src = 0;  ///< per S x S: encoder self-attention, kept
+  double per_tgt_tgt = 0;  ///< per T x T: decoder self-attention, kept
+  double per_tgt_src = 0;  ///< per T x S: encoder-decoder attention, kept
+  /// How far off the estimate may be, relative: a search probe runs every batch whose weight is
+  /// within this of the heaviest's (TokenBatches::probe_batches()). 0: the heaviest alone.
+  double uncertainty = 0;
+};
+
+/// The batch's activation memory under `model`: sentences x (per_src S + per_tgt T +
+/// per_src_src S^2 + per_tgt_tgt T^2 + per_tgt_src T S) for its longest source S and target T.
+double activation_weight(const BatchShape& shape, const ActivationModel& model = {});
 
 /// How a workload's batches are planned.
 struct TokenBatchOptions {
@@ -128,9 +145,11 @@ struct TokenBatchOptions {
 /// batch list (at a seeded position inside the stratum), so the set spans short to long
 /// sentences as an epoch does. The strata are used in bit-reversed order (0, 4, 2, 6, 1, 5, 3,
 /// 7 for 8), so consecutive steps mix short and long sentences, except that the heaviest batch
-/// by activation memory (activation_weight()) is swapped into second place: a two-step search
-/// probe (with CUDA graphs) measures the second, the first having allocated the optimizer state;
-/// a one-step probe seeks to it (TokenBatches::heaviest()).
+/// by the linear estimate (activation_weight() with the default model) is swapped into second
+/// place: a two-step search probe (with CUDA graphs) measures the second, the first having
+/// allocated the optimizer state. A one-step probe seeks to the heaviest under the workload's
+/// own model instead (TokenBatches::heaviest()), which counts stored attention. The order stays
+/// the linear one, which scripts/python/transformer_big_reference.py reproduces.
 std::vector<BatchShape> plan_token_batches(const LengthProfile& profile,
                                            const TokenBatchOptions& options, uint64_t seed);
 
@@ -161,21 +180,29 @@ TokenBatchOptions token_batch_options(const Params& model, int64_t max_tokens);
 /// The pre-generated batches of a step, used in turn.
 class TokenBatches {
  public:
+  /// `model` estimates each batch's activation memory (heaviest(), and the record's
+  /// activation_weight_per_batch).
   TokenBatches(const std::vector<BatchShape>& shapes, int64_t src_vocab, int64_t tgt_vocab,
-               const torch::Device& device, uint64_t seed);
+               const torch::Device& device, uint64_t seed, const ActivationModel& model = {});
   /// The batch for the next step.
   const TokenBatch& next();
   /// For the record: sentences and tokens per batch, and their means.
   Json info(int64_t max_tokens) const;
   /// Batches cycled through.
   int64_t size() const { return static_cast<int64_t>(batches_.size()); }
-  /// The index of the batch with the largest activation_weight() (the first of equals).
+  /// The index of the batch with the largest activation_weight() under the model given to the
+  /// constructor (the first of equals): the batch a one-step search probe runs.
   int64_t heaviest() const;
+  /// The batches a one-run search probe trains, heaviest first: every batch whose
+  /// activation_weight() is within the model's uncertainty of the heaviest's, so that the probe
+  /// peaks as high as the heaviest batch does wherever the estimate ranks close ones wrongly.
+  std::vector<int64_t> probe_batches() const;
   /// Makes batch `index` the one the next call of next() returns.
   void seek(int64_t index);
 
  private:
   std::vector<BatchShape> shapes_;
+  ActivationModel model_;
   std::vector<TokenBatch> batches_;
   std::size_t cursor_ = 0;
 };

@@ -8,6 +8,7 @@
 
 #include "gpubench/workload.h"
 #include "models/linear.h"
+#include "models/token_batching.h"
 
 #include <torch/nn.h>
 
@@ -127,6 +128,17 @@ class FairseqTransformerImpl : public torch::nn::Module {
 TORCH_MODULE(FairseqTransformer);
 
 /// The registry entry: workload transformer-big.
+/// The model's activation memory per batch shape (models/token_batching.h), the estimate by
+/// which a one-step search probe picks the batch that peaks highest: per position, the saved
+/// activations of each layer (about 9d + 2 ffn for an encoder layer, 13d + 2 ffn for a decoder
+/// layer, 2d per source position for each decoder layer's encoder keys and values) and the
+/// logits (3 vocab: the logits, their log-probabilities and the gradient); with `stored`
+/// attention also 2 heads per pair of positions and layer (the probabilities, kept by softmax,
+/// and their copy for the product with v). The terms are rough, so the model says so
+/// (uncertainty 5%): a search probe trains every batch within that of the heaviest estimate.
+/// With `fused` attention, the linear default (measured right on the H200).
+ActivationModel transformer_activation_model(const FairseqTransformerOptions& options);
+
 Architecture fairseq_transformer_architecture();
 
 }  // namespace gpubench::models

@@ -40,6 +40,44 @@ class TranslationStep final : public train::RuntimeStep {
   }
 
   double run() override {
+    if (!probe_batches_.empty()) {
+      // A search probe: every batch that may peak highest (TokenBatches::probe_batches()).
+      const std::vector<int64_t> batches = std::exchange(probe_batches_, {});
+      double units = 0;
+      for (const int64_t index : batches) {
+        next_ = index;
+        batches_.seek(index);
+        units += run_next();
+      }
+      return units;
+    }
+    return run_next();
+  }
+
+  // A one-run probe trains the batches that may peak highest, with the optimizer state in
+  // place.
+  bool prepare_probe() override {
+    if (!RuntimeStep::prepare_probe()) return false;
+    probe_batches_ = batches_.probe_batches();
+    return true;
+  }
+
+  std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
+    return {{"model", model_->parameters()}};
+  }
+
+  Json batch_info() const override { return batches_.info(max_tokens_); }
+
+  // Each step takes the next of the cycled batches, whose lengths differ: warm-up runs each
+  // once (twice with CUDA graphs, which capture each batch on its second run), and the timed
+  // window covers whole cycles.
+  int64_t warmup_steps() const override { return warmup_steps_; }
+  bool uniform_steps() const override { return false; }
+  int64_t representative_steps() const override { return batches_.size(); }
+
+ private:
+  /// One update on the next batch in turn.
+  double run_next() {
     const int64_t index = next_;
     next_ = (next_ + 1) % batches_.size();
     const TokenBatch& batch = batches_.next();
@@ -65,34 +103,13 @@ class TranslationStep final : public train::RuntimeStep {
     });
   }
 
-  // A one-step probe runs the heaviest batch, with the optimizer state in place.
-  bool prepare_probe() override {
-    if (!RuntimeStep::prepare_probe()) return false;
-    next_ = batches_.heaviest();
-    batches_.seek(next_);
-    return true;
-  }
-
-  std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
-    return {{"model", model_->parameters()}};
-  }
-
-  Json batch_info() const override { return batches_.info(max_tokens_); }
-
-  // Each step takes the next of the cycled batches, whose lengths differ: warm-up runs each
-  // once (twice with CUDA graphs, which capture each batch on its second run), and the timed
-  // window covers whole cycles.
-  int64_t warmup_steps() const override { return warmup_steps_; }
-  bool uniform_steps() const override { return false; }
-  int64_t representative_steps() const override { return batches_.size(); }
-
- private:
   Model model_;
   TokenBatches batches_;
   train::Updater& updater_;
   int64_t max_tokens_;
   double label_smoothing_;
   int64_t next_ = 0;  // the index of the batch batches_.next() returns
+  std::vector<int64_t> probe_batches_;  // set by prepare_probe(), trained by the next run()
   int64_t warmup_steps_ = 1;
 };
 

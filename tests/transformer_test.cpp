@@ -5,13 +5,16 @@
 #include "gpubench/config.h"
 #include "gpubench/registry.h"
 #include "models/token_batching.h"
+#include "tests/cpu_allocation.h"
 #include "tests/translation_checks.h"
 
 #include <torch/torch.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace gpubench::models {
 namespace {
@@ -116,6 +119,76 @@ TEST(TransformerTest, StepReturnsNtokensAndRecordsSentences) {
   for (const auto& padded : info["padded_tokens_per_batch"]) {
     EXPECT_LE(padded.get<int64_t>(), config.smoke_batch);
   }
+}
+
+// With its attention stored, a batch's activations grow with the square of its longest
+// sentence, so of the batches of one token budget the one of the longest sentences can peak
+// highest, though the linear estimate (padded source plus twice padded target positions) ranks
+// another first. On the H200 (2026-12-03, amp-bf16, 161536 tokens) the timed run peaked 3.5%
+// above the probe of the linear estimate's batch, and three fresh processes ran out of memory.
+// Measured here on the CPU's allocations, with transformer-big's lengths and a narrow model at
+// 8192 tokens: the linear estimate's batch peaks more than 1% under the highest (so this case
+// tells the two apart), and a search probe (prepare_probe(), one run()) peaks at least as high
+// as a whole cycle of steps and hardly higher.
+TEST(TransformerTest, AProbePeaksAsHighAsTheBatchThatPeaksHighest) {
+  const auto store = ConfigStore::load_builtin(builtin_registry());
+  const ModelConfig& config = store.model("transformer-big");
+  const Architecture& arch = builtin_registry().get(config.architecture);
+  Json model = config.model.json();
+  model["vocab_size"] = 1000;
+  model["embed_dim"] = 64;
+  model["ffn_dim"] = 128;
+  model["heads"] = 4;
+  model["encoder_layers"] = 2;
+  model["decoder_layers"] = 2;
+  model["dropout"] = 0.0;
+  ASSERT_EQ(model["attention"], "stored");
+  StepContext ctx;
+  ctx.config = &config;
+  ctx.model = Params(arch.model_schema, model, Where{"test", ""});
+  ctx.optimizer = config.optimizer;
+  ctx.batch = 8192;
+  std::vector<int64_t> peaks;  // per batch, above what was allocated before its step
+  int64_t cycle_peak = 0, probe_peak = 0;
+  Json info;
+  testing::with_allocation_peak([&](testing::CpuAllocationPeak& memory) {
+    auto step = arch.prepare(ctx);
+    info = step->batch_info();
+    step->allocate_optimizer_state();
+    const auto batches = info.at("batches").get<int64_t>();
+    for (int64_t i = 0; i < batches; ++i) step->run();  // gradients and caches in place
+    cycle_peak = memory.peak();
+    for (int64_t i = 0; i < batches; ++i) {  // batch i, in the plan's order
+      memory.reset_peak();
+      const int64_t before = memory.current();
+      step->run();
+      peaks.push_back(memory.peak() - before);
+      cycle_peak = std::max(cycle_peak, memory.peak());
+    }
+  });
+  testing::with_allocation_peak([&](testing::CpuAllocationPeak& memory) {
+    auto step = arch.prepare(ctx);
+    ASSERT_TRUE(step->prepare_probe());
+    step->run();
+    probe_peak = memory.peak();
+  });
+  ASSERT_EQ(peaks.size(), 8u);
+  std::size_t linear = 0;
+  auto weight = [&](std::size_t j) {
+    return info.at("sentences_per_batch")[j].get<int64_t>() *
+           (info.at("src_max_len_per_batch")[j].get<int64_t>() +
+            2 * info.at("tgt_max_len_per_batch")[j].get<int64_t>());
+  };
+  for (std::size_t i = 0; i < peaks.size(); ++i) {
+    RecordProperty("batch_" + std::to_string(i) + "_peak", std::to_string(peaks[i]));
+    if (weight(i) > weight(linear)) linear = i;
+  }
+  RecordProperty("cycle_peak", std::to_string(cycle_peak));
+  RecordProperty("probe_peak", std::to_string(probe_peak));
+  const int64_t highest = *std::max_element(peaks.begin(), peaks.end());
+  EXPECT_LT(peaks[linear], highest - highest / 100) << "the linear estimate's batch " << linear;
+  EXPECT_GE(probe_peak, cycle_peak);
+  EXPECT_LE(probe_peak, cycle_peak + cycle_peak / 50);
 }
 
 }  // namespace

@@ -3,14 +3,13 @@
 // one training step that decodes, trains four times and counts words as XLM does.
 #include "models/unsupmt.h"
 
-#include "gpubench/compat.h"
 #include "gpubench/config.h"
 #include "gpubench/device.h"
 #include "gpubench/precision.h"
 #include "gpubench/registry.h"
 #include "models/xlm_batching.h"
+#include "tests/cpu_allocation.h"
 
-#include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/torch.h>
 
 #include <gtest/gtest.h>
@@ -21,6 +20,8 @@
 namespace gpubench::models {
 namespace {
 
+using testing::CpuAllocationPeak;
+using testing::with_allocation_peak;
 using xlm::kEosIndex;
 using xlm::kMaskIndex;
 using xlm::kPadIndex;
@@ -298,37 +299,6 @@ TEST(UnsupMtTest, AProbeTrainsBothBackTranslationPassesWithoutDecodingThenRunsWh
                 2 * translation.tokens.size(1));
     }
   }
-}
-
-/// Bytes the CPU allocator gives this thread while it is installed (c10's memory-profiling
-/// hook): now and the most since reset_peak(). Installed for its lifetime; intra-op threads are
-/// set to one meanwhile, so that every allocation and free is reported here.
-class CpuAllocationPeak : public compat::MemoryReportingHook {
- public:
-  void reset_peak() { peak_ = current_; }
-  int64_t current() const { return current_; }
-  int64_t peak() const { return peak_; }
-
- private:
-  void on_memory(int64_t bytes, const c10::Device& device) override {
-    if (!device.is_cpu()) return;
-    current_ += bytes;
-    peak_ = std::max(peak_, current_);
-  }
-  int64_t current_ = 0, peak_ = 0;
-};
-
-/// Runs `body` with a CpuAllocationPeak installed on one intra-op thread.
-template <typename Body>
-void with_allocation_peak(Body body) {
-  const int threads = torch::get_num_threads();
-  torch::set_num_threads(1);
-  {
-    auto tracker = std::make_shared<CpuAllocationPeak>();
-    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, tracker);
-    body(*tracker);
-  }
-  torch::set_num_threads(threads);
 }
 
 // The probe's peak, measured on the CPU's allocations at two budgets: at least the peak of

@@ -208,21 +208,26 @@ TEST_P(WorkloadTest, AOneStepProbeStartsFromTheSteadyStateAndTrainsAsAFirstStep)
   }
 
   if (kSeekingArchitectures.count(config().architecture)) {
-    // The heaviest by the planner's estimate (models/token_batching.h: activation_weight).
+    // The heaviest by the workload's estimate (models/token_batching.h: activation_weight):
+    // the first of the largest weights the record lists, and the batch it names; the probe
+    // trains it first and every batch within the estimate's uncertainty of it, once each.
     const Json info = primed->batch_info();
-    const auto& sentences = info.at("sentences_per_batch");
-    const auto& src = info.at("src_max_len_per_batch");
-    const auto& tgt = info.at("tgt_max_len_per_batch");
+    const auto& weights = info.at("activation_weight_per_batch");
     std::size_t heaviest = 0;
-    int64_t most = -1;
-    for (std::size_t i = 0; i < sentences.size(); ++i) {
-      const int64_t weight =
-          sentences[i].get<int64_t>() * (src[i].get<int64_t>() + 2 * tgt[i].get<int64_t>());
-      if (weight > most) most = weight, heaviest = i;
+    for (std::size_t i = 1; i < weights.size(); ++i) {
+      if (weights[i].get<double>() > weights[heaviest].get<double>()) heaviest = i;
     }
-    ASSERT_LT(heaviest, units.size());
-    EXPECT_EQ(primed_units, units[heaviest]);
-    EXPECT_EQ(primed_units, info.at("target_tokens_per_batch")[heaviest].get<double>());
+    EXPECT_EQ(info.at("heaviest_batch").get<std::size_t>(), heaviest);
+    const auto probed = info.at("probe_batches").get<std::vector<std::size_t>>();
+    ASSERT_FALSE(probed.empty());
+    EXPECT_EQ(probed.front(), heaviest);
+    double expected = 0;
+    for (const std::size_t i : probed) {
+      ASSERT_LT(i, units.size());
+      EXPECT_EQ(units[i], info.at("target_tokens_per_batch")[i].get<double>());
+      expected += units[i];
+    }
+    EXPECT_EQ(primed_units, expected);
     return;
   }
   auto first = arch().prepare(ctx);
