@@ -727,6 +727,7 @@ Json SearchRecord::to_json() const {
           {"hint_note", hint_note},
           {"interrupted", interrupted},
           {"cudnn_benchmark", cudnn_benchmark},
+          {"headroom_bytes", headroom_bytes},
           {"probe_overrides", probe_overrides},
           {"workers", workers},
           {"seconds", seconds},
@@ -753,6 +754,7 @@ SearchRecord SearchRecord::from_json(const Json& json) {
   r.hint_note = json.value("hint_note", std::string());
   r.interrupted = json.value("interrupted", false);
   r.cudnn_benchmark = json.value("cudnn_benchmark", false);
+  r.headroom_bytes = json.value("headroom_bytes", int64_t{0});
   r.probe_overrides = json.value("probe_overrides", Json::object());
   r.workers = value_int(json, "workers", 1);
   r.seconds = json.value("seconds", 0.0);

@@ -147,7 +147,7 @@ const std::vector<std::string> kThroughputUnits = {"images/s", "examples/s", "wo
 SearchSettings read_search(const Json& value, const Where& where) {
   check_keys(value, where,
              {"min_batch", "max_batch", "granularity", "first_probe", "max_probes",
-              "cudnn_benchmark"});
+              "cudnn_benchmark", "headroom"});
   SearchSettings s;
   if (value.contains("min_batch"))
     s.min_batch = read_int(value["min_batch"], where.at("min_batch"), 1);
@@ -164,6 +164,9 @@ SearchSettings read_search(const Json& value, const Where& where) {
   }
   if (value.contains("cudnn_benchmark")) {
     s.cudnn_benchmark = read_bool(value["cudnn_benchmark"], where.at("cudnn_benchmark"));
+  }
+  if (value.contains("headroom")) {
+    s.headroom = read_number(value["headroom"], where.at("headroom"), 0, 0.5);
   }
   GPUBENCH_CHECK(s.min_batch <= s.max_batch, ConfigError,
                  "{}: min_batch ({}) is above max_batch ({}); make min_batch <= max_batch",
@@ -451,7 +454,8 @@ Json ModelConfig::to_json() const {
                 {"granularity", search.granularity},
                 {"first_probe", search.first_probe},
                 {"max_probes", search.max_probes},
-                {"cudnn_benchmark", search.cudnn_benchmark}}},
+                {"cudnn_benchmark", search.cudnn_benchmark},
+                {"headroom", search.headroom}}},
               {"model", model.json()},
               {"optimizer", optimizer.json()},
               {"smoke",

@@ -209,13 +209,19 @@ std::string explain_failure(const std::string& message, Precision precision,
   return message;
 }
 
-ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx) {
+ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx,
+                        int64_t headroom_bytes) {
   ProbeOutcome outcome;
   const torch::Device& device = ctx.device;
   release_cached_memory(device);
   reset_peak_memory(device);
   const auto started = Clock::now();
   try {
+    // Held through the probe: the batch fits only with this much to spare (search.headroom).
+    const torch::Tensor ballast =
+        headroom_bytes > 0
+            ? torch::empty({headroom_bytes}, torch::TensorOptions(torch::kUInt8).device(device))
+            : torch::Tensor();
     auto step = arch.prepare(ctx);
     synchronize(device);
     outcome.prepare_seconds = seconds_since(started);
@@ -709,12 +715,18 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
                    fmt::format("search probes build with memory_format {} (the timed run: {})",
                                probe_model.str("memory_format"), config.model.str("memory_format")));
       }
+      // A fresh process at the searched batch lays memory out otherwise than the probe worker
+      // did, and needs a little more (docs/search.md, "Headroom"): each probe leaves it free.
+      const int64_t headroom_bytes =
+          device.is_cuda() ? static_cast<int64_t>(config.search.headroom *
+                                                  static_cast<double>(capacity))
+                           : 0;
       auto probe = [&](int64_t batch) {
         Heartbeat::phase(fmt::format("search probe at batch {}", batch));
         try {
           StepContext ctx = make_context(config, run, device, batch);
           ctx.model = probe_model;
-          return probe_step(arch, ctx);
+          return probe_step(arch, ctx, headroom_bytes);
         } catch (const std::exception& e) {
           // Not out of memory: the worker may be broken (a sticky CUDA error) or the model is.
           // Either way this worker stops; a fresh one probes the batch again once.
@@ -753,6 +765,7 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
         const train::ModelReuse reuse;
         return find_max_batch(config.search, capacity, probe, options);
       }();
+      search.headroom_bytes = headroom_bytes;
       Heartbeat::phase("");
       search.cudnn_benchmark = config.search.cudnn_benchmark && autotuning;
       if (probe_layout_differs) {

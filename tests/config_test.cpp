@@ -63,7 +63,7 @@ run:
   timing: {min_steps: 20, min_seconds: 1.5}
 models:
   bert-base:
-    search: {max_batch: 512}
+    search: {max_batch: 512, headroom: 0.01}
     model: {layers: 6}
 )");
   EXPECT_EQ(store.run().precision, Precision::kAmpBf16);
@@ -71,6 +71,10 @@ models:
   EXPECT_EQ(store.run().timing.warmup_steps, 3);  // untouched keys keep their defaults
   EXPECT_EQ(store.model("bert-base").search.max_batch, 512);
   EXPECT_EQ(store.model("bert-base").search.first_probe, 16);
+  EXPECT_EQ(store.model("bert-base").search.headroom, 0.01);
+  EXPECT_EQ(store.model("bert-base").to_json()["search"]["headroom"], 0.01);
+  // Elsewhere every probe leaves a quarter of a percent of the memory free.
+  EXPECT_EQ(store.model("bert-finetune").search.headroom, 0.0025);
   EXPECT_EQ(store.model("bert-base").model.i64("layers"), 6);
   EXPECT_EQ(store.model("bert-base").model.i64("hidden_size"), 768);
   EXPECT_TRUE(store.model("bert-base").modified);
@@ -182,6 +186,10 @@ TEST(ConfigTest, WrongTypesAndValuesNameTheKeyAndTheValue) {
   EXPECT_THROWS_WITH(apply_yaml(store, "models: {bert-base: {search: {cudnn_benchmark: 1}}}\n"),
                      ConfigError,
                      "models.bert-base.search.cudnn_benchmark: expected true or false, got 1");
+  EXPECT_THROWS_WITH(apply_yaml(store, "models: {bert-base: {search: {headroom: 0.7}}}\n"),
+                     ConfigError, "models.bert-base.search.headroom: expected a number");
+  EXPECT_THROWS_WITH(apply_yaml(store, "models: {bert-base: {search: {headroom: -0.01}}}\n"),
+                     ConfigError, "models.bert-base.search.headroom: expected a number");
   EXPECT_THROWS_WITH(apply_yaml(store, "run: {expandable_segments: on}\n"), ConfigError,
                      "run.expandable_segments: expected true or false, got 'on'");
   EXPECT_THROWS_WITH(apply_yaml(store, "run: {cudnn_benchmark_limit: -1}\n"), ConfigError,

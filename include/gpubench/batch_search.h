@@ -101,6 +101,8 @@ struct SearchRecord {
   std::string hint_note;   ///< what became of the hint ("used", "rescaled: ...", "refused: ...")
   bool interrupted = false;  ///< stopped by a probe that left the worker unusable
   bool cudnn_benchmark = false;  ///< the probes ran with cuDNN autotuning (else heuristics)
+  /// The ballast each probe held (search.headroom of the capacity): its peaks include it.
+  int64_t headroom_bytes = 0;
   /// Model parameters the probes built with where they differ from the timed run's
   /// ({"memory_format": "contiguous"}); empty when none.
   Json probe_overrides = Json::object();

@@ -31,6 +31,12 @@ struct SearchSettings {
   /// at every new shape (the cost of a conv workload's probe) and workspaces chosen by shape,
   /// not by what memory is free. The timed run autotunes (run.cudnn_benchmark). Default: false
   bool cudnn_benchmark = false;
+  /// Memory a probe leaves free, as a share of what the search may use (the device's free
+  /// memory, or the cap): each probe holds that much in a ballast tensor, so a batch "fits"
+  /// only with this headroom. The timed run in a fresh process lays memory out differently:
+  /// on the H200 its need at the searched batch exceeded the probe's by 10 to 250 MiB
+  /// (docs/search.md, "Headroom"). Default: 0.0025 (358 MiB of an H200)
+  double headroom = 0.0025;
 };
 
 /// The 2020 numbers of one workload, as its config states them (checked against the table).

@@ -68,7 +68,10 @@ ConfigStore resolve_store(const std::vector<ConfigOverlay>& overlays);
 /// place), reads the peak and resident memory, and releases everything. Out-of-memory (and the
 /// cuDNN/cuBLAS failures that mean the same) is caught and reported as not fitting; when the device
 /// no longer works after it, the outcome says the worker is unusable. Other errors propagate.
-ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx);
+/// `headroom_bytes` (search.headroom of the capacity) are held in a ballast tensor through the
+/// probe, so that the batch fits only with them to spare; on a GPU only (0 on the CPU).
+ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx,
+                        int64_t headroom_bytes = 0);
 
 /// The model parameters a search probe builds with: `model`, with `memory_format` set to the
 /// workload's `probe_memory_format` where it declares one that is not "same", unless no timed
