@@ -413,7 +413,9 @@ int64_t TokenBatches::heaviest() const {
 }
 
 std::vector<int64_t> TokenBatches::probe_batches() const {
+  GPUBENCH_ASSERT(!shapes_.empty());
   const int64_t top = heaviest();
+  if (!(model_.uncertainty > 0)) return {top};
   const double floor = activation_weight(shapes_[static_cast<std::size_t>(top)], model_) *
                        (1 - std::max(0.0, model_.uncertainty));
   std::vector<int64_t> out{top};

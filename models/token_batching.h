@@ -123,7 +123,8 @@ struct ActivationModel {
   double per_tgt_tgt = 0;  ///< per T x T: decoder self-attention, kept
   double per_tgt_src = 0;  ///< per T x S: encoder-decoder attention, kept
   /// How far off the estimate may be, relative: a search probe runs every batch whose weight is
-  /// within this of the heaviest's (TokenBatches::probe_batches()). 0: the heaviest alone.
+  /// within this of the heaviest's (TokenBatches::probe_batches()). 0: the heaviest alone (the
+  /// first of equals).
   double uncertainty = 0;
 };
 

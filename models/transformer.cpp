@@ -266,7 +266,8 @@ train::Updater transformer_updater(const torch::nn::Module& model, const Params&
 
 }  // namespace
 
-ActivationModel transformer_activation_model(const FairseqTransformerOptions& o) {
+ActivationModel transformer_activation_model(const FairseqTransformerOptions& o,
+                                             Precision precision) {
   const auto d = static_cast<double>(o.embed_dim());
   const auto f = static_cast<double>(o.ffn_dim());
   const auto encoders = static_cast<double>(o.encoder_layers());
@@ -277,7 +278,9 @@ ActivationModel transformer_activation_model(const FairseqTransformerOptions& o)
   if (o.attention() != "stored") return m;
   m.per_src = encoders * (9 * d + 2 * f) + decoders * 2 * d + 2 * d;
   m.per_tgt = decoders * (13 * d + 2 * f) + 2 * d + 3 * static_cast<double>(o.vocab_size());
-  const double kept = 2 * static_cast<double>(o.heads());
+  const bool half = precision == Precision::kAmpBf16 || precision == Precision::kAmpFp16;
+  const double kept = static_cast<double>(o.heads()) *
+                      ((half ? 3.0 : 1.0) + (o.attention_dropout() > 0 ? 1.0 : 0.0));
   m.per_src_src = encoders * kept;
   m.per_tgt_tgt = decoders * kept;
   m.per_tgt_src = decoders * kept;
@@ -306,7 +309,7 @@ Architecture fairseq_transformer_architecture() {
         train::reuse_key("fairseq-transformer", ctx.model.json().dump(), ctx.seed), ctx.device,
         ctx.seed, [&] { return FairseqTransformer(options); });
     TokenBatches batches(shapes, vocab, vocab, ctx.device, ctx.seed + 1,
-                         transformer_activation_model(options));
+                         transformer_activation_model(options, ctx.precision));
     auto updater = transformer_updater(*model, ctx.optimizer, ctx.precision, ctx.device);
     return std::make_unique<TranslationStep<FairseqTransformer>>(
         std::move(model), std::move(batches), std::move(updater), ctx,

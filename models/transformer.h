@@ -133,11 +133,16 @@ TORCH_MODULE(FairseqTransformer);
 /// activations of each layer (about 9d + 2 ffn for an encoder layer, 13d + 2 ffn for a decoder
 /// layer, 2d per source position for each decoder layer's encoder keys and values) and the
 /// logits (3 vocab: the logits, their log-probabilities and the gradient); with `stored`
-/// attention also 2 heads per pair of positions and layer (the probabilities, kept by softmax,
-/// and their copy for the product with v). The terms are rough, so the model says so
-/// (uncertainty 5%): a search probe trains every batch within that of the heaviest estimate.
-/// With `fused` attention, the linear default (measured right on the H200).
-ActivationModel transformer_activation_model(const FairseqTransformerOptions& options);
+/// attention also, per pair of positions, head and layer, what the backward keeps: under
+/// autocast the fp32 probabilities softmax keeps (two units of the bf16/fp16 activations) and
+/// their half-precision copy for the product with v; in fp32 the probabilities alone; one more
+/// copy where attention dropout is on. On the H200 (amp-bf16, 161536 tokens) the batch of the
+/// longest sentences peaked 3.5-4% above the linear estimate's heaviest, which these terms
+/// reproduce (4.2%). They are rough, so the model says so (uncertainty 5%): a search probe
+/// trains every batch within that of the heaviest estimate. With `fused` attention, the linear
+/// default (measured right on the H200).
+ActivationModel transformer_activation_model(const FairseqTransformerOptions& options,
+                                             Precision precision);
 
 Architecture fairseq_transformer_architecture();
 

@@ -225,8 +225,9 @@ ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx,
     auto step = arch.prepare(ctx);
     synchronize(device);
     outcome.prepare_seconds = seconds_since(started);
-    // One step on the heaviest batch with the optimizer state allocated beforehand peaks as a
-    // steady step does; a step that cannot be readied so runs two, the first allocating it.
+    // One run() with the optimizer state allocated beforehand, on the batch (or, for token-budget
+    // steps, the batches) that may peak highest, peaks as a steady step does; a step that cannot
+    // be readied so runs two, the first allocating it.
     const bool one_step = step->prepare_probe();
     outcome.steps = one_step ? 1 : 2;
     const auto steps_started = Clock::now();

@@ -187,9 +187,11 @@ TEST(ConfigTest, WrongTypesAndValuesNameTheKeyAndTheValue) {
                      ConfigError,
                      "models.bert-base.search.cudnn_benchmark: expected true or false, got 1");
   EXPECT_THROWS_WITH(apply_yaml(store, "models: {bert-base: {search: {headroom: 0.7}}}\n"),
-                     ConfigError, "models.bert-base.search.headroom: expected a number");
+                     ConfigError, "models.bert-base.search.headroom: expected a number from 0 to 0.5");
   EXPECT_THROWS_WITH(apply_yaml(store, "models: {bert-base: {search: {headroom: -0.01}}}\n"),
-                     ConfigError, "models.bert-base.search.headroom: expected a number");
+                     ConfigError, "models.bert-base.search.headroom: expected a number from 0 to 0.5");
+  EXPECT_NO_THROW(apply_yaml(store, "models: {bert-base: {search: {headroom: 0}}}\n"));
+  EXPECT_NO_THROW(apply_yaml(store, "models: {bert-base: {search: {headroom: 0.5}}}\n"));
   EXPECT_THROWS_WITH(apply_yaml(store, "run: {expandable_segments: on}\n"), ConfigError,
                      "run.expandable_segments: expected true or false, got 'on'");
   EXPECT_THROWS_WITH(apply_yaml(store, "run: {cudnn_benchmark_limit: -1}\n"), ConfigError,

@@ -143,6 +143,43 @@ TEST(TokenBatchingTest, PlanSpansTheEpochAndPutsTheHeaviestBatchSecond) {
   EXPECT_GT(longest, 60);
 }
 
+// Which batches a search probe trains: the heaviest under the model first, then every other
+// within the model's uncertainty of it (the band's edge included), in the plan's order; with no
+// uncertainty the heaviest alone, the first of equals.
+TEST(TokenBatchingTest, AProbeTrainsTheBatchesWithinTheEstimatesUncertaintyOfTheHeaviest) {
+  // Linear weights (source + 2 x target positions, per sentence): 4 x 30 = 120, 2 x 50 = 100,
+  // 3 x 38 = 114, 6 x 20 = 120, 3 x 30 = 90.
+  const std::vector<BatchShape> shapes{
+      BatchShape{{{10, 10}, {10, 10}, {10, 10}, {10, 10}}},
+      BatchShape{{{20, 15}, {20, 15}}},
+      BatchShape{{{12, 13}, {12, 13}, {12, 13}}},
+      BatchShape{{{4, 8}, {4, 8}, {4, 8}, {4, 8}, {4, 8}, {4, 8}}},
+      BatchShape{{{10, 10}, {10, 10}, {10, 10}}},
+  };
+  ASSERT_EQ(activation_weight(shapes[0]), 120);
+  ASSERT_EQ(activation_weight(shapes[1]), 100);
+  ASSERT_EQ(activation_weight(shapes[2]), 114);
+  ASSERT_EQ(activation_weight(shapes[3]), 120);
+  ASSERT_EQ(activation_weight(shapes[4]), 90);
+  auto probed = [&](const ActivationModel& model) {
+    return TokenBatches(shapes, 50, 50, torch::kCPU, 0, model).probe_batches();
+  };
+  ActivationModel exact;  // no uncertainty: the first of the two heaviest alone
+  EXPECT_EQ(probed(exact), (std::vector<int64_t>{0}));
+  ActivationModel band = exact;
+  band.uncertainty = 0.05;  // down to 114: the tie and the edge
+  EXPECT_EQ(probed(band), (std::vector<int64_t>{0, 2, 3}));
+  band.uncertainty = 0.049;  // 114.12: the edge falls out
+  EXPECT_EQ(probed(band), (std::vector<int64_t>{0, 3}));
+  // A squared term moves the heaviest to the longest targets: 3 x (38 + 2 x 13 x 13) = 1128
+  // against 1000, 920, 888 and 690.
+  ActivationModel attention = exact;
+  attention.per_tgt_tgt = 2;
+  EXPECT_EQ(activation_weight(shapes[2], attention), 1128);
+  EXPECT_EQ(probed(attention), (std::vector<int64_t>{2}));
+  EXPECT_EQ(TokenBatches(shapes, 50, 50, torch::kCPU, 0, attention).heaviest(), 2);
+}
+
 TEST(TokenBatchingTest, PlanMatchesThePythonTwin) {
   // scripts/python/transformer_big_reference.py --tokens 16000 --plan-only (seed 0) printed
   // these; the twin must train on the same batches.

@@ -47,8 +47,10 @@ struct ProbeOutcome {
   std::string error;           ///< why it did not fit ("out of memory: ...")
   double prepare_seconds = 0;  ///< building the step (model, optimizer, batch) [s]
   double steps_seconds = 0;    ///< the steps, synchronized [s]
-  /// Training steps run: 1 when the step was readied for a one-step probe (its optimizer state
-  /// allocated first, TrainStep::prepare_probe()), else 2 (the first allocates the state).
+  /// Training steps run (run() calls): 1 when the step was readied for a one-step probe (its
+  /// optimizer state allocated first, TrainStep::prepare_probe()), else 2 (the first allocates
+  /// the state). A token-budget step's one run() may train several of its batches
+  /// (TokenBatches::probe_batches(), in the timed record's batch_info).
   int steps = 0;
 };
 
@@ -78,7 +80,8 @@ struct SearchRecord {
   int64_t largest_pow2 = 0;       ///< largest power of two <= max_batch (the 2020 post's habit)
   int64_t peak_bytes_at_max = 0;  ///< peak memory reserved by the probe at max_batch
   int64_t peak_allocated_bytes_at_max = 0;  ///< peak memory allocated by the probe at max_batch
-  int64_t resident_bytes_at_max = 0;        ///< what stayed allocated after it (weights, state)
+  /// What stayed allocated after it (weights, state, and the headroom ballast, still held).
+  int64_t resident_bytes_at_max = 0;
   /// peak_allocated_bytes_at_max - resident_bytes_at_max: what the step adds at max_batch on top
   /// of what stays (activations and their gradients, with the workspaces of the cuDNN algorithms
   /// the probes ran: by heuristics unless search.cudnn_benchmark).

@@ -63,7 +63,8 @@ struct JobSpec {
 ConfigStore resolve_store(const std::vector<ConfigOverlay>& overlays);
 
 /// One search probe: builds the step at ctx.batch, runs one full step after
-/// TrainStep::prepare_probe() (optimizer state allocated, heaviest batch next), or two when the
+/// TrainStep::prepare_probe() (optimizer state allocated, the batches that may peak highest
+/// next: one run() of a token-budget step trains each of them), or two when the
 /// step cannot be readied (the first allocates the optimizer state, the second peaks with it in
 /// place), reads the peak and resident memory, and releases everything. Out-of-memory (and the
 /// cuDNN/cuBLAS failures that mean the same) is caught and reported as not fitting; when the device

@@ -108,7 +108,8 @@ class TrainStep {
   virtual void begin_window() {}
   /// Readies the step for a search probe of one run(): the optimizer state of every parameter
   /// allocated (as after a first update; it changes no update) and the next run() on the batch
-  /// with the most memory of those it cycles through. That one run() then peaks as a steady
+  /// with the most memory of those it cycles through (where an estimate ranks them, every batch
+  /// it cannot tell from the heaviest, one after the other). That one run() then peaks as a steady
   /// training step does, which the probe measures; a step that was not readied needs two, the
   /// first to allocate the state. Returns whether it is ready: false when one run cannot stand
   /// for the steady state (with CUDA graphs the second run captures). Default: false

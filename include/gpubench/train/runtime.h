@@ -187,8 +187,9 @@ class RuntimeStep : public TrainStep {
   int64_t warmup_steps() const override { return runtime_.warmup_steps(1, {0, 0}); }
   void begin_window() override { runtime_.begin_window(); }
   /// The optimizer state allocated; eager iterations only (with CUDA graphs the probe's second
-  /// run captures). Steps that cycle batches also point the next run() at their heaviest;
-  /// unsupmt points it at the passes where its iteration peaks.
+  /// run captures). Steps that cycle batches also point the next run() at the batches that may
+  /// peak highest (TokenBatches::probe_batches()); unsupmt at the passes where its iteration
+  /// peaks.
   bool prepare_probe() override {
     if (runtime_.graphs_active()) return false;
     runtime_.allocate_optimizer_state();
