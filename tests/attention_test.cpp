@@ -9,6 +9,7 @@
 #include "models/bert.h"
 #include "models/transformer.h"
 #include "models/unsupmt.h"
+#include "tests/builtin_store.h"
 
 #include <torch/torch.h>
 
@@ -21,10 +22,7 @@
 namespace gpubench::models {
 namespace {
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
 const std::vector<std::string> kAttentionWorkloads = {
     "bert-base", "bert-base-mlm", "bert-finetune", "mt-dnn", "transformer-big", "unsupmt"};
@@ -177,7 +175,7 @@ TEST(AttentionTest, TranslationAttentionAgrees) {
 TEST(AttentionTest, EveryAttentionWorkloadHasTheSettingAndItsRecordCarriesIt) {
   const Registry& registry = builtin_registry();
   for (const auto& name : kAttentionWorkloads) {
-    const ModelConfig& config = store().model(name);
+    const ModelConfig& config = builtin_store().model(name);
     ASSERT_TRUE(config.model.json().contains("attention")) << name;
     EXPECT_EQ(config.model.str("attention"), "stored") << name;
     // The record embeds the resolved config (JobRecord::config = ModelConfig::to_json()).

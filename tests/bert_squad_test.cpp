@@ -3,6 +3,7 @@
 
 #include "gpubench/config.h"
 #include "gpubench/registry.h"
+#include "tests/builtin_store.h"
 
 #include <torch/torch.h>
 
@@ -14,13 +15,10 @@
 namespace gpubench::models {
 namespace {
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
 TEST(BertSquadTest, SpanHeadOnAnEncoderWithoutPooler) {
-  BertForQuestionAnswering model(bert_options(store().model("bert-finetune").model));
+  BertForQuestionAnswering model(bert_options(builtin_store().model("bert-finetune").model));
   EXPECT_FALSE(model->bert->pooler);  // no gradient reaches it in the reference: not trained
   EXPECT_EQ(count_trainable(model->bert->parameters()), 108891648);
   EXPECT_EQ(count_trainable(model->qa_outputs->parameters()), 1538);
@@ -58,14 +56,8 @@ TEST(BertSquadTest, FeaturesLookLikeRunSquadFeatures) {
 }
 
 StepContext smoke_context(int64_t batch) {
-  const ModelConfig& config = store().model("bert-finetune");
-  StepContext ctx;
-  ctx.config = &config;
-  ctx.model = config.smoke_model;
-  ctx.optimizer = config.smoke_optimizer;
-  ctx.batch = batch;
-  ctx.seed = 5;
-  return ctx;
+  return testing::smoke_context(builtin_store().model("bert-finetune"), batch,
+                                testing::SmokeOptimizer::kSmoke, 5);
 }
 
 TEST(BertSquadTest, BatchInfoReportsThePaddingOfTheFeaturesItTrainsOn) {

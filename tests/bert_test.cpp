@@ -5,6 +5,7 @@
 #include "gpubench/compat.h"
 #include "gpubench/config.h"
 #include "gpubench/registry.h"
+#include "tests/builtin_store.h"
 
 #include <torch/torch.h>
 
@@ -13,10 +14,7 @@
 namespace gpubench::models {
 namespace {
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
 int64_t count(const torch::nn::Module& m) { return count_trainable(m.parameters()); }
 
@@ -47,7 +45,7 @@ TEST(LinearTest, IsTorchLinearWithAtensForward) {
 
 TEST(BertTest, ParameterBreakdownMatchesTheSpec) {
   // spec language §4.3: embeddings 23,837,184; 12 x 7,087,872; pooler 590,592.
-  const BertOptions base = bert_options(store().model("bert-base").model);
+  const BertOptions base = bert_options(builtin_store().model("bert-base").model);
   BertModel bert(base);
   EXPECT_EQ(count(*bert->embeddings), 23837184);
   EXPECT_EQ(count(*bert->layers[0]), 7087872);
@@ -97,7 +95,7 @@ TEST(BertTest, AttentionKernelMatchesTheSoftmaxFormula) {
 TEST(BertTest, BothMaskedLmLayoutsComputeTheSameLoss) {
   // google-research/bert gathers the masked positions; Hugging Face labels every position and
   // ignores the unmasked ones. On the same weights and batch the losses agree.
-  const Params small = store().model("bert-base").smoke_model;
+  const Params small = builtin_store().model("bert-base").smoke_model;
   BertOptions options = bert_options(small).hidden_dropout(0).attention_dropout(0);
   BertForPretraining model(options, true);
   model->eval();
@@ -109,7 +107,7 @@ TEST(BertTest, BothMaskedLmLayoutsComputeTheSameLoss) {
 }
 
 TEST(BertTest, PaddingMaskKeepsPaddedTokensOutOfAttention) {
-  const Params small = store().model("bert-base").smoke_model;
+  const Params small = builtin_store().model("bert-base").smoke_model;
   BertOptions options = bert_options(small).hidden_dropout(0).attention_dropout(0);
   BertModel bert(options);
   bert->eval();

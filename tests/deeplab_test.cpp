@@ -7,6 +7,7 @@
 #include "gpubench/config.h"
 #include "gpubench/registry.h"
 #include "models/resnet.h"
+#include "tests/builtin_store.h"
 
 #include <torch/torch.h>
 
@@ -25,10 +26,7 @@ namespace {
 
 namespace F = torch::nn::functional;
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
 int64_t count(const torch::nn::Module& m) { return count_trainable(m.parameters()); }
 
@@ -165,7 +163,7 @@ TEST_F(DeepLabTest, FullCropLogitsAreAtTheDecoderStrideOfTheCrop) {
   // the decoder at stride 4 (the block2 tap, 129^2), where the 1x1 conv gives the 21 PASCAL
   // logits (20 classes + background); forward() then resizes them to the input's size for the
   // loss (upsample_logits), which XceptionOutputStrideAndDecoderResolution checks at 65.
-  const Params& m = store().model("deeplabv3").model;
+  const Params& m = builtin_store().model("deeplabv3").model;
   const int64_t size = m.i64("image_size");
   ASSERT_EQ(size, 513);
   ASSERT_EQ(m.i64("output_stride"), 16);
@@ -369,7 +367,7 @@ TEST_F(DeepLabTest, ShippedOptimizersDecayWhatTheirReferencesDecay) {
            {"deeplabv3", {"dense.weight"}},
            {"deeplabv3-resnet101",
             {"dense.weight", "dense.bias", "depthwise.weight", "bn.weight", "bn.bias"}}}) {
-    Json o = store().model(name).optimizer.json();
+    Json o = builtin_store().model(name).optimizer.json();
     o["lr"] = kLr;
     o["weight_decay"] = kDecay;
     const Params optimizer(deeplab_optimizer_schema(), o, Where{"test", name});
@@ -398,7 +396,7 @@ TEST_F(DeepLabTest, BatchOfOneCannotTrainSoTheSearchStartsAtTwo) {
   // The image-pooling branch normalizes a 1x1 map: at batch 1 BatchNorm sees one value per
   // channel and training fails. At 2 it trains: the workload test's smoke step runs there.
   for (const char* name : {"deeplabv3", "deeplabv3-resnet101"}) {
-    const ModelConfig& config = store().model(name);
+    const ModelConfig& config = builtin_store().model(name);
     EXPECT_EQ(config.search.min_batch, 2) << name;
     EXPECT_EQ(config.smoke_batch, config.search.min_batch) << name;
     StepContext ctx;

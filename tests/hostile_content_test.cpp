@@ -7,6 +7,7 @@
 #include "gpubench/report/reporter.h"
 #include "gpubench/strings.h"
 #include "src/report/svg.h"
+#include "tests/builtin_store.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>
@@ -21,10 +22,7 @@ namespace {
 
 using testing::TempDir;
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
 const std::string kEsc = "\x1b[31m\x1b]0;pwned\x07";  // SGR colour, window title, bell
 const std::string kCsi8 =
@@ -66,7 +64,7 @@ std::vector<JobRecord> hostile_jobs() {
 
 std::string render(const std::string& format) {
   std::ostringstream out;
-  make_reporter(format, out)->report(hostile_jobs(), store().reference());
+  make_reporter(format, out)->report(hostile_jobs(), builtin_store().reference());
   return out.str();
 }
 
@@ -163,7 +161,7 @@ TEST(HostileContentTest, CsvAndJsonStayParseableWithInvalidUtf8Replaced) {
 TEST(HostileContentTest, CsvCellsThatASpreadsheetWouldRunAreNeutralized) {
   JobRecord r = hostile("=HYPERLINK(\"http://x\")", "fp32");
   std::ostringstream out;
-  make_reporter("csv", out)->report({r}, store().reference());
+  make_reporter("csv", out)->report({r}, builtin_store().reference());
   EXPECT_NE(out.str().find("\"'=HYPERLINK(\"\"http://x\"\")\""), std::string::npos) << out.str();
   EXPECT_EQ(out.str().find(",=HYPERLINK"), std::string::npos);
 }

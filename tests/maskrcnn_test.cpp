@@ -4,6 +4,7 @@
 #include "gpubench/config.h"
 #include "gpubench/registry.h"
 #include "models/mask_rcnn.h"
+#include "tests/builtin_store.h"
 
 #include <torch/torch.h>
 
@@ -15,10 +16,7 @@
 namespace gpubench::models {
 namespace {
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
 int64_t count(const torch::nn::Module& m) { return count_trainable(m.parameters()); }
 
@@ -31,7 +29,7 @@ int64_t count_all(const torch::nn::Module& m) {
 TEST(MaskRcnnTest, ParameterBreakdownMatchesTheSpec) {
   // spec image §6: backbone convs 23,454,912 of which 222,400 frozen (stem + res2), FPN
   // 3,344,384, RPN 593,935, box head 14,310,805, mask head 2,643,537.
-  MaskRcnn model(mask_rcnn_options(store().model("mask-rcnn").model));
+  MaskRcnn model(mask_rcnn_options(builtin_store().model("mask-rcnn").model));
   EXPECT_EQ(count_all(*model->backbone), 23454912);
   EXPECT_EQ(count(*model->backbone), 23454912 - 222400);
   EXPECT_EQ(count_all(*model->backbone->stem) + count_all(*model->backbone->stages[0]), 222400);
@@ -80,7 +78,7 @@ TEST(MaskRcnnTest, CalibrationNormalizesEachFrozenBatchNormOnItsInput) {
 
   // The whole backbone: every FrozenBatchNorm leaves the identity, each residual branch ends at
   // gain 1 / sqrt(blocks), and the features the FPN receives are of order 1.
-  const ModelConfig& config = store().model("mask-rcnn");
+  const ModelConfig& config = builtin_store().model("mask-rcnn");
   auto options = mask_rcnn_options(config.smoke_model);
   MaskRcnn model(options);
   const auto images = torch::randn({2, 3, 64, 96}) * 50;
@@ -173,7 +171,7 @@ TEST(MaskRcnnTest, EllipseMasksMatchTheirBoxes) {
 }
 
 TEST(MaskRcnnTest, PlanAtFullSizeHasTheReferenceAnchorsAndLevels) {
-  const MaskRcnnOptions options = mask_rcnn_options(store().model("mask-rcnn").model);
+  const MaskRcnnOptions options = mask_rcnn_options(builtin_store().model("mask-rcnn").model);
   MaskRcnn model(options);
   const auto plan = model->plan(800, 1333, 800, 1344, torch::kCPU);
   EXPECT_EQ(plan.level_sizes, (std::vector<std::pair<int64_t, int64_t>>{
@@ -190,7 +188,7 @@ TEST(MaskRcnnTest, PlanAtFullSizeHasTheReferenceAnchorsAndLevels) {
 
 TEST(MaskRcnnTest, ProposalsAreCutOverTheBatchAndStayInsideTheImage) {
   torch::manual_seed(0);
-  const MaskRcnnOptions options = mask_rcnn_options(store().model("mask-rcnn").smoke_model);
+  const MaskRcnnOptions options = mask_rcnn_options(builtin_store().model("mask-rcnn").smoke_model);
   MaskRcnn model(options);
   const auto plan = model->plan(120, 128, 128, 128, torch::kCPU);
   const int64_t images = 3, anchors = plan.anchors.size(0);
@@ -224,7 +222,7 @@ TEST(MaskRcnnTest, SolverMatchesMakeOptimizerAndWarmupMultiStepLr) {
   // the batch (0.02 for 16 images -> 0.005 for 4).
   torch::nn::Linear layer(3, 2);
   const auto w0 = layer->weight.detach().clone(), b0 = layer->bias.detach().clone();
-  auto updater = make_mask_rcnn_updater(*layer, store().model("mask-rcnn").optimizer, 4,
+  auto updater = make_mask_rcnn_updater(*layer, builtin_store().model("mask-rcnn").optimizer, 4,
                                         Precision::kFp32, torch::kCPU);
   updater.zero_grad();
   const auto x = torch::randn({5, 3});
@@ -235,14 +233,14 @@ TEST(MaskRcnnTest, SolverMatchesMakeOptimizerAndWarmupMultiStepLr) {
   EXPECT_TRUE(torch::allclose(layer->bias.detach(), b0 - 2 * rate * 5, 1e-6, 1e-6));
   // Above IMS_PER_BATCH the rate stays BASE_LR (scaled up, it diverges at a large max batch).
   for (const int64_t batch : {16, 64}) {
-    auto big = make_mask_rcnn_updater(*layer, store().model("mask-rcnn").optimizer, batch,
+    auto big = make_mask_rcnn_updater(*layer, builtin_store().model("mask-rcnn").optimizer, batch,
                                       Precision::kFp32, torch::kCPU);
     EXPECT_NEAR(big.optimizer().lr(), 0.02 * (1.0 / 3 + (2.0 / 3) / 500), 1e-12) << batch;
   }
 }
 
 TEST(MaskRcnnTest, ChannelsLastComputesTheSameLosses) {
-  const ModelConfig& config = store().model("mask-rcnn");
+  const ModelConfig& config = builtin_store().model("mask-rcnn");
   std::map<std::string, torch::Tensor> losses[2];
   for (int nhwc = 0; nhwc < 2; ++nhwc) {
     Json values = config.smoke_model.json();
@@ -269,7 +267,7 @@ TEST(MaskRcnnTest, ChannelsLastComputesTheSameLosses) {
 }
 
 TEST(MaskRcnnTest, OneIterationUpdatesEveryHead) {
-  const ModelConfig& config = store().model("mask-rcnn");
+  const ModelConfig& config = builtin_store().model("mask-rcnn");
   StepContext ctx;
   ctx.config = &config;
   ctx.model = config.smoke_model;
@@ -483,7 +481,7 @@ TEST(MaskRcnnTest, ShippedRoiSamplingTakes512RoisPerImageAQuarterPositive) {
   // 512 x 0.25 = 128 positive, the mask head on the positives (keep_only_positive_boxes). The
   // shipped model section's sampling and proposal settings on the smoke-size network (2000
   // proposals over the batch: 1000 per image, enough negatives to fill the budget).
-  const ModelConfig& config = store().model("mask-rcnn");
+  const ModelConfig& config = builtin_store().model("mask-rcnn");
   Json values = config.smoke_model.json();
   for (const char* key : {"roi_batch_per_image", "roi_positive_fraction", "roi_fg_iou",
                           "roi_bg_iou", "mask_rois_per_image", "pre_nms_top_n", "post_nms_top_n",
@@ -498,7 +496,7 @@ TEST(MaskRcnnTest, ShippedRoiSamplingTakes512RoisPerImageAQuarterPositive) {
 TEST(MaskRcnnTest, SmokeRoiSamplingTakes64RoisPerImageAQuarterPositive) {
   // The smoke section shrinks the budget to 64 and keeps the fraction: 64 x 0.25 = 16 positive
   // at most.
-  expect_roi_sampling(mask_rcnn_options(store().model("mask-rcnn").smoke_model), 64, 16);
+  expect_roi_sampling(mask_rcnn_options(builtin_store().model("mask-rcnn").smoke_model), 64, 16);
 }
 
 // ---- The heads' RoI slots: maskrcnn-benchmark's batch-wide budget ----
@@ -533,7 +531,7 @@ TEST(MaskRcnnTest, RoiSlotBoundIsTheMostTheSamplerCanReturn) {
 }
 
 TEST(MaskRcnnTest, HeadsRunTheBatchBoundOrEveryImagesMost) {
-  auto options = mask_rcnn_options(store().model("mask-rcnn").model);
+  auto options = mask_rcnn_options(builtin_store().model("mask-rcnn").model);
   EXPECT_EQ(options.roi_heads(), RoiHeadSlots::kPerBatch);  // the shipped setting
   MaskRcnn model(options);
   const auto plan = model->plan(800, 1333, 800, 1344, torch::kCPU);
@@ -560,7 +558,7 @@ TEST(MaskRcnnTest, PerBatchSlotsComputeFixedMaxsLossesOnFewerRois) {
   // on 32 slots and the mask head on 12 + min(20, 4 x 13) = 32; fixed_max on 4 x 23 and 4 x 16.
   // With the same weights and draws the two compute the same losses.
   const auto options =
-      mask_rcnn_options(store().model("mask-rcnn").smoke_model).fpn_post_nms_top_n(20);
+      mask_rcnn_options(builtin_store().model("mask-rcnn").smoke_model).fpn_post_nms_top_n(20);
   const auto batch = synthetic_detection_batch(4, 120, 128, 32, 3, 8, 64, 81, torch::kCPU, 7);
   MaskRcnnLosses losses[2];
   const RoiHeadSlots modes[2] = {RoiHeadSlots::kPerBatch, RoiHeadSlots::kFixedMax};
@@ -601,7 +599,7 @@ TEST(MaskRcnnTest, StepRecordsTheRoisAndPositivesPerImageOfItsWindow) {
   // The smoke step with 20 proposals over its batch of 2: every image samples its share of
   // them and its 3 boxes, (2 x 3 + 20) / 2 = 13 RoIs per image, whichever setting. Losses stay
   // finite over the steps; the record gives the window's counts and the heads' slots.
-  const ModelConfig& config = store().model("mask-rcnn");
+  const ModelConfig& config = builtin_store().model("mask-rcnn");
   double positives[2] = {0, 0};
   int m = 0;
   for (const char* mode : {"per_batch", "fixed_max"}) {

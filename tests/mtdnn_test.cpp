@@ -4,6 +4,7 @@
 
 #include "gpubench/config.h"
 #include "gpubench/registry.h"
+#include "tests/builtin_store.h"
 
 #include <torch/torch.h>
 
@@ -16,10 +17,7 @@
 namespace gpubench::models {
 namespace {
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
 int64_t count(const torch::nn::Module& m) { return count_trainable(m.parameters()); }
 
@@ -27,7 +25,7 @@ TEST(MtDnnTest, HeadsMatchTheSpecsCount) {
   // spec §6.3: BERT-Large 335,141,888 + heads 36,791,317. A SAN head with h = 1024 and n
   // classes: Linear(h, 1) + bilinear Linear(h, h) + GRUCell(h, h) + Linear(4h, n)
   // = (h + 1) + (h^2 + h) + (6h^2 + 6h) + (4hn + n).
-  const Params& m = store().model("mt-dnn").model;
+  const Params& m = builtin_store().model("mt-dnn").model;
   const auto tasks = glue_tasks(m);
   ASSERT_EQ(tasks.size(), 8u);
   // The heads as the workload's model builds them, not a formula; on a one-layer encoder of
@@ -51,7 +49,7 @@ TEST(MtDnnTest, HeadsMatchTheSpecsCount) {
   }
   EXPECT_EQ(count(*model->heads), 36791317);
   EXPECT_EQ(count(*model), count(*model->bert) + 36791317);
-  EXPECT_EQ(store().model("mt-dnn").trainable_params.at("total"), 335141888 + 36791317);
+  EXPECT_EQ(builtin_store().model("mt-dnn").trainable_params.at("total"), 335141888 + 36791317);
 }
 
 /// mt-dnn's SAN (answer_opt 1) in eval, written out independently of the module: the initial
@@ -177,7 +175,7 @@ TEST(MtDnnTest, GlueBatchesPadToTheLongestPairWithTheBatchersMasks) {
 }
 
 TEST(MtDnnTest, EveryHeadTrainsWhenItsTaskIsDrawn) {
-  const ModelConfig& config = store().model("mt-dnn");  // smoke size cycles through the tasks
+  const ModelConfig& config = builtin_store().model("mt-dnn");  // smoke size cycles through the tasks
   ASSERT_EQ(config.smoke_model.str("task_order"), "cycle");
   StepContext ctx;
   ctx.config = &config;
@@ -234,7 +232,7 @@ TEST(MtDnnTest, ScheduleSpreadsTasksEvenlyInProportion) {
 }
 
 TEST(MtDnnTest, ThePeakBatchPadsToTheEpochsLongestExampleWhateverTheBatchSize) {
-  const auto tasks = glue_tasks(store().model("mt-dnn").model);
+  const auto tasks = glue_tasks(builtin_store().model("mt-dnn").model);
   // RTE: median 64, sigma 0.5, 2,490 examples -> z(1 - 1/2490) = 3.35 -> 342 WordPieces.
   EXPECT_NEAR(static_cast<double>(longest_example(tasks[1], 512)), 342, 3);
   EXPECT_EQ(longest_example(tasks[1], 128), 128);
@@ -248,7 +246,7 @@ TEST(MtDnnTest, ThePeakBatchPadsToTheEpochsLongestExampleWhateverTheBatchSize) {
 }
 
 TEST(MtDnnTest, ProportionalDrawsFollowTheTrainSizesAndStartWithTheLongestBatch) {
-  const ModelConfig& config = store().model("mt-dnn");
+  const ModelConfig& config = builtin_store().model("mt-dnn");
   StepContext ctx;
   ctx.config = &config;
   Json small = config.smoke_model.json();
@@ -308,7 +306,7 @@ TEST(MtDnnTest, ABatchPadsToTheQuantileOfTheLongestOfItsExamples) {
 }
 
 TEST(MtDnnTest, TheCyclePadsAsAnEpochOfRandomBatchesDoesOnAverage) {
-  const auto tasks = glue_tasks(store().model("mt-dnn").model);
+  const auto tasks = glue_tasks(builtin_store().model("mt-dnn").model);
   const int64_t batch = 32;
   const GlueCycle cycle = glue_cycle(tasks, batch, 512, 24, /*proportional=*/true);
   ASSERT_EQ(cycle.steps.size(), 24u);
@@ -338,7 +336,7 @@ TEST(MtDnnTest, TheCyclePadsAsAnEpochOfRandomBatchesDoesOnAverage) {
 }
 
 TEST(MtDnnTest, TheScheduleAndPaddedLengthsAreTheSameForEverySeedAndCoverTheTasks) {
-  const ModelConfig& config = store().model("mt-dnn");
+  const ModelConfig& config = builtin_store().model("mt-dnn");
   Json small = config.smoke_model.json();
   small["task_order"] = "proportional";
   small["max_seq_length"] = 512;

@@ -6,6 +6,7 @@
 #include "gpubench/config.h"
 #include "gpubench/registry.h"
 #include "gpubench/train/optimizers.h"
+#include "tests/builtin_store.h"
 
 #include <torch/torch.h>
 
@@ -16,15 +17,12 @@
 namespace gpubench::models {
 namespace {
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
 int64_t count(const torch::nn::Module& m) { return count_trainable(m.parameters()); }
 
 NasNet& large() {
-  static NasNet model(nasnet_options(store().model("nasnet-large").model));
+  static NasNet model(nasnet_options(builtin_store().model("nasnet-large").model));
   return model;
 }
 
@@ -257,7 +255,7 @@ TEST(NasNetTest, LearningRateDecaysInStairsEveryTwoEpochs) {
 
 TEST(NasNetTest, WeightDecayReachesConvolutionAndClassifierWeightsOnly) {
   // With every gradient zero, only the L2 term moves a parameter.
-  const auto& config = store().model("nasnet-large");
+  const auto& config = builtin_store().model("nasnet-large");
   torch::manual_seed(0);
   NasNet model(nasnet_options(config.smoke_model));
   auto updater = make_nasnet_updater(*model, config.optimizer, 32, Precision::kFp32, torch::kCPU);
@@ -282,7 +280,7 @@ TEST(NasNetTest, WeightDecayReachesConvolutionAndClassifierWeightsOnly) {
 TEST(NasNetTest, ChannelsLastAndContiguousComputeTheSameStep) {
   // memory_format is a layout choice only: one smoke step from the same weights and batch
   // gives the same loss either way.
-  const auto& config = store().model("nasnet-large");
+  const auto& config = builtin_store().model("nasnet-large");
   std::vector<double> losses;
   for (const char* format : {"channels_last", "contiguous"}) {
     Json model = config.smoke_model.json();

@@ -5,6 +5,7 @@
 
 #include "gpubench/config.h"
 #include "gpubench/registry.h"
+#include "tests/builtin_store.h"
 
 #include <torch/torch.h>
 
@@ -15,12 +16,9 @@
 namespace gpubench::models {
 namespace {
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
-const ModelConfig& config() { return store().model("pix2pixhd"); }
+const ModelConfig& config() { return builtin_store().model("pix2pixhd"); }
 
 int64_t count(const torch::nn::Module& m) { return count_trainable(m.parameters()); }
 

@@ -17,6 +17,7 @@
 #include "gpubench/registry.h"
 #include "gpubench/report/reporter.h"
 #include "gpubench/runner.h"
+#include "tests/builtin_store.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>
@@ -28,10 +29,7 @@
 namespace gpubench {
 namespace {
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
 // ---- Where the golden files live ----
 
@@ -97,7 +95,7 @@ struct Spec {
 };
 
 JobRecord record(const Spec& spec) {
-  const ModelConfig& config = store().model(spec.model);
+  const ModelConfig& config = builtin_store().model(spec.model);
   JobRecord r;
   r.model = spec.model;
   r.family = config.family;
@@ -146,7 +144,7 @@ JobRecord record(const Spec& spec) {
     r.timing = summarize_steps({100, 102, 98, 100}, 0.4);
     r.step_time_ms = {100, 102, 98, 100};
     r.peak_memory_bytes = int64_t{120} << 30;
-    normalize(r, config, store().reference());
+    normalize(r, config, builtin_store().reference());
     if (spec.gpu == "NVIDIA H200" && spec.precision == "fp32") {
       // NVML's window and the FLOPs arithmetic (the other runs had neither: a dash).
       const double power_w = 600 + static_cast<double>(spec.batch % 97);
@@ -294,7 +292,7 @@ class ReportGoldenTest : public ::testing::Test {
 
   static std::string render(const std::string& format) {
     std::ostringstream out;
-    make_reporter(format, out)->report(read_results(input_paths()), store().reference());
+    make_reporter(format, out)->report(read_results(input_paths()), builtin_store().reference());
     return out.str();
   }
 
@@ -354,7 +352,7 @@ TEST_F(ReportGoldenTest, OutputIsTheSameFromRecordsInMemory) {
   std::vector<std::string> paths;
   for (const auto& name : input_names()) paths.push_back(dir.file(name));
   std::ostringstream fresh;
-  make_reporter("md", fresh)->report(read_results(paths), store().reference());
+  make_reporter("md", fresh)->report(read_results(paths), builtin_store().reference());
   EXPECT_EQ(fresh.str(), render("md"));
 }
 

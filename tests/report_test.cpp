@@ -7,6 +7,7 @@
 #include "gpubench/runner.h"
 #include "gpubench/strings.h"
 #include "src/report/svg.h"
+#include "tests/builtin_store.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>
@@ -17,10 +18,7 @@
 namespace gpubench {
 namespace {
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
 JobRecord h200(const std::string& model, const std::string& precision, int64_t batch,
                double throughput) {
@@ -48,8 +46,8 @@ JobRecord h200(const std::string& model, const std::string& precision, int64_t b
   r.search = s;
   r.wall_seconds = 40.25;
   r.created_utc = "2026-11-30T00:00:00Z";
-  r.config = store().model(model).to_json();
-  normalize(r, store().model(model), store().reference());
+  r.config = builtin_store().model(model).to_json();
+  normalize(r, builtin_store().model(model), builtin_store().reference());
   return r;
 }
 
@@ -66,7 +64,7 @@ std::vector<JobRecord> sample() {
 
 std::string render(const std::string& format, const std::vector<JobRecord>& jobs) {
   std::ostringstream out;
-  make_reporter(format, out)->report(jobs, store().reference());
+  make_reporter(format, out)->report(jobs, builtin_store().reference());
   return out.str();
 }
 
@@ -76,7 +74,7 @@ TEST(ReportTest, NormalizesEachRunToTheRtx8000) {
   EXPECT_DOUBLE_EQ(jobs[0].normalized->score, 1880.0 / 94.0);
   EXPECT_DOUBLE_EQ(jobs[0].normalized->baseline_max_batch, 128);
   EXPECT_FALSE(jobs[2].normalized.has_value());  // the twin has no 2020 row
-  const Comparison c = build_comparison(jobs, store().reference());
+  const Comparison c = build_comparison(jobs, builtin_store().reference());
   ASSERT_EQ(c.models, (std::vector<std::string>{"bert-base", "bert-base-mlm"}));
   ASSERT_EQ(c.runs.size(), 3u);
   EXPECT_EQ(c.runs[0].label, "H200 fp32");
@@ -228,8 +226,8 @@ TEST(ReportTest, ADivergedJobIsAFailedRowNeverAThroughput) {
   EXPECT_EQ(csv.find("4700"), std::string::npos) << csv;
   EXPECT_NE(csv.find(",diverged,"), std::string::npos) << csv;
   // The family mean leaves it out: only the fp32 run has a score.
-  const Comparison c = build_comparison(jobs, store().reference());
-  const auto families = summarize_families(c, store().reference());
+  const Comparison c = build_comparison(jobs, builtin_store().reference());
+  const auto families = summarize_families(c, builtin_store().reference());
   ASSERT_FALSE(families.empty());
   int counted = 0;
   for (const auto& family : families) {
@@ -246,11 +244,11 @@ TEST(ReportTest, ADivergedJobIsAFailedRowNeverAThroughput) {
 // A 2020 row that was probably fp16 (conv-seq2seq) is marked, and the like-for-like table
 // scores it by the amp-fp16 run, the fp32 rows by the fp32 run.
 TEST(ReportTest, A2020RowOfAnotherPrecisionIsMarkedAndScoredAtThatPrecision) {
-  const ReferenceRow* row = store().reference().find_row("Conv. Seq2Seq");
+  const ReferenceRow* row = builtin_store().reference().find_row("Conv. Seq2Seq");
   ASSERT_NE(row, nullptr);
   EXPECT_EQ(row->precision, "amp-fp16");
   EXPECT_FALSE(row->precision_evidence.empty());
-  EXPECT_EQ(store().reference().find_row("BERT Base")->precision, "fp32");
+  EXPECT_EQ(builtin_store().reference().find_row("BERT Base")->precision, "fp32");
   const std::vector<JobRecord> jobs = {
       h200("bert-base", "fp32", 1312, 1880), h200("conv-seq2seq", "fp32", 150000, 90000),
       h200("conv-seq2seq", "amp-fp16", 200000, 224500), h200("bert-base", "amp-fp16", 1500, 4230)};
@@ -283,7 +281,7 @@ TEST(ReportTest, ASameBatchRunIsAColumnBesideTheMaxBatchRun) {
   same.search.reset();
   const std::vector<JobRecord> jobs = {h200("bert-base", "fp32", 1312, 1880), same};
   EXPECT_NE(job_key(jobs[0]), job_key(jobs[1]));
-  const Comparison c = build_comparison(jobs, store().reference());
+  const Comparison c = build_comparison(jobs, builtin_store().reference());
   ASSERT_EQ(c.runs.size(), 2u);
   EXPECT_EQ(c.runs[1].label, "H200 fp32 @2020 batch");
   EXPECT_DOUBLE_EQ(*c.cells[0][0].normalized, 1880.0 / 94);
@@ -301,7 +299,7 @@ TEST(ReportTest, PricesAreCheckedAndGiveScorePerThousandDollars) {
   const auto prices = parse_prices({"H200=30000"});
   ASSERT_EQ(prices.size(), 1u);
   EXPECT_DOUBLE_EQ(prices[0].usd, 30000);
-  ReferenceTable reference = store().reference();
+  ReferenceTable reference = builtin_store().reference();
   const auto jobs = sample();
   EXPECT_THROW(apply_prices(reference, parse_prices({"A100=1"}), jobs), ConfigError);
   apply_prices(reference, prices, jobs);
@@ -376,7 +374,7 @@ TEST(ReportTest, TheLastRecordOfAJobWinsAndKeepsItsPlace) {
   EXPECT_EQ(merged[0].status, "ok");
   EXPECT_EQ(merged[1].model, "bert-base-mlm");
 
-  const Comparison c = build_comparison(jobs, store().reference());
+  const Comparison c = build_comparison(jobs, builtin_store().reference());
   ASSERT_EQ(c.runs.size(), 1u);
   EXPECT_EQ(c.cells[0][0].status, "ok");
   EXPECT_DOUBLE_EQ(*c.cells[0][0].normalized, 20.0);
@@ -414,7 +412,7 @@ TEST(ReportTest, ReadsDocumentsAndJournalsByContentNotByName) {
   EXPECT_TRUE(files.notes.empty());
   EXPECT_EQ(files.jobs[0].environment["host"], "box");  // the document's, given to its jobs
   EXPECT_EQ(files.jobs[1].precision, "amp-bf16");
-  EXPECT_EQ(build_comparison(files.jobs, store().reference()).runs.size(), 2u);
+  EXPECT_EQ(build_comparison(files.jobs, builtin_store().reference()).runs.size(), 2u);
 }
 
 TEST(ReportTest, AJournalTornAtItsLastLineReadsWithANote) {
@@ -453,8 +451,8 @@ TEST(ReportTest, GeometricMeanPerFamilyComparesLikeWithLike) {
   transformer.batch_unit = "tokens";
   const std::vector<JobRecord> jobs = {h200("bert-base", "fp32", 1312, 1880),  // 20.0x
                                        transformer, h200("bert-base-mlm", "fp32", 1100, 1500)};
-  const Comparison c = build_comparison(jobs, store().reference());
-  const auto summaries = summarize_families(c, store().reference());
+  const Comparison c = build_comparison(jobs, builtin_store().reference());
+  const auto summaries = summarize_families(c, builtin_store().reference());
   ASSERT_EQ(summaries.size(), 1u);  // no image model
   const FamilySummary& s = summaries[0];
   EXPECT_EQ(s.family, "language");
@@ -464,7 +462,7 @@ TEST(ReportTest, GeometricMeanPerFamilyComparesLikeWithLike) {
   EXPECT_NEAR(*s.runs[0]->value, std::sqrt(20.0 * 2.0), 1e-12);
   EXPECT_EQ(s.runs[0]->counted.size(), 2u);
   EXPECT_EQ(s.runs[0]->of, 2u);
-  const auto& reference = store().reference();
+  const auto& reference = builtin_store().reference();
   // RTX 2080 Ti: both models.
   const std::size_t ti = *reference.gpu_index("rtx-2080-ti");
   EXPECT_NEAR(*s.reference[ti].value, std::sqrt(83.0 / 94.0 * 7780.0 / 7507.0), 1e-12);
@@ -486,8 +484,8 @@ TEST(ReportTest, RunsThatMeasuredDifferentModelsGetTheirOwnSummary) {
   failed.normalized.reset();
   const std::vector<JobRecord> jobs = {h200("bert-base", "fp32", 1312, 1880), transformer,
                                        h200("bert-base", "amp-bf16", 1400, 4700), failed};
-  const Comparison c = build_comparison(jobs, store().reference());
-  const auto summaries = summarize_families(c, store().reference());
+  const Comparison c = build_comparison(jobs, builtin_store().reference());
+  const auto summaries = summarize_families(c, builtin_store().reference());
   ASSERT_EQ(summaries.size(), 2u);
   EXPECT_EQ(summaries[0].models.size(), 2u);
   EXPECT_TRUE(summaries[0].runs[0].has_value());
@@ -520,11 +518,11 @@ TEST(ReportTest, MemoryTierRecordsMakeTheirOwnTableNotThroughputColumns) {
       tier_record("bert-base", 24, 233), tier_record("bert-base", 8, 49),
       tier_record("bert-base", 6, 0),    h200("bert-base", "fp32", 1312, 1880),
       tier_record("bert-base", 11, 80),  tier_record("bert-base-mlm", 11, 81)};
-  const Comparison c = build_comparison(jobs, store().reference());
+  const Comparison c = build_comparison(jobs, builtin_store().reference());
   ASSERT_EQ(c.runs.size(), 1u);  // the tier jobs (throughput 0) are no columns
   EXPECT_EQ(c.runs[0].label, "H200 fp32");
 
-  const auto tables = build_memory_tiers(jobs, store().reference());
+  const auto tables = build_memory_tiers(jobs, builtin_store().reference());
   ASSERT_EQ(tables.size(), 1u);
   const MemoryTierTable& t = tables[0];
   EXPECT_EQ(t.label, "H200 fp32");
@@ -563,7 +561,7 @@ TEST(ReportTest, MemoryTierRecordsMakeTheirOwnTableNotThroughputColumns) {
 }
 
 TEST(ReportTest, EachCapIsMatchedWithTheClosest2020MemorySize) {
-  const auto& reference = store().reference();
+  const auto& reference = builtin_store().reference();
   auto names = [&](double cap) {
     std::vector<std::string> out;
     for (std::size_t g : closest_reference_tier(cap, reference).gpus) {

@@ -13,6 +13,7 @@
 // prints the fingerprint and one line per workload to paste below.
 #include "gpubench/config.h"
 #include "gpubench/registry.h"
+#include "tests/builtin_store.h"
 
 #include <torch/torch.h>
 
@@ -108,13 +109,10 @@ std::string fingerprint() {
   return out;
 }
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
 Pin run_steps(const std::string& model) {
-  const ModelConfig& config = store().model(model);
+  const ModelConfig& config = builtin_store().model(model);
   StepContext ctx;
   ctx.config = &config;
   ctx.model = config.smoke_model;

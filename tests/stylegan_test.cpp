@@ -9,6 +9,7 @@
 #include "gpubench/errors.h"
 #include "gpubench/precision.h"
 #include "gpubench/registry.h"
+#include "tests/builtin_store.h"
 #include "tests/testing.h"
 
 #include <torch/torch.h>
@@ -24,10 +25,7 @@
 namespace gpubench::models {
 namespace {
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
 const double kSqrt2 = std::sqrt(2.0);
 
@@ -43,7 +41,7 @@ int64_t count_named(const torch::nn::Module& m, const std::string& prefix) {
 TEST(StyleGanTest, ParameterBreakdownMatchesTheSpec) {
   // spec image §5: G = mapping 2,101,248 + synthesis 24,110,720 + ToRGB of all 9 lods 7,659;
   // D = blocks 23,077,073 + FromRGB of all 9 lods 10,176.
-  const StyleGanOptions o = stylegan_options(store().model("stylegan").model);
+  const StyleGanOptions o = stylegan_options(builtin_store().model("stylegan").model);
   EXPECT_EQ(o.num_layers(), 18);
   EXPECT_EQ(o.nf(1), 512);
   EXPECT_EQ(o.nf(6), 128);
@@ -78,7 +76,7 @@ TEST(StyleGanTest, FullResolutionGeneratorMakes1024ImagesAndDiscriminatorOneScor
   // §5: z is 512-d; the synthesis doubles 4x4 eight times (log2(1024) - 1 = 9 resolutions, 18
   // layers) and ends in ToRGB 16 -> 3 at 1024x1024; D_basic halves 1024 down to 4x4 and ends in
   // dense 512 -> 1: one score per image.
-  const StyleGanOptions o = stylegan_options(store().model("stylegan").model);
+  const StyleGanOptions o = stylegan_options(builtin_store().model("stylegan").model);
   ASSERT_EQ(o.resolution(), 1024);
   ASSERT_EQ(o.latent_size(), 512);
   torch::manual_seed(0);
@@ -400,14 +398,8 @@ TEST(StyleGanTest, SyntheticRealsAreEightBitImagesInMinusOneToOneWithMirroring) 
 }
 
 StepContext smoke_context(int64_t batch) {
-  const ModelConfig& config = store().model("stylegan");
-  StepContext ctx;
-  ctx.config = &config;
-  ctx.model = config.smoke_model;
-  ctx.optimizer = config.optimizer;
-  ctx.batch = batch;
-  ctx.seed = 0;
-  return ctx;
+  return testing::smoke_context(builtin_store().model("stylegan"), batch,
+                                testing::SmokeOptimizer::kFull);
 }
 
 TEST(StyleGanTest, OneIterationTrainsBothNetworksAndKeepsDTrainable) {
@@ -456,7 +448,7 @@ TEST(StyleGanTest, BatchesThatDoNotSplitIntoStddevGroupsAreRejected) {
 /// The smoke model section with `changes` applied (validated against the schema).
 Params smoke_model_with(const Json& changes) {
   const auto& arch = builtin_registry().get("stylegan");
-  Json values = store().model("stylegan").smoke_model.json();
+  Json values = builtin_store().model("stylegan").smoke_model.json();
   merge_into(values, changes);
   return Params(arch.model_schema, values, Where{"test", "model"});
 }
@@ -465,7 +457,7 @@ TEST(StyleGanTest, TheFp16RecipeSettingsParseAndApplyUnderAmpFp16Alone) {
   // Shipped: StyleGAN2-ADA's recipe under amp-fp16 at 1024: fp16 from 128x128 up
   // (max(2^(10 + 1 - 4), 8)), clamp 256 (v1 under plain autocast did not keep its loss scale
   // on the H200: docs/workloads/stylegan.md).
-  const Params shipped = store().model("stylegan").model;
+  const Params shipped = builtin_store().model("stylegan").model;
   const auto o = stylegan_options(shipped, Precision::kAmpFp16);
   EXPECT_FALSE(o.fp16_everywhere());
   EXPECT_EQ(o.fp16_resolutions(), 4);
@@ -534,7 +526,7 @@ struct CollectTrace {
   std::vector<ActivationTraceRecord> records;
 };
 
-StyleGanOptions smoke_options() { return stylegan_options(store().model("stylegan").smoke_model); }
+StyleGanOptions smoke_options() { return stylegan_options(builtin_store().model("stylegan").smoke_model); }
 
 TEST(StyleGanTest, TheRecipeWithoutClampComputesThePlainForwardInFp32) {
   // Outside autocast the recipe only moves autocast boundaries: G and D compute exactly the

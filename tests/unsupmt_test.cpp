@@ -8,6 +8,7 @@
 #include "gpubench/precision.h"
 #include "gpubench/registry.h"
 #include "models/xlm_batching.h"
+#include "tests/builtin_store.h"
 #include "tests/cpu_allocation.h"
 
 #include <torch/torch.h>
@@ -26,10 +27,7 @@ using xlm::kEosIndex;
 using xlm::kMaskIndex;
 using xlm::kPadIndex;
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
 int64_t count(const torch::nn::Module& m) { return count_trainable(m.parameters()); }
 
@@ -45,7 +43,7 @@ torch::Tensor batch_of(const std::vector<std::vector<int64_t>>& columns) {
 }
 
 TEST(UnsupMtTest, ParameterBreakdownMatchesTheSpec) {
-  const Params& full = store().model("unsupmt").model;
+  const Params& full = builtin_store().model("unsupmt").model;
   const int64_t v = full.i64("vocab_size");
   XlmTransformer encoder(xlm_options(full, false)), decoder(xlm_options(full, true));
   EXPECT_EQ(count(*encoder), 76105728 + 1025 * v);   // 142,422,203
@@ -178,7 +176,7 @@ TEST(UnsupMtTest, GreedyDecodingWithTheCacheEqualsDecodingWithout) {
 }
 
 TEST(UnsupMtTest, OneStepDecodesTrainsFourTimesAndCountsWordsAsXlm) {
-  const ModelConfig& config = store().model("unsupmt");
+  const ModelConfig& config = builtin_store().model("unsupmt");
   StepContext ctx;
   ctx.config = &config;
   ctx.model = config.smoke_model;
@@ -234,20 +232,15 @@ TEST(UnsupMtTest, OneStepDecodesTrainsFourTimesAndCountsWordsAsXlm) {
 }
 
 StepContext smoke_context(int64_t batch) {
-  const ModelConfig& config = store().model("unsupmt");
-  StepContext ctx;
-  ctx.config = &config;
-  ctx.model = config.smoke_model;
-  ctx.optimizer = config.optimizer;
-  ctx.batch = batch;
-  return ctx;
+  return testing::smoke_context(builtin_store().model("unsupmt"), batch,
+                                testing::SmokeOptimizer::kFull);
 }
 
 /// The rate of the update after `updates` updates (XLM's schedule: one step behind).
 double rate_after(int64_t updates) { return 1e-7 + static_cast<double>(updates) * (1e-4 - 1e-7) / 4000; }
 
 TEST(UnsupMtTest, AProbeTrainsBothBackTranslationPassesWithoutDecodingThenRunsWholeIterations) {
-  const StepContext ctx = smoke_context(store().model("unsupmt").smoke_batch);
+  const StepContext ctx = smoke_context(builtin_store().model("unsupmt").smoke_batch);
   UnsupMtStep step(ctx);
   ASSERT_TRUE(step.prepare_probe()) << "an eager step on the CPU can be readied for one run";
   // The state of both models is there before anything trained (Adam: two moments each).
@@ -309,7 +302,7 @@ TEST(UnsupMtTest, AProbeTrainsBothBackTranslationPassesWithoutDecodingThenRunsWh
 // 2.7% and 4.7% lower), so a probe of either pass alone would fall short at one of the two;
 // the auto-encoding passes reach 76-82% of the peak, the greedy decodes 15-28%.
 TEST(UnsupMtTest, AProbePeaksAsHighAsWholeIterationsAndHardlyHigher) {
-  for (const int64_t batch : {store().model("unsupmt").smoke_batch, int64_t{640}}) {
+  for (const int64_t batch : {builtin_store().model("unsupmt").smoke_batch, int64_t{640}}) {
     const StepContext ctx = smoke_context(batch);
     {
       // Whatever the first steps of a process keep (kernel caches, say) is kept before either
@@ -353,7 +346,7 @@ TEST(UnsupMtTest, AProbePeaksAsHighAsWholeIterationsAndHardlyHigher) {
 TEST(UnsupMtTest, AProbePeaksAsHighAsWholeIterationsOnTheDevice_CUDA) {
   const torch::Device device(torch::kCUDA, 0);
   for (const Precision precision : {Precision::kFp32, Precision::kAmpBf16}) {
-    for (const int64_t batch : {store().model("unsupmt").smoke_batch, int64_t{640}}) {
+    for (const int64_t batch : {builtin_store().model("unsupmt").smoke_batch, int64_t{640}}) {
       StepContext ctx = smoke_context(batch);
       ctx.device = device;
       ctx.precision = precision;
@@ -386,7 +379,7 @@ TEST(UnsupMtTest, AProbePeaksAsHighAsWholeIterationsOnTheDevice_CUDA) {
 
 TEST(UnsupMtTest, FullSizeBatchesHoldAbout275SentencesAt8000Tokens) {
   // The smoke model, with the full-size length model and 1M sentences per language.
-  const ModelConfig& config = store().model("unsupmt");
+  const ModelConfig& config = builtin_store().model("unsupmt");
   Json model = config.smoke_model.json();
   model["max_len"] = 100;
   model["length_mean"] = 27;

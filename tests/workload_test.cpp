@@ -6,6 +6,7 @@
 #include "gpubench/device.h"
 #include "gpubench/registry.h"
 #include "gpubench/train/model_reuse.h"
+#include "tests/builtin_store.h"
 
 #include <torch/torch.h>
 
@@ -18,23 +19,15 @@
 namespace gpubench {
 namespace {
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
-std::vector<std::string> workload_names() { return store().model_names(); }
+std::vector<std::string> workload_names() { return builtin_store().model_names(); }
 
 StepContext smoke_context(const ModelConfig& config, Precision precision,
                           const torch::Device& device) {
-  StepContext ctx;
-  ctx.config = &config;
-  ctx.model = config.smoke_model;
-  ctx.optimizer = config.smoke_optimizer;
-  ctx.batch = config.smoke_batch;
+  StepContext ctx = testing::smoke_context(config, config.smoke_batch);
   ctx.precision = precision;
   ctx.device = device;
-  ctx.seed = 0;
   return ctx;
 }
 
@@ -63,7 +56,7 @@ const std::set<std::string> kLayerNormArchitectures = {
 class WorkloadTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { torch::manual_seed(0); }
-  const ModelConfig& config() const { return store().model(GetParam()); }
+  const ModelConfig& config() const { return builtin_store().model(GetParam()); }
   const Architecture& arch() const { return builtin_registry().get(config().architecture); }
 
   void smoke(Precision precision, const torch::Device& device, int steps = kSmokeSteps) {

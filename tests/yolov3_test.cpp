@@ -5,6 +5,7 @@
 
 #include "gpubench/config.h"
 #include "gpubench/registry.h"
+#include "tests/builtin_store.h"
 
 #include <torch/torch.h>
 
@@ -17,16 +18,13 @@
 namespace gpubench::models {
 namespace {
 
-const ConfigStore& store() {
-  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
-  return s;
-}
+using testing::builtin_store;
 
 int64_t count(const torch::nn::Module& m) { return count_trainable(m.parameters()); }
 
 TEST(YoloV3Test, ParameterBreakdownMatchesTheSpec) {
   // spec image §3: 61,949,149 from yolov3.cfg; per block from the cfg's layer list.
-  YoloV3 net(yolov3_options(store().model("yolov3").model));
+  YoloV3 net(yolov3_options(builtin_store().model("yolov3").model));
   EXPECT_EQ(count(*net->backbone), 40584928);  // Darknet-53 without its classifier
   EXPECT_EQ(count(*net->head_large), 15999231);
   EXPECT_EQ(count(*net->lateral_medium), 131584);
@@ -54,7 +52,7 @@ TEST(YoloV3Test, FullSizeForwardHasTheThreeDetectionHeadsAtStrides32_16And8) {
   // spec image §3: 608 is darknet's training size since f86901f6; the heads sit after Darknet-53's
   // fifth, fourth and third downsampling (strides 32, 16, 8: 19^2, 38^2, 76^2), each predicting
   // 3 anchors x (4 box + 1 objectness + 80 classes) = 255 channels (the cfg's filters=255).
-  const Params& m = store().model("yolov3").model;
+  const Params& m = builtin_store().model("yolov3").model;
   const int64_t size = m.i64("input_size");
   ASSERT_EQ(size, 608);
   ASSERT_EQ(m.i64("classes"), 80);
@@ -411,7 +409,7 @@ TEST(YoloV3Test, LearningRateFollowsDarknetsStepsPolicy) {
   EXPECT_NEAR(rate(450000), 1e-5, 1e-12);
 
   // The shipped updater starts where darknet does, at batch 1; the smoke config's at 1000.
-  const auto& config = store().model("yolov3");
+  const auto& config = builtin_store().model("yolov3");
   YoloV3 net(YoloV3Options().width(4).blocks({1, 1, 1, 1, 1}));
   EXPECT_DOUBLE_EQ(
       make_yolov3_updater(*net, config.optimizer, Precision::kFp32, torch::kCPU).optimizer().lr(),
@@ -436,7 +434,7 @@ TEST(YoloV3Test, LearningRateFollowsDarknetsStepsPolicy) {
 // ---- Training ----
 
 TEST(YoloV3Test, LossIsFiniteAndFallsOnOneFixedBatch) {
-  const auto& config = store().model("yolov3");
+  const auto& config = builtin_store().model("yolov3");
   const auto& arch = builtin_registry().get("yolov3");
   Json model = config.smoke_model.json();
   model["input_size"] = 96;
@@ -468,7 +466,7 @@ TEST(YoloV3Test, LossIsFiniteAndFallsOnOneFixedBatch) {
 // its raw outputs grew from 9 to 263 in four steps here (width 2) and every loss was NaN within
 // 24 steps on the H200 (width 32, batch 16); from darknet's batch 1 they stay where they are.
 TEST(YoloV3Test, ShippedScheduleKeepsTheFullSizeOutputsInRange) {
-  const auto& config = store().model("yolov3");
+  const auto& config = builtin_store().model("yolov3");
   const auto& arch = builtin_registry().get("yolov3");
   Json model = config.model.json();  // 608 px, the cfg's anchors
   model["width"] = 2;
