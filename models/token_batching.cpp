@@ -416,8 +416,8 @@ std::vector<int64_t> TokenBatches::probe_batches() const {
   GPUBENCH_ASSERT(!shapes_.empty());
   const int64_t top = heaviest();
   if (!(model_.uncertainty > 0)) return {top};
-  const double floor = activation_weight(shapes_[static_cast<std::size_t>(top)], model_) *
-                       (1 - std::max(0.0, model_.uncertainty));
+  const double floor =
+      activation_weight(shapes_[static_cast<std::size_t>(top)], model_) * (1 - model_.uncertainty);
   std::vector<int64_t> out{top};
   for (int64_t i = 0; i < size(); ++i) {
     if (i != top && activation_weight(shapes_[static_cast<std::size_t>(i)], model_) >= floor) {

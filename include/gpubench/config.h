@@ -33,10 +33,10 @@ struct SearchSettings {
   bool cudnn_benchmark = false;
   /// Memory a probe leaves free, as a share of what the search may use (the device's free
   /// memory, or under a memory cap the allocator's part of it): each probe holds that much in a
-  /// ballast tensor, so a batch "fits"
-  /// only with this headroom. The timed run in a fresh process lays memory out differently:
-  /// on the H200 its need at the searched batch exceeded the probe's by 10 to 250 MiB
-  /// (docs/search.md, "Headroom"). Default: 0.0025 (358 MiB of an H200)
+  /// ballast tensor, so a batch "fits" only with this headroom. The timed run in a fresh
+  /// process lays memory out differently: on the H200 its need at the searched batch exceeded
+  /// the probe's by 10 to 250 MiB (docs/search.md, "Headroom"). Default: 0.0025 (358 MiB of an
+  /// H200)
   double headroom = 0.0025;
 };
 

@@ -40,20 +40,21 @@ PY
   echo "${b:-$2}"
 }
 
-for s in ${SEEDS:-1 2 3 4 5}; do
+seeds=${SEEDS:-1 2 3 4 5}
+for s in $seeds; do
   printf 'run: {seed: %s}\n' "$s" > "$out/seed$s.yaml"
 done
-printf 'models:\n  pix2pixhd: {runtime: {cudnn_benchmark: %s}}\n  mask-rcnn: {runtime: {cudnn_benchmark: %s}}\n' \
-  false false > "$out/autotune-off.yaml"
-printf 'models:\n  pix2pixhd: {runtime: {cudnn_benchmark: %s}}\n  mask-rcnn: {runtime: {cudnn_benchmark: %s}}\n' \
-  true true > "$out/autotune-on.yaml"
+for side in off:false on:true; do
+  printf 'models:\n  pix2pixhd: {runtime: {cudnn_benchmark: %s}}\n  mask-rcnn: {runtime: {cudnn_benchmark: %s}}\n' \
+    "${side#*:}" "${side#*:}" > "$out/autotune-${side%%:*}.yaml"
+done
 
 run_job() {  # MODEL:PRECISION:CONFIG@BATCH
   if late; then echo "$1: skipped (deadline ${deadline} s)" >> "$out/walltimes.txt"; return; fi
   "$here/jobs.sh" "$bin" "$out" "$1" > /dev/null 2>&1
 }
 
-for s in ${SEEDS:-1 2 3 4 5}; do run_job "mt-dnn:amp-bf16:$out/seed$s.yaml@8"; done
+for s in $seeds; do run_job "mt-dnn:amp-bf16:$out/seed$s.yaml@8"; done
 for m in pix2pixhd mask-rcnn; do
   fallback=2
   [ "$m" = mask-rcnn ] && fallback=16
@@ -62,7 +63,7 @@ for m in pix2pixhd mask-rcnn; do
   run_job "$m:amp-bf16:$out/autotune-on.yaml@$b"
 done
 if [ -n "${MTDNN_MAX:-}" ]; then
-  for s in $(echo ${SEEDS:-1 2 3 4 5} | cut -d' ' -f1-3); do
+  for s in $(echo $seeds | cut -d' ' -f1-3); do
     run_job "mt-dnn:amp-bf16:$out/seed$s.yaml@$MTDNN_MAX"
   done
 fi
