@@ -19,6 +19,9 @@
 #   scripts/gpu/step_speed.sh GPUBENCH OUT [MODEL:PRECISION ...]
 #       default: the six references at fp32 and amp-bf16, then mt-dnn
 #   GRAPHS=1: gpubench also runs each case with runtime.cuda_graphs on
+#   VARIANT=NAME:CONFIG: gpubench also runs each case with --config CONFIG (a YAML overlay),
+#              compared with its default run and with Python (e.g. issue 11's
+#              limit10:scripts/gpu/cudnn-limit10.yaml, PyTorch's 10 algorithms per convolution)
 #   WARM48=0: skip transformer-big's run with 48 warm-up steps
 #   PROFILE=1: both sides also profile 2 steps after their warm-up (GPUBENCH_PROFILE_TRACE,
 #              which gpubench and scripts/python/harness.py both read), summarized by
@@ -139,6 +142,11 @@ for c in "${cases[@]}"; do
   if [ "${GRAPHS:-0}" = 1 ]; then
     gg=$(ours "$m-$p-graphs" "$m" "$b" "$p" ${warm[@]+"${warm[@]}"} --config "$(graphs_config "$m")")
     line "$m $p batch $b: gpubench with CUDA graphs $gg $unit, graphs/eager $(ratio "$gg" "$g")"
+  fi
+  if [ -n "${VARIANT:-}" ] && [ "$m" != mt-dnn ]; then
+    vn=${VARIANT%%:*}
+    gv=$(ours "$m-$p-$vn" "$m" "$b" "$p" --config "$(realpath "${VARIANT#*:}")")
+    line "$m $p batch $b: gpubench with $vn $gv $unit, $vn/default $(ratio "$gv" "$g"), $vn/python $(ratio "$gv" "$py_t")"
   fi
   echo "$m:$p $(( $(date +%s) - start )) s" >> "$OUT/walltimes.txt"
   touch "$OUT/$m-$p.done"
