@@ -164,6 +164,14 @@ bool cudnn_autotuning(const ModelConfig& config, const RunSettings& run) {
   return run.cudnn_benchmark && RuntimeSettings::from_params(config.runtime).cudnn_benchmark;
 }
 
+/// How many algorithms the autotuner tries per convolution: the workload's
+/// runtime.cudnn_benchmark_limit where it sets one (a twin of eager PyTorch tries PyTorch's 10),
+/// else the run's run.cudnn_benchmark_limit.
+int cudnn_benchmark_limit(const ModelConfig& config, const RunSettings& run) {
+  const int own = RuntimeSettings::from_params(config.runtime).cudnn_benchmark_limit;
+  return own >= 0 ? own : run.cudnn_benchmark_limit;
+}
+
 StepContext make_context(const ModelConfig& config, const RunSettings& run,
                          const torch::Device& device, int64_t batch) {
   StepContext ctx;
@@ -177,6 +185,7 @@ StepContext make_context(const ModelConfig& config, const RunSettings& run,
   ctx.runtime = RuntimeSettings::from_params(config.runtime);
   // What the worker applied (cudnn_autotuning): the step records it in its runtime info.
   ctx.runtime.cudnn_benchmark = cudnn_autotuning(config, run);
+  ctx.runtime.cudnn_benchmark_limit = cudnn_benchmark_limit(config, run);
   return ctx;
 }
 
@@ -696,16 +705,16 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
     // Before the model is built: cuDNN reads the setting at each convolution's first run.
     const bool autotuning = cudnn_autotuning(config, run);
     apply_math_mode(run.precision, autotuning);
-    set_cudnn_algorithm_choice(autotuning, run.cudnn_benchmark_limit,
-                               run.cudnn_benchmark_empty_cache);
+    const int algorithm_limit = cudnn_benchmark_limit(config, run);
+    set_cudnn_algorithm_choice(autotuning, algorithm_limit, run.cudnn_benchmark_empty_cache);
     torch::manual_seed(static_cast<uint64_t>(run.seed));
     const Architecture& arch = builtin_registry().get(config.architecture);
 
     if (spec.phase == "search") {
       // Heuristics unless asked: no autotuning at every new shape, and workspaces picked by
       // shape rather than by what happens to be free (docs/search.md).
-      set_cudnn_algorithm_choice(config.search.cudnn_benchmark && autotuning,
-                                 run.cudnn_benchmark_limit, run.cudnn_benchmark_empty_cache);
+      set_cudnn_algorithm_choice(config.search.cudnn_benchmark && autotuning, algorithm_limit,
+                                 run.cudnn_benchmark_empty_cache);
       // A workload may probe in another layout than it trains in (probe_memory_format: cuDNN
       // builds a kernel for each channels-last depthwise convolution at every new shape); the
       // timed run keeps its own and confirms the batch (docs/search.md, "Cheap probes").
@@ -741,6 +750,7 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
       options.hint = spec.search_hint;
       options.prior = spec.search_probes;
       options.worker = spec.search_worker;
+      options.headroom_bytes = headroom_bytes;
       // configure_allocator() above set the option before the first allocation, where this
       // libtorch knows it.
       options.expandable_allocator =

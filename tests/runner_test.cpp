@@ -73,6 +73,28 @@ TEST(RunnerTest, TheWorkloadsCudnnSettingIsAppliedAndRecorded) {
   }
 }
 
+TEST(RunnerTest, AWorkloadsCudnnAlgorithmLimitReplacesTheRunsAndIsRecorded) {
+  for (const int workload : {-1, 0, 10}) {
+    JobSpec spec;
+    spec.model = "bert-base";
+    spec.phase = "time";
+    spec.batch = 1;
+    spec.overlays = smoke_overlays("bert-base");
+    spec.overlays.push_back(
+        {"limit.json",
+         Json{{"run", {{"cudnn_benchmark_limit", 5}}},
+              {"models", {{"bert-base", {{"runtime", {{"cudnn_benchmark_limit", workload}}}}}}}}});
+    const JobRecord r = run_phase(spec, resolve_store(spec.overlays));
+    ASSERT_EQ(r.status, "ok") << r.message;
+    // -1 leaves the run's number; any other is the workload's own (0: every algorithm). The
+    // worker set it before the model was built, and the record's cuDNN section read it back.
+    const int expected = workload >= 0 ? workload : 5;
+    EXPECT_EQ(r.memory["cudnn"]["benchmark_limit"], expected) << workload;
+    EXPECT_EQ(r.runtime["cudnn_benchmark_limit"], expected) << workload;
+    EXPECT_EQ(r.config["runtime"]["cudnn_benchmark_limit"], workload);
+  }
+}
+
 /// A step with one parameter whose loss is finite for its first `finite_runs` runs and NaN (or
 /// +inf) after, and a degeneracy verdict of its own.
 class DivergingStep : public TrainStep {

@@ -677,6 +677,18 @@ TEST(RuntimeTest, CudnnAutotuningIsAPerWorkloadSettingOffWhereTheReferenceTrains
       store.apply_document(
           Json{{"models", {{"yolov3", {{"runtime", {{"cudnn_benchmark", "yes"}}}}}}}}, "user.json"),
       ConfigError, "cudnn_benchmark");
+  // How many algorithms it tries: the run's number, but for the twin of eager PyTorch's
+  // DeepLabv3, which tries PyTorch's 10 as eager does.
+  for (const auto& name : store.model_names()) {
+    EXPECT_EQ(RuntimeSettings::from_params(store.model(name).runtime).cudnn_benchmark_limit,
+              name == "deeplabv3-resnet101" ? 10 : -1)
+        << name;
+  }
+  EXPECT_THROWS_WITH(
+      store.apply_document(
+          Json{{"models", {{"yolov3", {{"runtime", {{"cudnn_benchmark_limit", -2}}}}}}}},
+          "user.json"),
+      ConfigError, "cudnn_benchmark_limit");
   // The step's runtime info (the record's `runtime`) says what it ran with.
   StepContext ctx = cpu_context();
   ctx.runtime.cudnn_benchmark = false;

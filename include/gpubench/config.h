@@ -117,7 +117,9 @@ struct RunSettings {
   /// cuDNN algorithms the autotuner times per convolution (PyTorch's
   /// torch.backends.cudnn.benchmark_limit; 0 = all). Default: 3. PyTorch's 10 made the first
   /// step on an H200 take 132.6 s (nasnet-large fp32 at 224) and 62.6 s (deeplabv3 at 87): the
-  /// autotuner runs each of them on the full-size tensors (docs/search.md, "Short warm-ups")
+  /// autotuner runs each of them on the full-size tensors (docs/search.md, "Short warm-ups").
+  /// A workload's runtime.cudnn_benchmark_limit replaces it (deeplabv3-resnet101, the twin of
+  /// eager PyTorch, tries PyTorch's 10)
   int cudnn_benchmark_limit = 3;
   /// Empty the caching allocator after each autotuning of a convolution, as PyTorch does by
   /// default. Off, the trial workspace stays cached for the next autotuning instead of being

@@ -36,6 +36,10 @@ struct RuntimeSettings {
   /// `runtime.cudnn_benchmark` and the run's `run.cudnn_benchmark` both on; the runner applies it
   /// before the model is built. Default: true
   bool cudnn_benchmark = true;
+  /// How many algorithms cuDNN's autotuner tries per convolution
+  /// (torch.backends.cudnn.benchmark_limit; 0: all it has): the workload's own number, or -1 for
+  /// the run's `run.cudnn_benchmark_limit`. Default: -1
+  int cudnn_benchmark_limit = -1;
 
   /// The keys of the `runtime:` section.
   static ParamSchema schema();

@@ -35,6 +35,11 @@ ParamSchema RuntimeSettings::schema() {
       {"cudnn_benchmark", ParamKind::kBool, true,
        "cuDNN autotuning in the timed run (also needs run.cudnn_benchmark); false where the "
        "workload's reference trains without it"},
+      {"cudnn_benchmark_limit", ParamKind::kInt, -1,
+       "algorithms cuDNN's autotuner tries per convolution (0: all); -1: the run's "
+       "run.cudnn_benchmark_limit",
+       {},
+       -1.0},
   };
 }
 
@@ -43,6 +48,7 @@ RuntimeSettings RuntimeSettings::from_params(const Params& params) {
   s.cuda_graphs = params.flag("cuda_graphs");
   s.optimizer_kernels = params.str("optimizer_kernels");
   s.cudnn_benchmark = params.flag("cudnn_benchmark");
+  s.cudnn_benchmark_limit = static_cast<int>(params.i64("cudnn_benchmark_limit"));
   return s;
 }
 
@@ -302,6 +308,7 @@ Json Runtime::info() const {
               {"cuda_graphs", settings_.cuda_graphs},
               {"optimizer_kernels", device_.is_cuda() ? settings_.optimizer_kernels : "foreach"},
               {"cudnn_benchmark", settings_.cudnn_benchmark},
+              {"cudnn_benchmark_limit", settings_.cudnn_benchmark_limit},
               {"precision", to_string(precision_)},
               {"autocast",
                is_amp(precision_) ? (precision_ == Precision::kAmpBf16 ? "bf16" : "fp16") : "off"},
