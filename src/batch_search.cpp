@@ -160,10 +160,13 @@ struct HintPlan {
   std::string note;
 };
 
-HintPlan plan_hint(const SearchSettings& s, int64_t capacity, const std::optional<SearchHint>& h) {
+HintPlan plan_hint(const SearchSettings& s, int64_t capacity, int64_t headroom_bytes,
+                   const std::optional<SearchHint>& h) {
   HintPlan plan;
   if (!h) return plan;
-  const double c = static_cast<double>(capacity);
+  // The hint's bytes hold no ballast (SearchHint::from_searches); this search's probes hold
+  // `headroom_bytes`, which leaves the hint's model that much less room.
+  const double c = static_cast<double>(capacity - std::max<int64_t>(0, headroom_bytes));
   auto refuse = [&](const std::string& why) {
     plan = HintPlan{};
     plan.note = "hint refused: " + why + "; the search starts cold";
@@ -204,7 +207,7 @@ HintPlan plan_hint(const SearchSettings& s, int64_t capacity, const std::optiona
     plan.slope = h->bytes_per_sample;
     plan.margin = kHintMargin;
     plan.note = fmt::format("hint used: its line puts the limit near batch {} under {:.1f} GiB",
-                            static_cast<int64_t>(line_limit), gib(c));
+                            static_cast<int64_t>(line_limit), gib(static_cast<double>(capacity)));
   } else if (scaled >= static_cast<double>(s.min_batch)) {
     plan.limit = scaled;
     plan.margin = kRescaledHintMargin;
@@ -216,13 +219,13 @@ HintPlan plan_hint(const SearchSettings& s, int64_t capacity, const std::optiona
     plan.note = fmt::format(
         "hint rescaled: {} (batch {} under {:.1f} GiB) scaled to {:.1f} GiB is batch {}; the "
         "search starts from that",
-        line_text, h->max_batch, gib(static_cast<double>(h->capacity_bytes)), gib(c),
-        static_cast<int64_t>(scaled));
+        line_text, h->max_batch, gib(static_cast<double>(h->capacity_bytes)),
+        gib(static_cast<double>(capacity)), static_cast<int64_t>(scaled));
   } else {
     return refuse(fmt::format(
         "it predicts that not even search.min_batch={} fits in {:.1f} GiB (its fixed memory is "
         "{:.1f} GiB)",
-        s.min_batch, gib(c), gib(h->fixed_bytes)));
+        s.min_batch, gib(static_cast<double>(capacity)), gib(h->fixed_bytes)));
   }
   return plan;
 }
@@ -589,6 +592,20 @@ Json SearchHint::to_json() const {
           {"resident_bytes", resident_bytes}};
 }
 
+SearchHint SearchHint::from_searches(const SearchRecord& line, const SearchRecord& answer) {
+  SearchHint hint;
+  hint.fixed_bytes = std::max(0.0, line.fixed_bytes - static_cast<double>(line.headroom_bytes));
+  hint.bytes_per_sample = line.bytes_per_sample;
+  hint.capacity_bytes = answer.capacity_bytes;
+  hint.max_batch = answer.max_batch;
+  const auto less_ballast = [&](int64_t bytes) {
+    return bytes > 0 ? std::max<int64_t>(0, bytes - answer.headroom_bytes) : bytes;
+  };
+  hint.peak_bytes_at_max = less_ballast(answer.peak_bytes_at_max);
+  hint.resident_bytes = less_ballast(answer.resident_bytes_at_max);
+  return hint;
+}
+
 std::optional<SearchHint> SearchHint::from_json(const Json& json) {
   if (!json.is_object()) return std::nullopt;
   SearchHint hint;
@@ -609,7 +626,7 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
     if (options.on_note) options.on_note(text);
   };
 
-  HintPlan hint = plan_hint(settings, capacity_bytes, options.hint);
+  HintPlan hint = plan_hint(settings, capacity_bytes, options.headroom_bytes, options.hint);
   SearchRecord record;
   record.capacity_bytes = capacity_bytes;
   record.hint_note = hint.note;

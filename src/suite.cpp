@@ -38,14 +38,7 @@ std::optional<SearchHint> hint_for(const std::string& model, const std::vector<J
   }
   if (!anchor) return std::nullopt;
   if (!line) line = anchor;
-  SearchHint hint;
-  hint.fixed_bytes = line->fixed_bytes;
-  hint.bytes_per_sample = line->bytes_per_sample;
-  hint.capacity_bytes = anchor->capacity_bytes;
-  hint.max_batch = anchor->max_batch;
-  hint.peak_bytes_at_max = anchor->peak_bytes_at_max;
-  hint.resident_bytes = anchor->resident_bytes_at_max;
-  return hint;
+  return SearchHint::from_searches(*line, *anchor);
 }
 
 }  // namespace

@@ -903,6 +903,52 @@ TEST(BatchSearchTest, AHintFromAnotherCapIsScaledByItsCapacity) {
   EXPECT_EQ(r.hint_note.rfind("hint used", 0), 0u) << r.hint_note;
 }
 
+TEST(BatchSearchTest, AHintCarriesNoBallastAndEachSearchTakesItsOwnFromTheCapacity) {
+  // Memory tiers again, each search's probes holding a ballast of 2% of its capacity
+  // (search.headroom): 0.48 GiB under 24 GiB, 0.96 under 48, 20 and 41 batches' worth.
+  const double fixed = 3e9, per = 2.5e7, share = 0.02;
+  const double cap24 = 24 * kGiB, cap48 = 48 * kGiB;
+  auto device = [&](double cap, double ballast) {
+    Device d;
+    d.need = [=](int64_t b) { return fixed + ballast + per * static_cast<double>(b); };
+    d.capacity = cap;
+    d.resident = fixed + ballast;
+    return d;
+  };
+  const auto b24 = static_cast<int64_t>(share * cap24), b48 = static_cast<int64_t>(share * cap48);
+  const SearchSettings s = default_budget();
+  Device d24 = device(cap24, static_cast<double>(b24));
+  SearchRecord r24 = find_max_batch(s, static_cast<int64_t>(cap24), std::ref(d24));
+  r24.headroom_bytes = b24;  // as the runner records it
+  ASSERT_EQ(r24.max_batch, static_cast<int64_t>((cap24 - b24 - fixed) / per)) << trace(r24);
+
+  // The hint is the workload's memory alone: the 24 GiB search's ballast is not in it.
+  const SearchHint hint = SearchHint::from_searches(r24, r24);
+  EXPECT_NEAR(hint.fixed_bytes, fixed, 0.01 * per) << trace(r24);
+  EXPECT_EQ(hint.resident_bytes, static_cast<int64_t>(fixed));
+  EXPECT_EQ(hint.peak_bytes_at_max, r24.peak_bytes_at_max - b24);
+
+  // Under 48 GiB with its own ballast, the hinted search starts where a search without one on a
+  // device smaller by the ballast starts, and finds the same answer.
+  auto hinted = [&](double cap, double ballast, int64_t headroom) {
+    Device d = device(cap, ballast);
+    SearchOptions options;
+    options.hint = hint;
+    options.headroom_bytes = headroom;
+    return find_max_batch(s, static_cast<int64_t>(cap), std::ref(d), options);
+  };
+  const SearchRecord with = hinted(cap48, static_cast<double>(b48), b48);
+  const SearchRecord smaller = hinted(cap48 - static_cast<double>(b48), 0, 0);
+  const int64_t limit = static_cast<int64_t>((cap48 - b48 - fixed) / per);
+  EXPECT_EQ(with.max_batch, limit) << trace(with);
+  expect_exact(with, s, "tier with ballast");
+  EXPECT_EQ(with.hint_note.rfind("hint used", 0), 0u) << with.hint_note;
+  EXPECT_EQ(with.probes.front().batch, smaller.probes.front().batch) << trace(with);
+  // Left out of the hint's prediction, the ballast would have aimed the first probe higher.
+  const SearchRecord blind = hinted(cap48, static_cast<double>(b48), 0);
+  EXPECT_GT(blind.probes.front().batch, with.probes.front().batch + 30) << trace(blind);
+}
+
 TEST(BatchSearchTest, AHintWhoseLineContradictsItsOwnAnswerIsRescaled) {
   // What the H200 showed (2026-12-01): nasnet-large's 11 GiB search left a line (11.7 GB fixed,
   // 4.2 MB per image: peaks pinned at the cap by autotuning) whose limit under 48 GiB is batch

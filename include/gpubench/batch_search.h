@@ -121,7 +121,8 @@ struct SearchRecord {
 /// (max_batch under capacity_bytes, with the peak and resident bytes of that probe). The search
 /// scales it to its own capacity and checks it before the first probe; a line that disagrees
 /// with its own answer is replaced by the answer scaled by the capacity, and a hint that makes no
-/// sense is refused. The record's hint_note says which.
+/// sense is refused. The record's hint_note says which. Its bytes hold no probe ballast
+/// (search.headroom): each search takes its own from its capacity (SearchOptions::headroom_bytes).
 struct SearchHint {
   double fixed_bytes = 0;
   double bytes_per_sample = 0;
@@ -130,6 +131,10 @@ struct SearchHint {
   int64_t peak_bytes_at_max = 0;   ///< peak of its probe at max_batch (0: unknown)
   int64_t resident_bytes = 0;      ///< resident bytes of that probe (0: unknown)
   bool valid() const { return bytes_per_sample > 0 && fixed_bytes >= 0; }
+  /// The hint two earlier searches of a workload give: `line`'s memory line and `answer`'s max
+  /// batch with its probe's peak and resident bytes, each less the ballast its probes held
+  /// (SearchRecord::headroom_bytes), which depends on the capacity and is not the workload's.
+  static SearchHint from_searches(const SearchRecord& line, const SearchRecord& answer);
   Json to_json() const;
   static std::optional<SearchHint> from_json(const Json& json);  ///< none for null
 };
@@ -149,6 +154,9 @@ struct SearchOptions {
   /// allocated peak, so the memory model is the line through the allocated peaks, aimed a little
   /// under the capacity. Otherwise the reserved peaks (cached blocks that fragment count too).
   bool expandable_allocator = false;
+  /// The ballast every probe holds (search.headroom of the capacity): inside the probes' peaks,
+  /// and taken from the capacity when a hint (which holds none) predicts the limit.
+  int64_t headroom_bytes = 0;
   ProbeCallback on_probe;
   /// Notes worth a line on stderr: what became of the hint, a budget spent, an interruption.
   std::function<void(const std::string&)> on_note;
