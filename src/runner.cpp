@@ -157,19 +157,17 @@ JobRecord base_record(const ModelConfig& config, const RunSettings& run) {
   return r;
 }
 
-/// cuDNN autotuning for a workload's timed run: the run's switch (run.cudnn_benchmark, on by
-/// default) and the workload's (runtime.cudnn_benchmark: off where its reference trains without
-/// it, docs/ARCHITECTURE.md "cuDNN autotuning").
-bool cudnn_autotuning(const ModelConfig& config, const RunSettings& run) {
-  return run.cudnn_benchmark && RuntimeSettings::from_params(config.runtime).cudnn_benchmark;
-}
-
-/// How many algorithms the autotuner tries per convolution: the workload's
+/// The workload's `runtime:` section as this run applies it. cuDNN autotuning is on when both the
+/// run's switch (run.cudnn_benchmark, on by default) and the workload's are
+/// (runtime.cudnn_benchmark: off where its reference trains without it, docs/ARCHITECTURE.md
+/// "cuDNN autotuning"); the algorithms it tries per convolution are the workload's
 /// runtime.cudnn_benchmark_limit where it sets one (a twin of eager PyTorch tries PyTorch's 10),
 /// else the run's run.cudnn_benchmark_limit.
-int cudnn_benchmark_limit(const ModelConfig& config, const RunSettings& run) {
-  const int own = RuntimeSettings::from_params(config.runtime).cudnn_benchmark_limit;
-  return own >= 0 ? own : run.cudnn_benchmark_limit;
+RuntimeSettings applied_runtime(const ModelConfig& config, const RunSettings& run) {
+  RuntimeSettings r = RuntimeSettings::from_params(config.runtime);
+  r.cudnn_benchmark = run.cudnn_benchmark && r.cudnn_benchmark;
+  if (r.cudnn_benchmark_limit < 0) r.cudnn_benchmark_limit = run.cudnn_benchmark_limit;
+  return r;
 }
 
 StepContext make_context(const ModelConfig& config, const RunSettings& run,
@@ -182,10 +180,8 @@ StepContext make_context(const ModelConfig& config, const RunSettings& run,
   ctx.precision = run.precision;
   ctx.device = device;
   ctx.seed = run.seed;
-  ctx.runtime = RuntimeSettings::from_params(config.runtime);
-  // What the worker applied (cudnn_autotuning): the step records it in its runtime info.
-  ctx.runtime.cudnn_benchmark = cudnn_autotuning(config, run);
-  ctx.runtime.cudnn_benchmark_limit = cudnn_benchmark_limit(config, run);
+  // What the worker applied: the step records it in its runtime info.
+  ctx.runtime = applied_runtime(config, run);
   return ctx;
 }
 
@@ -703,9 +699,10 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
       }
     }
     // Before the model is built: cuDNN reads the setting at each convolution's first run.
-    const bool autotuning = cudnn_autotuning(config, run);
+    const RuntimeSettings applied = applied_runtime(config, run);
+    const bool autotuning = applied.cudnn_benchmark;
+    const int algorithm_limit = applied.cudnn_benchmark_limit;
     apply_math_mode(run.precision, autotuning);
-    const int algorithm_limit = cudnn_benchmark_limit(config, run);
     set_cudnn_algorithm_choice(autotuning, algorithm_limit, run.cudnn_benchmark_empty_cache);
     torch::manual_seed(static_cast<uint64_t>(run.seed));
     const Architecture& arch = builtin_registry().get(config.architecture);
