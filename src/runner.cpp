@@ -9,6 +9,7 @@
 #include "gpubench/profile.h"
 #include "gpubench/registry.h"
 #include "gpubench/strings.h"
+#include "gpubench/timing.h"
 #include "gpubench/train/model_reuse.h"
 
 #include <torch/torch.h>
@@ -298,6 +299,55 @@ void confirm_phase(JobRecord& record, const Architecture& arch, const StepContex
                                        format_bytes(static_cast<double>(stats.reserved_peak))));
 }
 
+/// runtime.cuda_graphs_if_host_bound, after the eager warm-up: when the host's share of the
+/// last steps (at least one cycle of the step's mix) reaches kHostBoundShare, turns CUDA graphs
+/// on and runs more warm-up steps (`warm_step`) until a whole cycle, and at least two steps,
+/// replayed without a capture, so that no capture falls in the timed window. Returns the
+/// decision for the record's warmup.host_bound (null when the setting is off).
+Json graphs_if_host_bound(const std::string& model, TrainStep& step,
+                          const RuntimeSettings& runtime, int cycle,
+                          const std::vector<double>& host_ms, const std::vector<double>& warm_ms,
+                          const std::function<void()>& warm_step) {
+  if (!runtime.cuda_graphs_if_host_bound || runtime.cuda_graphs) return nullptr;
+  const HostShare share = host_share(host_ms, warm_ms, std::max(3, cycle));
+  Json out = {{"steps", share.steps},         {"host_ms", share.host_ms},
+              {"device_ms", share.device_ms}, {"share", share.share},
+              {"threshold", kHostBoundShare}, {"host_bound", share.host_bound},
+              {"graphs", "off"}};
+  if (!share.host_bound) {
+    worker_log(model, fmt::format("the host took {:.0f}% of the warm-up's last {}: the step "
+                                  "fills the device and stays eager",
+                                  100 * share.share, counted(share.steps, "step")));
+    return out;
+  }
+  const std::string why_not = step.enable_graphs();
+  if (!why_not.empty()) {
+    out["why_not"] = why_not;
+    worker_log(model, fmt::format("the host took {:.0f}% of the warm-up's last {}; no CUDA "
+                                  "graphs: {}",
+                                  100 * share.share, counted(share.steps, "step"), why_not));
+    return out;
+  }
+  const int64_t needed = std::max(cycle, 2);
+  const int64_t limit = 10 * needed + 8;  // every shape of a cycle captured well before this
+  int64_t steps = 0;
+  while (step.replays_in_a_row() < needed && steps < limit) {
+    Heartbeat::phase(fmt::format("warm-up: capturing CUDA graphs, step {}", steps + 1));
+    warm_step();
+    ++steps;
+  }
+  const bool settled = step.replays_in_a_row() >= needed;
+  // A capture that failed put the step back on eager iterations (its runtime note says why).
+  const bool on = step.runtime_info().value("launch", "") == "cuda-graphs";
+  out["graphs"] = !on ? "off" : settled ? "on" : "on, still capturing";
+  out["capture_steps"] = steps;
+  worker_log(model, fmt::format("the host took {:.0f}% of the warm-up's last {}: CUDA graphs "
+                                "{} after {} more",
+                                100 * share.share, counted(share.steps, "step"),
+                                out["graphs"].get<std::string>(), counted(steps, "step")));
+  return out;
+}
+
 void time_phase(JobRecord& record, const Architecture& arch, const StepContext& ctx,
                 const RunSettings& run) {
   const torch::Device& device = ctx.device;
@@ -327,7 +377,17 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   // Warm-up: until cuDNN autotuning and allocator growth are over and step times are steady.
   worker_log(record.model, fmt::format("warm-up at batch {}", ctx.batch));
   StepClock clock(device);
-  std::vector<double> warm_ms;
+  std::vector<double> warm_ms;  // each step's device time
+  std::vector<double> host_ms;  // the host's time inside each step's run()
+  auto warm_step = [&] {
+    clock.clear();
+    clock.mark();
+    const auto host_start = Clock::now();
+    step->run();
+    host_ms.push_back(1000.0 * seconds_since(host_start));
+    clock.mark();
+    warm_ms.push_back(clock.intervals_ms().front());
+  };
   std::string reason, detail;
   // Steps that may still autotune are never timed, whatever the warm-up's limits.
   const int autotune =
@@ -367,17 +427,16 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
     Heartbeat::phase(fmt::format(
         "warm-up step {} at batch {}{}", warm_ms.size() + 1, ctx.batch,
         static_cast<int>(warm_ms.size()) < autotune ? " (cuDNN autotunes each new shape)" : ""));
-    clock.clear();
-    clock.mark();
-    step->run();
-    clock.mark();
-    warm_ms.push_back(clock.intervals_ms().front());
+    warm_step();
   }
+  const Json host_bound = graphs_if_host_bound(record.model, *step, ctx.runtime, cycle, host_ms,
+                                               warm_ms, warm_step);
   Heartbeat::phase("after the warm-up");
   const double warm_seconds = seconds_since(warm_start);
   record.warmup = {{"steps", warm_ms.size()},  {"reason", reason},
                    {"detail", detail},         {"seconds", warm_seconds},
                    {"autotune_steps", autotune}, {"step_time_ms", warm_ms}};
+  if (!host_bound.is_null()) record.warmup["host_bound"] = host_bound;
   worker_log(record.model, fmt::format("warm-up: {} in {:.1f} s ({}{})",
                                        counted(static_cast<int64_t>(warm_ms.size()), "step"),
                                        warm_seconds, reason, detail.empty() ? "" : ": " + detail));

@@ -140,6 +140,24 @@ WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_se
   return {false, "", ""};
 }
 
+HostShare host_share(const std::vector<double>& host_ms, const std::vector<double>& device_ms,
+                     int steps) {
+  HostShare out;
+  const std::size_t n = std::min(host_ms.size(), device_ms.size());
+  if (n == 0 || steps <= 0) return out;
+  // The first step autotunes and allocates: left out whenever another step is there.
+  const std::size_t first = n > 1 ? 1 : 0;
+  const std::size_t take = std::min<std::size_t>(static_cast<std::size_t>(steps), n - first);
+  for (std::size_t i = n - take; i < n; ++i) {
+    out.host_ms += host_ms[i];
+    out.device_ms += device_ms[i];
+  }
+  out.steps = static_cast<int>(take);
+  out.share = out.device_ms > 0 ? out.host_ms / out.device_ms : 0.0;
+  out.host_bound = out.device_ms > 0 && out.share >= kHostBoundShare;
+  return out;
+}
+
 int autotune_steps(bool uniform_steps, int64_t cycle_steps) {
   if (uniform_steps) return 2;
   return static_cast<int>(std::max<int64_t>(1, cycle_steps)) + 1;

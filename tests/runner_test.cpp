@@ -4,6 +4,7 @@
 
 #include "gpubench/errors.h"
 #include "gpubench/registry.h"
+#include "gpubench/timing.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 namespace gpubench {
@@ -332,6 +334,107 @@ TEST(RunnerTest, AWarmUpStopsSettlingOnceALossIsNoLongerFinite) {
       << r.warmup["detail"];
   EXPECT_EQ(r.status, "diverged");
   EXPECT_NE(r.message.find("loss 'loss' is NaN"), std::string::npos) << r.message;
+}
+
+/// A step whose run() keeps the host busy for 2 ms (a host-bound step, as the CPU's clock sees
+/// every step) and that takes CUDA graphs when asked, or refuses them with `refusal`: after
+/// enable_graphs(), each of its `shapes` batch shapes runs once eagerly, is captured on its next
+/// run, and replays after.
+class HostBoundStep : public TrainStep {
+ public:
+  HostBoundStep(int64_t shapes, std::string refusal)
+      : shapes_(shapes), refusal_(std::move(refusal)) {}
+  double run() override {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    ++runs_;
+    if (enabled_at_ >= 0) {
+      const int64_t since = runs_ - enabled_at_;  // 1, 2, ... after enable_graphs()
+      replays_ = since > 2 * shapes_ ? replays_ + 1 : 0;
+    }
+    return 3;
+  }
+  std::map<std::string, torch::Tensor> losses() const override {
+    return {{"loss", torch::tensor(1.0)}};
+  }
+  std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
+    return {{"model", {weight_}}};
+  }
+  bool uniform_steps() const override { return shapes_ == 1; }
+  int64_t representative_steps() const override { return shapes_; }
+  std::string enable_graphs() override {
+    if (!refusal_.empty()) return refusal_;
+    enabled_at_ = runs_;
+    return {};
+  }
+  int64_t replays_in_a_row() const override { return replays_; }
+  Json runtime_info() const override {
+    return {{"launch", enabled_at_ >= 0 ? "cuda-graphs" : "eager"}};
+  }
+
+ private:
+  int64_t shapes_;
+  std::string refusal_;
+  int64_t runs_ = 0;
+  int64_t enabled_at_ = -1;
+  int64_t replays_ = 0;
+  torch::Tensor weight_ = torch::zeros({4}).requires_grad_(true);
+};
+
+JobRecord time_host_bound(int64_t shapes, const std::string& refusal, bool if_host_bound) {
+  static const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  Architecture arch;
+  arch.name = "host-bound";
+  arch.prepare = [=](const StepContext&) -> std::unique_ptr<TrainStep> {
+    return std::make_unique<HostBoundStep>(shapes, refusal);
+  };
+  RunSettings run;
+  run.cpu_timing = TimingSettings{1, 1, 60, 0.5, 4, 0.0, 0.0};
+  StepContext ctx;
+  ctx.config = &store.model("bert-base");
+  ctx.batch = 3;
+  ctx.runtime.cuda_graphs_if_host_bound = if_host_bound;
+  JobRecord record;
+  record.model = "host-bound";
+  time_phase(record, arch, ctx, run);
+  return record;
+}
+
+TEST(RunnerTest, AHostBoundWarmUpTurnsGraphsOnAndWarmsUpUntilACycleReplays) {
+  // Three shapes a cycle: the warm-up's one step says host-bound, 6 more run and capture the
+  // shapes, 3 more replay a whole cycle; then the window.
+  const JobRecord r = time_host_bound(3, "", true);
+  ASSERT_EQ(r.status, "ok") << r.message;
+  const Json& h = r.warmup["host_bound"];
+  EXPECT_TRUE(h["host_bound"].get<bool>()) << h;
+  EXPECT_GE(h["share"].get<double>(), kHostBoundShare) << h;
+  EXPECT_DOUBLE_EQ(h["threshold"].get<double>(), kHostBoundShare);
+  EXPECT_EQ(h["steps"], 1);
+  EXPECT_EQ(h["graphs"], "on");
+  EXPECT_EQ(h["capture_steps"], 6 + 3);
+  EXPECT_EQ(r.warmup["steps"], 1 + 6 + 3);
+  EXPECT_EQ(r.warmup["step_time_ms"].size(), 10u);
+  EXPECT_EQ(r.runtime["launch"], "cuda-graphs");  // read after the captures
+  EXPECT_EQ(r.timing.steps % 3, 0);               // whole cycles, all replays
+  // One shape: two replays in a row are enough.
+  const JobRecord one = time_host_bound(1, "", true);
+  EXPECT_EQ(one.warmup["host_bound"]["capture_steps"], 2 + 2);
+}
+
+TEST(RunnerTest, AHostBoundStepThatCannotTakeGraphsStaysEagerAndSaysWhy) {
+  const JobRecord r = time_host_bound(2, "amp-fp16 reads a flag on the host", true);
+  ASSERT_EQ(r.status, "ok") << r.message;
+  const Json& h = r.warmup["host_bound"];
+  EXPECT_TRUE(h["host_bound"].get<bool>()) << h;
+  EXPECT_EQ(h["graphs"], "off");
+  EXPECT_EQ(h["why_not"], "amp-fp16 reads a flag on the host");
+  EXPECT_FALSE(h.contains("capture_steps"));
+  EXPECT_EQ(r.runtime["launch"], "eager");
+  // Without the setting the warm-up neither measures nor asks.
+  const JobRecord off = time_host_bound(2, "", false);
+  EXPECT_FALSE(off.warmup.contains("host_bound")) << off.warmup;
+  EXPECT_EQ(off.runtime["launch"], "eager");
 }
 
 /// A step that logs what the runner asks of it, in order: "state" for

@@ -632,6 +632,41 @@ TEST(RuntimeTest, CudaGraphsAskedForOffCudaRunEagerlyAndSaySo) {
             std::string::npos);
 }
 
+TEST(RuntimeTest, GraphsTurnedOnLateOffCudaAreRefusedWithTheReason) {
+  TinyModel m;
+  StepContext ctx = cpu_context();
+  ctx.runtime.cuda_graphs_if_host_bound = true;
+  Runtime runtime(ctx);
+  auto& updater = runtime.add("model", Updater(std::make_unique<Sgd>(m.groups(), SgdOptions{0.1}),
+                                               Precision::kFp32, torch::kCPU));
+  iterate(runtime, updater, m);
+  const std::string why = runtime.enable_graphs();
+  EXPECT_NE(why.find("CUDA devices only"), std::string::npos) << why;
+  EXPECT_FALSE(runtime.graphs_active());
+  iterate(runtime, updater, m);  // still eager, still training
+  EXPECT_EQ(runtime.replays_in_a_row(), 0);
+  EXPECT_EQ(updater.optimizer().steps(), 2);
+  const Json info = runtime.info();
+  EXPECT_EQ(info["launch"], "eager");
+  EXPECT_EQ(info["cuda_graphs"], false);
+  EXPECT_EQ(info["cuda_graphs_if_host_bound"], true);
+  EXPECT_EQ(info["cuda_graphs_note"], why);
+}
+
+TEST(RuntimeTest, OnlyMtDnnTurnsGraphsOnWhenItsStepIsHostBound) {
+  ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  for (const auto& name : store.model_names()) {
+    const RuntimeSettings s = RuntimeSettings::from_params(store.model(name).runtime);
+    EXPECT_EQ(s.cuda_graphs_if_host_bound, name == "mt-dnn") << name;
+    EXPECT_FALSE(s.cuda_graphs) << name;
+  }
+  EXPECT_THROWS_WITH(
+      store.apply_document(
+          Json{{"models", {{"mt-dnn", {{"runtime", {{"cuda_graphs_if_host_bound", "auto"}}}}}}}},
+          "user.json"),
+      ConfigError, "cuda_graphs_if_host_bound");
+}
+
 TEST(RuntimeTest, KeepsTheCpuOnForeachKernels) {
   TinyModel m;
   Runtime runtime(cpu_context());  // optimizer_kernels: fused, the default
@@ -764,6 +799,43 @@ void expect_graphs_match_eager(int updates_per_iteration) {
 }
 
 TEST(RuntimeTest, CudaGraphReplaysMatchEagerIterations_CUDA) { expect_graphs_match_eager(1); }
+
+TEST(RuntimeTest, GraphsTurnedOnAfterEagerIterationsMatchEagerIterations_CUDA) {
+  GraphFixture eager(false), late(false);
+  ASSERT_FALSE(late.runtime->graphs_active());
+  for (int i = 0; i < 10; ++i) {
+    if (i == 3) {
+      ASSERT_EQ(late.runtime->enable_graphs(), "");
+      ASSERT_TRUE(late.runtime->graphs_active());
+    }
+    eager.iterate(i % 2, 1);
+    late.iterate(i % 2, 1);
+    // Iterations 3 and 4 run each shape eagerly on the side stream, 5 and 6 capture (and
+    // replay), every one after replays.
+    EXPECT_EQ(late.runtime->replays_in_a_row(), i < 7 ? 0 : i - 6) << "iteration " << i;
+    for (const auto& [name, loss] : eager.runtime->losses()) {
+      EXPECT_NEAR(late.runtime->losses().at(name).item<double>(), loss.item<double>(), 1e-6)
+          << name << " at iteration " << i;
+    }
+  }
+  const auto a = eager.net->parameters(), b = late.net->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(a[i].cpu(), b[i].cpu(), 1e-5, 1e-6)) << "parameter " << i;
+  }
+  const Json info = late.runtime->info();
+  EXPECT_EQ(info["launch"], "cuda-graphs");
+  EXPECT_EQ(info["graphs_captured"], 2);
+  EXPECT_EQ(info["graphs_from"], "host-bound warm-up");
+}
+
+TEST(RuntimeTest, AStepThatRefusedGraphsCannotHaveThemTurnedOnLate_CUDA) {
+  GraphFixture late(false);
+  late.runtime->disable_graphs("this body reads the device");
+  EXPECT_EQ(late.runtime->enable_graphs(), "this body reads the device");
+  EXPECT_FALSE(late.runtime->graphs_active());
+  late.iterate(0, 1);
+  EXPECT_EQ(late.runtime->info()["launch"], "eager");
+}
 
 TEST(RuntimeTest, CapturedIterationsKeepEachUpdatesScheduledRate_CUDA) {
   expect_graphs_match_eager(3);

@@ -155,6 +155,39 @@ TEST(TimingTest, WarmupRunsUntilSteadyOrALimit) {
   EXPECT_EQ(warmup_done({900, 100, 300, 50}, 1, t).reason, "every batch shape ran");
 }
 
+TEST(TimingTest, AStepIsHostBoundWhenTheHostTakesNearlyAllOfItsDeviceTime) {
+  // mt-dnn at batch 8 in amp-bf16 (2026-12-02): the device finished right behind the host.
+  // The first step (autotuning, 900 ms on the device) is left out; the last 3 count.
+  const std::vector<double> device{900, 58, 57, 56, 56};
+  const std::vector<double> host{40, 50, 55, 54, 55};
+  HostShare s = host_share(host, device, 3);
+  EXPECT_EQ(s.steps, 3);
+  EXPECT_DOUBLE_EQ(s.host_ms, 55 + 54 + 55);
+  EXPECT_DOUBLE_EQ(s.device_ms, 57 + 56 + 56);
+  EXPECT_NEAR(s.share, 164.0 / 169.0, 1e-12);
+  EXPECT_TRUE(s.host_bound);
+  // At its max batch the device runs long after the host has enqueued the step.
+  s = host_share({50, 50, 52, 51}, {400, 190, 187, 188}, 3);
+  EXPECT_NEAR(s.share, 153.0 / 565.0, 1e-12);
+  EXPECT_FALSE(s.host_bound);
+  // Asked for more steps than there are: every step but the first.
+  s = host_share({10, 9, 9}, {100, 10, 10}, 24);
+  EXPECT_EQ(s.steps, 2);
+  EXPECT_DOUBLE_EQ(s.share, 0.9);
+  EXPECT_TRUE(s.host_bound);  // the threshold itself counts
+  s = host_share({8.9, 8.9}, {10, 10}, 1);
+  EXPECT_EQ(s.steps, 1);
+  EXPECT_FALSE(s.host_bound);  // 0.89
+  // One step is all there is: it counts. None: no verdict.
+  s = host_share({9.5}, {10}, 3);
+  EXPECT_EQ(s.steps, 1);
+  EXPECT_TRUE(s.host_bound);
+  s = host_share({}, {}, 3);
+  EXPECT_EQ(s.steps, 0);
+  EXPECT_FALSE(s.host_bound);
+  EXPECT_FALSE(host_share({1, 2}, {0, 0}, 2).host_bound);  // no device time: no verdict
+}
+
 TEST(TimingTest, WarmupNeverCutsTheStepsThatMayStillAutotune) {
   TimingSettings t;
   t.warmup_steps = 3;

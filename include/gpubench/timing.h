@@ -78,6 +78,25 @@ struct WarmupDecision {
 WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_seconds,
                            const TimingSettings& settings, int autotune_steps = 0);
 
+/// A step waits on the host (is host-bound) when enqueueing it takes the host at least this
+/// share of the step's device time: the device finishes right behind the host, and a CUDA graph
+/// that replays the step in one launch can run it faster (RuntimeSettings::
+/// cuda_graphs_if_host_bound).
+inline constexpr double kHostBoundShare = 0.9;
+
+/// How much of a warm-up's steps the host took: over its last `steps` steps (the first step,
+/// which autotunes, left out when there are others), the host's time to enqueue them against
+/// their device time, both summed.
+struct HostShare {
+  int steps = 0;            ///< steps looked at
+  double host_ms = 0;       ///< the host's time inside run() [ms]
+  double device_ms = 0;     ///< the device's time from the step's start mark to its end [ms]
+  double share = 0;         ///< host_ms / device_ms (0 without steps)
+  bool host_bound = false;  ///< share >= kHostBoundShare
+};
+HostShare host_share(const std::vector<double>& host_ms, const std::vector<double>& device_ms,
+                     int steps);
+
 /// The steps during which cuDNN may still autotune: 2 for steps of one shape, the whole cycle of
 /// shapes and one more for steps that vary (rule 1 of warmup_done).
 int autotune_steps(bool uniform_steps, int64_t cycle_steps);

@@ -28,6 +28,12 @@ struct RuntimeSettings {
   /// Capture forward, backward and update once per batch shape and replay the CUDA graph
   /// (CUDA only; never with amp-fp16, whose overflow check reads the host). Default: false
   bool cuda_graphs = false;
+  /// With cuda_graphs off: the timed run measures its warm-up, and when its steps wait on the
+  /// host (the host's enqueueing takes at least kHostBoundShare of each step's device time,
+  /// timing.h) it turns CUDA graphs on there and then, and warms up until every batch shape is
+  /// captured. A step that fills the device stays eager, so the search's max batch and its
+  /// memory are unchanged. Default: false
+  bool cuda_graphs_if_host_bound = false;
   /// "fused": on CUDA, libtorch's fused Adam, AdamW and SGD kernels and device-side rates for
   /// the other optimizers (what CUDA graphs need); "foreach": multi-tensor kernels with host
   /// scalars (always on the CPU). Default: "fused"
@@ -129,6 +135,16 @@ class TrainStep {
   /// scale still backing off from its initial 65536 (the last update was skipped), so a window
   /// started now would time steps that update nothing. Host state only. Default: ""
   virtual std::string unsettled() const { return {}; }
+  /// Turns CUDA graphs on from the next run() (the runner's answer to a host-bound warm-up,
+  /// RuntimeSettings::cuda_graphs_if_host_bound): each batch shape then runs once eagerly, is
+  /// captured on its next run and replayed after. Returns "" when graphs are on, else why they
+  /// cannot be. Default: a step outside the training runtime cannot
+  virtual std::string enable_graphs() {
+    return "this step does not run through the training runtime";
+  }
+  /// How many run() calls in a row, up to the last one, replayed a captured graph (no eager
+  /// run, no capture). 0 without CUDA graphs. Default: 0
+  virtual int64_t replays_in_a_row() const { return 0; }
 };
 
 /// Code that builds a workload's training step. Named configs (configs/models/*.yaml) select an

@@ -26,6 +26,10 @@ ParamSchema RuntimeSettings::schema() {
       {"cuda_graphs", ParamKind::kBool, false,
        "capture forward, backward and update once per batch shape (after one eager run of it) "
        "and replay the CUDA graph; CUDA only, never with amp-fp16"},
+      {"cuda_graphs_if_host_bound", ParamKind::kBool, false,
+       "with cuda_graphs off: capture CUDA graphs in the timed run when its warm-up's steps wait "
+       "on the host (the host's work at least 90% of each step's time); a step that fills the "
+       "device stays eager"},
       {"optimizer_kernels",
        ParamKind::kString,
        "fused",
@@ -46,6 +50,7 @@ ParamSchema RuntimeSettings::schema() {
 RuntimeSettings RuntimeSettings::from_params(const Params& params) {
   RuntimeSettings s;
   s.cuda_graphs = params.flag("cuda_graphs");
+  s.cuda_graphs_if_host_bound = params.flag("cuda_graphs_if_host_bound");
   s.optimizer_kernels = params.str("optimizer_kernels");
   s.cudnn_benchmark = params.flag("cudnn_benchmark");
   s.cudnn_benchmark_limit = static_cast<int>(params.i64("cudnn_benchmark_limit"));
@@ -91,20 +96,48 @@ Runtime::Runtime(const StepContext& ctx)
       settings_(ctx.runtime),
       sync_(ctx.gradient_sync ? ctx.gradient_sync : std::make_shared<GradientSync>()) {
   if (!settings_.cuda_graphs) return;
-  if (!device_.is_cuda()) {
-    graphs_note_ = "CUDA graphs run on CUDA devices only; this step runs eagerly";
-  } else if (!GPUBENCH_WITH_CUDA) {
-    graphs_note_ = "this gpubench was built without CUDA";
-  } else if (const std::string sync_problem = sync_->capture_problem(); !sync_problem.empty()) {
-    graphs_note_ = sync_problem;
-  } else if (precision_ == Precision::kAmpFp16) {
-    graphs_note_ =
-        "amp-fp16 skips an overflowing update after reading a flag on the host (GradScaler), "
-        "which a CUDA graph cannot hold; this step runs eagerly";
-  } else {
+  graphs_note_ = graphs_problem();
+  if (graphs_note_.empty()) {
     graphs_active_ = true;
     graphs_ = std::make_unique<Graphs>(device_);
   }
+}
+
+std::string Runtime::graphs_problem() const {
+  if (!device_.is_cuda()) return "CUDA graphs run on CUDA devices only; this step runs eagerly";
+  if (!GPUBENCH_WITH_CUDA) return "this gpubench was built without CUDA";
+  if (std::string sync_problem = sync_->capture_problem(); !sync_problem.empty()) {
+    return sync_problem;
+  }
+  if (precision_ == Precision::kAmpFp16) {
+    return "amp-fp16 skips an overflowing update after reading a flag on the host "
+           "(GradScaler), which a CUDA graph cannot hold; this step runs eagerly";
+  }
+  if (!graphs_refused_.empty()) return graphs_refused_;
+  for (const auto& [name, updater] : updaters_) {
+    if (updater->optimizer().kernels() != UpdateKernels::kDevice) {
+      return fmt::format(
+          "the {} optimizer passes its rate as a host value (runtime.optimizer_kernels: {}), "
+          "which a CUDA graph would freeze; this step runs eagerly",
+          name, settings_.optimizer_kernels);
+    }
+  }
+  return {};
+}
+
+std::string Runtime::enable_graphs() {
+  if (graphs_active_) return {};
+  std::string problem = graphs_problem();
+  if (!problem.empty()) {
+    graphs_note_ = problem;
+    return problem;
+  }
+  graphs_active_ = true;
+  graphs_enabled_late_ = true;
+  graphs_note_.clear();
+  graphs_ = std::make_unique<Graphs>(device_);
+  replays_in_a_row_ = 0;
+  return {};
 }
 
 Runtime::~Runtime() = default;
@@ -126,7 +159,8 @@ Updater& Runtime::add(const std::string& name, Updater updater) {
 }
 
 void Runtime::disable_graphs(const std::string& reason) {
-  if (!settings_.cuda_graphs || !graphs_active_) return;
+  graphs_refused_ = reason;  // a later enable_graphs() is refused for it too
+  if (!graphs_active_) return;
   graphs_active_ = false;
   graphs_.reset();
   graphs_note_ = reason;
@@ -216,12 +250,42 @@ int64_t Runtime::warmup_steps(int64_t eager_steps, const std::vector<int64_t>& o
 }
 
 double Runtime::run(int64_t variant, const std::function<double()>& body) {
-  if (!graphs_active_) return body();
+  if (!graphs_active_) {
+    replays_in_a_row_ = 0;
+    return body();
+  }
+#if GPUBENCH_WITH_CUDA
+  if (graphs_enabled_late_) {
+    // Turned on by the timed run's warm-up: a capture that fails (out of memory, or a body
+    // that reads the device after all) puts the step back on eager iterations instead of
+    // ending the job; the record says why.
+    try {
+      return launch(variant, body);
+    } catch (const std::exception& error) {
+      graphs_active_ = false;
+      graphs_enabled_late_ = false;
+      graphs_.reset();
+      graphs_note_ = fmt::format(
+          "CUDA graphs, turned on for a host-bound step, failed to capture ({}); this step "
+          "runs eagerly",
+          error.what());
+      return body();
+    }
+  }
+  return launch(variant, body);
+#else
+  (void)variant;
+  return body();
+#endif
+}
+
+double Runtime::launch(int64_t variant, const std::function<double()>& body) {
 #if GPUBENCH_WITH_CUDA
   Graphs& g = *graphs_;
   Graphs::Variant& v = g.variants[variant];
   const auto current = c10::cuda::getCurrentCUDAStream(device_.index());
   if (v.eager_runs < kEagerRunsBeforeCapture || !v.graph) {
+    replays_in_a_row_ = 0;
     // Eager runs and the capture go on the side stream, joined to the current one both ways.
     g.to_side.record(current);
     g.to_side.block(g.side);
@@ -259,6 +323,8 @@ double Runtime::run(int64_t variant, const std::function<double()>& body) {
     g.to_current.record(g.side);
     g.to_current.block(current);
     if (!v.graph) return v.units;
+  } else {
+    ++replays_in_a_row_;
   }
   // A capture runs nothing: this replay is the iteration, captured or not. Each update's host
   // half writes its scalars first, on the stream the graph replays on.
@@ -306,6 +372,7 @@ Json Runtime::info() const {
   }
   Json out = {{"launch", graphs_active_ ? "cuda-graphs" : "eager"},
               {"cuda_graphs", settings_.cuda_graphs},
+              {"cuda_graphs_if_host_bound", settings_.cuda_graphs_if_host_bound},
               {"optimizer_kernels", device_.is_cuda() ? settings_.optimizer_kernels : "foreach"},
               {"cudnn_benchmark", settings_.cudnn_benchmark},
               {"cudnn_benchmark_limit", settings_.cudnn_benchmark_limit},
@@ -318,6 +385,8 @@ Json Runtime::info() const {
   if (graphs_active_) {
     out["graphs_captured"] = graphs_->captured;
     out["eager_runs_before_capture"] = kEagerRunsBeforeCapture;
+    // Turned on by the warm-up of a host-bound step, or from the first iteration.
+    out["graphs_from"] = graphs_enabled_late_ ? "host-bound warm-up" : "start";
   }
   if (!graphs_note_.empty()) out["cuda_graphs_note"] = graphs_note_;
   return out;

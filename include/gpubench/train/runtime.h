@@ -103,6 +103,17 @@ class Runtime {
   /// Keeps CUDA graphs off for this step (recorded with `reason`): a step whose iteration reads
   /// the device or changes shape from run to run in ways run(variant, ...) cannot key.
   void disable_graphs(const std::string& reason);
+  /// Turns CUDA graphs on from the next run() of a runtime that started eager
+  /// (RuntimeSettings::cuda_graphs_if_host_bound): every variant then runs
+  /// kEagerRunsBeforeCapture times more on the side stream, is captured, and replays. Returns ""
+  /// when graphs are on, else why not (CPU, amp-fp16, a host-side optimizer rate, a gradient
+  /// sync that cannot be captured, or the step's own disable_graphs()). When a capture after
+  /// this fails (out of memory, say), the runtime goes back to eager iterations and says why in
+  /// info()'s cuda_graphs_note.
+  std::string enable_graphs();
+  /// run() calls in a row, up to the last, that replayed a graph without an eager run or a
+  /// capture; 0 while graphs are off.
+  int64_t replays_in_a_row() const { return replays_in_a_row_; }
 
   /// One training iteration: `body` eagerly, or the CUDA graph captured from it for `variant`
   /// (a batch shape: steps cycling through several batches give each its index). Returns what
@@ -168,8 +179,17 @@ class Runtime {
   RuntimeSettings settings_;
   std::shared_ptr<GradientSync> sync_;
   std::vector<std::pair<std::string, std::unique_ptr<Updater>>> updaters_;
+  /// Why CUDA graphs cannot run for this step ("" when they can): the device, the build, the
+  /// precision, the gradient sync, an updater's host-side rate, disable_graphs().
+  std::string graphs_problem() const;
+  /// run() with graphs on: the variant's eager runs, its capture, then its replays.
+  double launch(int64_t variant, const std::function<double()>& body);
+
   bool graphs_active_ = false;
+  bool graphs_enabled_late_ = false;  // by enable_graphs(), not from the start
   std::string graphs_note_;  // why graphs are off although asked for
+  std::string graphs_refused_;  // the step's disable_graphs() reason, asked for or not
+  int64_t replays_in_a_row_ = 0;
   std::unique_ptr<Graphs> graphs_;
   std::map<std::string, torch::Tensor> losses_;
   std::map<const Updater*, std::pair<int64_t, int64_t>> window_start_;  // checked, skipped
@@ -200,6 +220,8 @@ class RuntimeStep : public TrainStep {
   void allocate_optimizer_state() override { runtime_.allocate_optimizer_state(); }
   std::string degeneracy() const override { return runtime_.degeneracy(); }
   std::string unsettled() const override { return runtime_.unsettled(); }
+  std::string enable_graphs() override { return runtime_.enable_graphs(); }
+  int64_t replays_in_a_row() const override { return runtime_.replays_in_a_row(); }
 
  protected:
   explicit RuntimeStep(const StepContext& ctx) : runtime_(ctx) {}
