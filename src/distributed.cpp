@@ -711,20 +711,6 @@ void inject_fault_if_asked(int rank) {
 
 namespace {
 
-std::string temp_file(const char* tag) {
-  const char* env = std::getenv("TMPDIR");
-  const std::string dir = env && *env ? env : "/tmp";
-  std::string pattern = fmt::format("{}/gpubench-{}-XXXXXX", dir, tag);
-  std::vector<char> buffer(pattern.begin(), pattern.end());
-  buffer.push_back('\0');
-  const int fd = mkstemp(buffer.data());
-  if (fd < 0) {
-    throw AbortError(fmt::format("cannot create a work file in {}: {}", dir, std::strerror(errno)));
-  }
-  close(fd);
-  return buffer.data();
-}
-
 std::optional<JobRecord> read_record(const std::string& path) {
   std::ifstream in(path);
   if (!in.good()) return std::nullopt;
@@ -820,8 +806,8 @@ struct DataParallelLauncher::Impl {
       RankProcess& p = ranks[static_cast<std::size_t>(r)];
       p.rank = r;
       p.device = plan.devices.at(static_cast<std::size_t>(r));
-      p.spec_path = temp_file("spec");
-      p.out_path = temp_file("out");
+      p.spec_path = make_work_file("spec");
+      p.out_path = make_work_file("out");
       std::remove(p.out_path.c_str());
       JobSpec rank_spec = spec;
       rank_spec.device = p.device;

@@ -8,9 +8,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <vector>
@@ -328,13 +330,36 @@ void check_writable(const std::string& path, const std::string& flag) {
 }
 
 namespace {
-bool process_is_gone(const std::string& digits) {
-  char* end = nullptr;
-  const long pid = std::strtol(digits.c_str(), &end, 10);
-  return pid > 0 && end != digits.c_str() && ::kill(static_cast<pid_t>(pid), 0) != 0 &&
-         errno == ESRCH;
+/// Whether `text` starts with the PID of a process that is gone, the digits ended by
+/// `terminator`: a name of another shape (say, mkstemp's random letters after the tag) is
+/// nobody's PID, and its file is left alone.
+bool process_is_gone(const std::string& text, char terminator) {
+  std::size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 9 || digits >= text.size() || text[digits] != terminator) {
+    return false;
+  }
+  const long pid = std::strtol(text.substr(0, digits).c_str(), nullptr, 10);
+  return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
 }
 }  // namespace
+
+std::string make_work_file(const char* tag) {
+  const char* env = std::getenv("TMPDIR");
+  const std::string dir = env && *env ? env : "/tmp";
+  std::string pattern = fmt::format("{}/gpubench-{}-{}-XXXXXX", dir, tag, ::getpid());
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  const int fd = ::mkstemp(buffer.data());
+  if (fd < 0) {
+    throw AbortError(
+        fmt::format("cannot create a work file in {}: {} (set TMPDIR to a writable "
+                    "folder, then continue with --resume)",
+                    dir, std::strerror(errno)));
+  }
+  ::close(fd);
+  return buffer.data();
+}
 
 int remove_stale_work_files(const std::string& folder) {
   DIR* dir = ::opendir(folder.c_str());
@@ -346,11 +371,11 @@ int remove_stale_work_files(const std::string& folder) {
     bool gone = false;
     if (const auto tag = name.find(tmp_tag);
         name.rfind(".gpubench-", 0) == 0 && tag != std::string::npos) {
-      gone = process_is_gone(name.substr(tag + tmp_tag.size()));  // its writer
+      gone = process_is_gone(name.substr(tag + tmp_tag.size()), '.');  // its writer
     } else {
       for (const char* kind : {"gpubench-spec-", "gpubench-out-"}) {
         if (name.rfind(kind, 0) == 0) {
-          gone = process_is_gone(name.substr(std::strlen(kind)));  // the run that made it
+          gone = process_is_gone(name.substr(std::strlen(kind)), '-');  // the run that made it
         }
       }
     }

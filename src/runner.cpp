@@ -900,30 +900,9 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
 WorkerLauncher::WorkerLauncher(std::string executable)
     : executable_(executable.empty() ? current_executable() : std::move(executable)) {}
 
-namespace {
-std::string temp_path(const char* tag) {
-  const char* env = std::getenv("TMPDIR");
-  const std::string dir = env && *env ? env : "/tmp";
-  // The run's pid in the name: a later run removes the files of one that was killed
-  // (remove_stale_work_files).
-  std::string pattern = fmt::format("{}/gpubench-{}-{}-XXXXXX", dir, tag, getpid());
-  std::vector<char> buffer(pattern.begin(), pattern.end());
-  buffer.push_back('\0');
-  const int fd = mkstemp(buffer.data());
-  if (fd < 0) {
-    throw AbortError(
-        fmt::format("cannot create a work file in {}: {} (set TMPDIR to a writable "
-                    "folder, then continue with --resume)",
-                    dir, std::strerror(errno)));
-  }
-  close(fd);
-  return buffer.data();
-}
-}  // namespace
-
 JobRecord WorkerLauncher::launch(const JobSpec& spec, double timeout_s) {
-  const std::string spec_path = temp_path("spec");
-  const std::string out_path = temp_path("out");
+  const std::string spec_path = make_work_file("spec");
+  const std::string out_path = make_work_file("out");
   // Removed however the launch ends: a record read, a failure, or the user stopping the run.
   struct RemoveOnExit {
     const std::string& spec;

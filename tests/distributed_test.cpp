@@ -363,7 +363,7 @@ TEST(DataParallelCli, ACrashedRankFailsTheJobOnEveryRankAndTheNextJobRuns) {
   const auto records = journal_records(dir.file("j.jsonl"));
   ASSERT_EQ(records.size(), 2u) << run.err;  // one record per job, the crashed one included
   for (const auto& r : records) {
-    EXPECT_EQ(r["status"], "crashed") << r.dump();
+    EXPECT_EQ(r["status"], "crashed") << r.dump() << "\nstderr:\n" << run.err;
     EXPECT_NE(r["message"].get<std::string>().find("rank 1 (cpu) worker killed by signal 9"),
               std::string::npos)
         << r["message"];

@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 namespace gpubench {
 namespace {
@@ -170,6 +172,46 @@ TEST(ReaderRobustnessTest, StaleTemporaryAndWorkFilesOfKilledProcessesAreRemoved
   EXPECT_FALSE(testing::file_exists(
       dir.file(".gpubench-out-" + live + "-abcdef.gpubench-tmp." + dead + ".3.4")));
   EXPECT_TRUE(testing::file_exists(dir.file("gpubench-other-1")));
+}
+
+// A work file's name carries its run's PID; a name whose random part merely starts with digits
+// is nobody's PID. CI once lost a live data-parallel rank's spec this way: another run's clean-up
+// read "gpubench-spec-4821Qz" as PID 4821, found it gone and removed the file mid-run.
+TEST(ReaderRobustnessTest, CleanUpLeavesWorkFilesWhoseNameHoldsNoPidAndLiveRunsFilesAlone) {
+  TempDir dir;
+  const std::string dead = std::to_string(dead_pid());
+  for (const std::string& name : {"gpubench-spec-" + dead + "Qz7a1", "gpubench-out-" + dead,
+                                  "gpubench-spec--" + dead + "-abcdef",
+                                  ".r.json.gpubench-tmp." + dead + "x"}) {
+    testing::write_file(dir.file(name), "x");
+  }
+  // TMPDIR is where make_work_file puts them, this test's folder until it ends.
+  struct TmpdirFor {
+    std::optional<std::string> before;
+    explicit TmpdirFor(const std::string& path) {
+      if (const char* old = std::getenv("TMPDIR")) before = old;
+      ::setenv("TMPDIR", path.c_str(), 1);
+    }
+    ~TmpdirFor() {
+      if (before) {
+        ::setenv("TMPDIR", before->c_str(), 1);
+      } else {
+        ::unsetenv("TMPDIR");
+      }
+    }
+  } tmpdir(dir.path());
+  const std::string spec = make_work_file("spec");
+  const std::string out = make_work_file("out");
+  EXPECT_EQ(spec.rfind(dir.file("gpubench-spec-" + std::to_string(getpid()) + "-"), 0), 0u)
+      << spec;
+  EXPECT_EQ(out.rfind(dir.file("gpubench-out-" + std::to_string(getpid()) + "-"), 0), 0u) << out;
+  EXPECT_NE(spec, out);
+  EXPECT_EQ(remove_stale_work_files(dir.path()), 0);
+  EXPECT_TRUE(testing::file_exists(spec));
+  EXPECT_TRUE(testing::file_exists(out));
+  EXPECT_TRUE(testing::file_exists(dir.file("gpubench-spec-" + dead + "Qz7a1")));
+  EXPECT_TRUE(testing::file_exists(dir.file("gpubench-out-" + dead)));
+  EXPECT_TRUE(testing::file_exists(dir.file(".r.json.gpubench-tmp." + dead + "x")));
 }
 
 TEST(ReaderRobustnessTest, AWorkerThatWritesGarbageFailsOnlyItsJob) {

@@ -120,10 +120,16 @@ void remove_stale_temp_files(const std::string& path);
 /// measures anything, not after).
 void check_writable(const std::string& path, const std::string& flag);
 
+/// A new, empty work file $TMPDIR/gpubench-TAG-PID-XXXXXX (/tmp without TMPDIR) for a worker's
+/// spec or record, PID this process's: the one name remove_stale_work_files knows. Throws
+/// AbortError (exit 4) when none can be created.
+std::string make_work_file(const char* tag);
+
 /// Removes from `folder` (the workers' TMPDIR) the work files of runs and workers that were
 /// killed before they could: gpubench-spec-PID-*, gpubench-out-PID-* whose run PID is gone,
-/// and write_file_atomically's .gpubench-*.gpubench-tmp.PID.* whose writer is gone. Returns
-/// how many it removed.
+/// and write_file_atomically's .gpubench-*.gpubench-tmp.PID.* whose writer is gone. A name
+/// that does not have that shape is left alone (it may be a live run's). Returns how many it
+/// removed.
 int remove_stale_work_files(const std::string& folder);
 
 /// Current UTC time as ISO 8601 ("2026-11-30T02:37:00Z").
