@@ -573,6 +573,74 @@ TEST(BatchSearchTest, ALineDrawnUnderTheWorkspaceSpikesFindsDeeplabFp32InNinePro
   std::printf("  total %zu probes (H200: %zu)\n", total, h200_total);
 }
 
+// Generated from docs/results/2026-12-04-h200-fp32-suite-host-bound/fp32/journal.jsonl: the fp32
+// suite in the tree of 2026-12-04 (one-step probes, the allocated line drawn under workspace
+// spikes, a ballast of 0.25% of the capacity in every probe, its peaks included), with the probe
+// counts the H200 took. The resident memory is the first probe's, the one the scout sized its
+// step by: mask-rcnn's grew from 0.93 GiB at batch 2 to 2.75 GiB at 120, and with the largest the
+// replay scouted from 2 to 206 where the H200 went to 55; the others' moved by 0.7 GiB at most.
+// With the first, every replayed scout lands where the H200's did or within 0.5% of it.
+const std::vector<MeasuredSearch> kH200BallastFp32Searches = {
+    {"nasnet-large-fp32", 1, 65536, 1, 16, 230, 6, 1.76,
+     {{16, 11.14}, {119, 72.86}, {225, 136.20}, {229, 138.76}, {230, 139.05}},
+     {{16, 10.94}, {119, 72.20}, {225, 135.24}, {229, 137.62}, {230, 138.21}}},
+    {"deeplabv3-fp32", 2, 4096, 1, 8, 89, 10, 0.85,
+     {{8, 13.26}, {45, 105.70}, {58, 124.98}, {68, 137.60}, {69, 139.04}, {70, 110.84}, {87, 137.55}, {88, 139.14}, {89, 139.16}},
+     {{8, 13.10}, {45, 104.16}, {58, 123.00}, {68, 137.49}, {69, 138.94}, {70, 109.54}, {87, 135.98}, {88, 137.53}, {89, 139.09}}},
+    {"yolov3-fp32", 1, 4096, 1, 8, 181, 7, 1.07,
+     {{8, 6.95}, {94, 73.92}, {176, 137.69}, {179, 138.72}, {180, 138.27}, {181, 139.03}},
+     {{8, 6.92}, {94, 72.55}, {176, 135.13}, {179, 137.42}, {180, 138.18}, {181, 138.95}}},
+    {"pix2pixhd-fp32", 1, 256, 1, 2, 9, 6, 3.34,
+     {{2, 135.61}, {3, 137.11}, {4, 138.62}, {6, 93.91}, {9, 135.08}},
+     {{2, 135.59}, {3, 137.10}, {4, 138.61}, {6, 89.17}, {9, 132.49}}},
+    {"stylegan-fp32", 1, 4096, 4, 8, 104, 7, 1.27,
+     {{8, 12.74}, {48, 71.76}, {88, 123.48}, {96, 133.99}, {100, 138.99}, {104, 137.02}},
+     {{8, 12.64}, {48, 71.63}, {88, 123.38}, {96, 133.73}, {100, 138.91}, {104, 136.93}}},
+    {"mask-rcnn-fp32", 1, 4096, 1, 2, 153, 11, 0.93,
+     {{2, 3.83}, {55, 68.24}, {120, 129.17}, {129, 134.38}, {133, 136.01}, {135, 137.06}, {138, 138.82}, {140, 134.95}, {152, 137.90}, {153, 138.78}},
+     {{2, 3.41}, {55, 62.64}, {120, 128.61}, {129, 133.35}, {133, 135.46}, {135, 136.51}, {138, 138.09}, {140, 126.87}, {152, 137.66}, {153, 138.56}}},
+    {"transformer-big-fp32", 256, 1048576, 128, 4096, 122112, 6, 3.54,
+     {{4096, 7.51}, {74752, 86.21}, {121856, 138.66}, {122112, 139.00}},
+     {{4096, 7.24}, {74752, 84.58}, {121856, 138.12}, {122112, 138.46}}},
+    {"conv-seq2seq-fp32", 256, 1048576, 128, 4096, 148992, 8, 2.75,
+     {{4096, 6.34}, {80384, 77.70}, {145536, 138.86}, {148096, 138.27}, {148864, 138.90}, {148992, 138.90}},
+     {{4096, 6.22}, {80384, 76.06}, {145536, 135.75}, {148096, 138.06}, {148864, 138.72}, {148992, 138.72}}},
+    {"unsupmt-fp32", 100, 1048576, 100, 2000, 72000, 7, 5.03,
+     {{2000, 7.81}, {51200, 103.47}, {71000, 137.01}, {71800, 138.54}, {72000, 138.87}},
+     {{2000, 7.64}, {51200, 99.58}, {71000, 136.60}, {71800, 138.09}, {72000, 138.44}}},
+    {"bert-base-fp32", 1, 65536, 1, 16, 1370, 9, 2.05,
+     {{16, 3.39}, {900, 93.29}, {1345, 138.59}, {1363, 138.30}, {1369, 138.88}, {1370, 138.98}},
+     {{16, 3.27}, {900, 91.82}, {1345, 136.40}, {1363, 138.21}, {1369, 138.81}, {1370, 138.91}}},
+    {"bert-finetune-fp32", 1, 65536, 1, 8, 340, 6, 2.03,
+     {{8, 4.95}, {192, 79.71}, {332, 136.65}, {338, 138.35}, {340, 138.88}},
+     {{8, 4.87}, {192, 79.11}, {332, 135.61}, {338, 138.03}, {340, 138.84}}},
+    {"mt-dnn-fp32", 1, 65536, 1, 8, 147, 6, 5.84,
+     {{8, 11.98}, {88, 84.75}, {145, 136.66}, {147, 138.30}},
+     {{8, 11.84}, {88, 84.34}, {145, 136.01}, {147, 137.78}}},
+};
+
+TEST(BatchSearchTest, ReplaysTheH200Fp32SuiteOfDecember4InNoMoreProbesThanItTook) {
+  // Exact every time, and in no more probes than the H200 took. Three searches took more than
+  // issue 10's eight there: mask-rcnn 11 (its allocated peaks grew by 1.0 GiB a batch up to 120
+  // and by 0.53 above, so each prediction through the long lever from 55 fitted a few batches
+  // short of the limit: 120, 129, 133, 135, 138; then 140's peak fell by 11 GiB), deeplabv3 10
+  // (a workspace spike at 68-69, exposed by 70) and bert-base 9 (its first edge step, 0.5% of
+  // 1369, overshot a limit one batch above). Replayed they take 10, 10 and 9, mask-rcnn one
+  // fewer because the interpolated peaks bend less than the H200's. A secant through the two
+  // largest fits, after a prediction that fitted well under its line, was tried for mask-rcnn
+  // and saved no probe in this replay (10 again), so the rule was not kept.
+  std::size_t total = 0, h200_total = 0;
+  for (const auto& m : kH200BallastFp32Searches) {
+    const SearchRecord r = replay(m, true);
+    EXPECT_LE(r.probes.size(), m.h200_probes) << m.model << ": " << trace(r);
+    std::printf("  %-22s %2zu probes (H200: %2zu): %s\n", m.model, r.probes.size(), m.h200_probes,
+                trace(r).c_str());
+    total += r.probes.size();
+    h200_total += m.h200_probes;
+  }
+  std::printf("  total %zu probes (H200: %zu)\n", total, h200_total);
+}
+
 TEST(BatchSearchTest, WorkspaceSpikesUnderAnExpandableAllocatorCostProbesButNotTheAnswer) {
   // Linear memory; every third batch from a fifth of the limit up holds a workspace of 25%
   // of the capacity (while it fits), as cuDNN's heuristics do at some shapes in strict fp32.
