@@ -13,10 +13,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <random>
+#include <string>
 
 namespace gpubench {
 namespace {
@@ -334,6 +337,27 @@ SearchRecord replay(const MeasuredSearch& m, bool expandable) {
   return r;
 }
 
+/// Replays every search of `set` (exact each time, in no more probes than the H200 took),
+/// prints each one's probes beside the H200's count and the totals, and returns the records by
+/// model.
+std::map<std::string, SearchRecord> replay_set(const std::vector<MeasuredSearch>& set,
+                                               bool expandable) {
+  std::map<std::string, SearchRecord> records;
+  std::size_t width = 0, total = 0, h200_total = 0;
+  for (const auto& m : set) width = std::max(width, std::strlen(m.model));
+  for (const auto& m : set) {
+    const SearchRecord r = replay(m, expandable);
+    EXPECT_LE(r.probes.size(), m.h200_probes) << m.model << ": " << trace(r);
+    std::printf("  %-*s %2zu probes (H200: %2zu): %s\n", static_cast<int>(width), m.model,
+                r.probes.size(), m.h200_probes, trace(r).c_str());
+    total += r.probes.size();
+    h200_total += m.h200_probes;
+    records.emplace(m.model, r);
+  }
+  std::printf("  total %zu probes (H200: %zu)\n", total, h200_total);
+  return records;
+}
+
 // Generated from docs/results/2026-12-01-h200-fp32-suite/journal.jsonl: per search, the
 // settings, the limit, the probe count the H200 took, and the reserved and allocated peaks
 // (GiB) of the probes that fitted.
@@ -382,16 +406,7 @@ TEST(BatchSearchTest, ReplaysTheH200Fp32SuiteExactlyInNoMoreProbesThanItTook) {
   // a bisection of 5 follows (11 probes, where the 8 of the target need the reserved line's
   // edge). A rule that tells nasnet-large's case (reserved line wrong) from this one (right) is
   // open: docs/search.md, "What the H200 measured".
-  std::size_t total = 0, h200_total = 0;
-  for (const auto& m : kH200Fp32Searches) {
-    const SearchRecord r = replay(m, false);
-    EXPECT_LE(r.probes.size(), m.h200_probes) << m.model << ": " << trace(r);
-    std::printf("  %-16s %2zu probes (H200: %2zu): %s\n", m.model, r.probes.size(), m.h200_probes,
-                trace(r).c_str());
-    total += r.probes.size();
-    h200_total += m.h200_probes;
-  }
-  std::printf("  total %zu probes (H200: %zu)\n", total, h200_total);
+  replay_set(kH200Fp32Searches, false);
 }
 
 // Generated from docs/results/2026-12-01-h200-bf16-suite-partial/journal.jsonl and
@@ -498,16 +513,7 @@ TEST(BatchSearchTest, ReplaysTheH200SearchesOfTheAllocatedLineInNoMoreProbesThan
   // the first prediction, 1.7% under the line, failed 1.7% above the limit and a bisection of
   // nine followed (12 probes). With one more prediction 2% under a failed one it takes 8. The
   // others took 6-10 there.
-  std::size_t total = 0, h200_total = 0;
-  for (const auto& m : kH200AllocatedLineSearches) {
-    const SearchRecord r = replay(m, true);
-    EXPECT_LE(r.probes.size(), m.h200_probes) << m.model << ": " << trace(r);
-    std::printf("  %-34s %2zu probes (H200: %2zu): %s\n", m.model, r.probes.size(),
-                m.h200_probes, trace(r).c_str());
-    total += r.probes.size();
-    h200_total += m.h200_probes;
-  }
-  std::printf("  total %zu probes (H200: %zu)\n", total, h200_total);
+  replay_set(kH200AllocatedLineSearches, true);
 }
 
 // Generated from docs/results/2026-12-02-h200-fp32-suite/journal.jsonl: the fp32 suite's
@@ -558,19 +564,9 @@ TEST(BatchSearchTest, ALineDrawnUnderTheWorkspaceSpikesFindsDeeplabFp32InNinePro
   // through the lower hull of the fits once 70 exposes the spike, the line predicts the limit
   // again: 87 and 88 fit, 89 fits, 90 does not (9 probes; issue 10's target is 8). The rest of
   // the suite takes no more probes than it took there.
-  std::size_t total = 0, h200_total = 0;
-  for (const auto& m : kH200OneStepFp32Searches) {
-    const SearchRecord r = replay(m, true);
-    EXPECT_LE(r.probes.size(), m.h200_probes) << m.model << ": " << trace(r);
-    if (std::string(m.model) == "deeplabv3-fp32") {
-      EXPECT_LE(r.probes.size(), 9u) << trace(r);
-    }
-    std::printf("  %-22s %2zu probes (H200: %2zu): %s\n", m.model, r.probes.size(), m.h200_probes,
-                trace(r).c_str());
-    total += r.probes.size();
-    h200_total += m.h200_probes;
-  }
-  std::printf("  total %zu probes (H200: %zu)\n", total, h200_total);
+  const auto records = replay_set(kH200OneStepFp32Searches, true);
+  EXPECT_LE(records.at("deeplabv3-fp32").probes.size(), 9u)
+      << trace(records.at("deeplabv3-fp32"));
 }
 
 // Generated from docs/results/2026-12-04-h200-fp32-suite-host-bound/fp32/journal.jsonl: the fp32
@@ -629,16 +625,7 @@ TEST(BatchSearchTest, ReplaysTheH200Fp32SuiteOfDecember4InNoMoreProbesThanItTook
   // fewer because the interpolated peaks bend less than the H200's. A secant through the two
   // largest fits, after a prediction that fitted well under its line, was tried for mask-rcnn
   // and saved no probe in this replay (10 again), so the rule was not kept.
-  std::size_t total = 0, h200_total = 0;
-  for (const auto& m : kH200BallastFp32Searches) {
-    const SearchRecord r = replay(m, true);
-    EXPECT_LE(r.probes.size(), m.h200_probes) << m.model << ": " << trace(r);
-    std::printf("  %-22s %2zu probes (H200: %2zu): %s\n", m.model, r.probes.size(), m.h200_probes,
-                trace(r).c_str());
-    total += r.probes.size();
-    h200_total += m.h200_probes;
-  }
-  std::printf("  total %zu probes (H200: %zu)\n", total, h200_total);
+  replay_set(kH200BallastFp32Searches, true);
 }
 
 TEST(BatchSearchTest, WorkspaceSpikesUnderAnExpandableAllocatorCostProbesButNotTheAnswer) {
