@@ -7,11 +7,11 @@
 // convolutions and OpenBLAS pick their kernels and blockings from the processor's instruction
 // sets and caches. So the pins hold for the machine kind they were recorded on, and a
 // fingerprint of that kind is stored with them: the processor (vendor, family, model, stepping,
-// cache size, the vector instruction sets the kernels dispatch on), the libtorch version, and the
-// bits of kernels the steps use (GEMMs small and blocked, a batched GEMM, convolutions forward
-// and backward, batch norm, layer norm, softmax). Where it differs the test skips and says so.
-// A CPU-only fingerprint of kernel results was not enough: CI on another processor reproduced
-// the small kernels' bits yet trained seven of the workloads to other losses. One thread,
+// cache size, the vector instruction sets the kernels dispatch on), the libtorch version,
+// OpenBLAS's build and core, and the bits of kernels the steps use (GEMMs small and blocked, a
+// batched GEMM, convolutions forward and backward, batch norm, layer norm, softmax). Where it
+// differs the test skips and says so. Four small kernels' bits alone were not enough: CI on
+// another processor reproduced them yet trained seven of the workloads to other losses. One thread,
 // libtorch's and OpenBLAS's, so that reductions split the same way on any core count.
 //
 // Re-recording (only for a deliberate change of a workload's arithmetic or smoke config):
@@ -152,17 +152,17 @@ std::string blas_kind() {
 /// stepping and cache size from /proc/cpuinfo, and which of the vector instruction sets oneDNN,
 /// OpenBLAS and ATen choose kernels by it has. "unknown cpu" where there is no /proc/cpuinfo.
 std::string cpu_kind() {
+  auto trim = [](const std::string& text) {
+    const auto first = text.find_first_not_of(" \t");
+    const auto last = text.find_last_not_of(" \t");
+    return first == std::string::npos ? std::string() : text.substr(first, last - first + 1);
+  };
   std::ifstream in("/proc/cpuinfo");
   std::map<std::string, std::string> fields;
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) break;  // the first processor's block is enough
     const auto colon = line.find(':');
     if (colon == std::string::npos) continue;
-    auto trim = [](std::string text) {
-      const auto first = text.find_first_not_of(" \t");
-      const auto last = text.find_last_not_of(" \t");
-      return first == std::string::npos ? std::string() : text.substr(first, last - first + 1);
-    };
     fields[trim(line.substr(0, colon))] = trim(line.substr(colon + 1));
   }
   if (fields.empty()) return "unknown cpu";
