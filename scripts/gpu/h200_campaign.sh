@@ -19,7 +19,9 @@
 # (graphs_check.sh: CUDA graphs off against on, into results/h200/graphs), ddp (ddp_ws1.sh into
 # results/h200/ddp), stylegan16 (stylegan_fp16.sh into results/h200/stylegan16), fidelity
 # (fidelity.sh into results/h200/fidelity), attention (attention.sh into results/h200/attention),
-# probe (unsupmt_probe_check.sh into results/h200/probe). Everything under results/h200/ is packed into
+# probe (unsupmt_probe_check.sh into results/h200/probe), repeats (speed_repeats.sh into
+# results/h200/repeats: GPUBENCH_REPEAT_CASES, default transformer-big:fp32, REPEATS rounds of
+# gpubench and Python alternating, default 3). Everything under results/h200/ is packed into
 # $OUT; carry results/h200 into the next call (device tool: carry ["results/h200"]) to go on.
 set -uo pipefail
 self=$(readlink -f "$0")
@@ -177,6 +179,10 @@ for s in ${*:-build stylegan fp32 bf16 tiers refs}; do
     # Issue 10: unsupmt's probe against whole iterations (CASES as unsupmt_probe_check.sh reads it).
     probe) stage probe env GPUBENCH_DEADLINE_S=$(( $(left) - 60 )) \
              scripts/gpu/unsupmt_probe_check.sh build/gpubench "$R/probe" ;;
+    # Issue 11: side-by-side cases repeated, gpubench and Python alternating.
+    repeats) stage "repeats-$(printf %s "${GPUBENCH_REPEAT_CASES:-transformer-big:fp32}" | md5sum | cut -c1-8)" \
+               scripts/gpu/speed_repeats.sh build/gpubench "$R/repeats" "${REPEATS:-3}" \
+               ${GPUBENCH_REPEAT_CASES:-transformer-big:fp32} ;;
     *) log "unknown stage '$s'"; exit 2 ;;
   esac
 done
