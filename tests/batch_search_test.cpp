@@ -628,6 +628,61 @@ TEST(BatchSearchTest, ReplaysTheH200Fp32SuiteOfDecember4InNoMoreProbesThanItTook
   replay_set(kH200BallastFp32Searches, true);
 }
 
+// Generated from docs/results/2026-12-04-h200-bf16-suite-tiers-repeats/bf16/journal.jsonl: the
+// amp-bf16 suite in the same tree as the fp32 one above (one-step probes, the ballast in every
+// probe's peaks), resident memory from each search's first probe, with the probe counts the H200
+// took (84 in all; mask-rcnn 10, bert-base 9).
+const std::vector<MeasuredSearch> kH200BallastBf16Searches = {
+    {"nasnet-large-amp-bf16", 1, 65536, 1, 16, 455, 7, 1.76,
+     {{16, 6.51}, {236, 73.04}, {445, 136.36}, {453, 138.93}, {454, 139.01}, {455, 138.91}},
+     {{16, 6.40}, {236, 72.63}, {445, 135.56}, {453, 137.97}, {454, 138.27}, {455, 138.57}}},
+    {"deeplabv3-amp-bf16", 2, 4096, 1, 8, 170, 6, 0.85,
+     {{8, 7.37}, {86, 72.04}, {165, 137.52}, {169, 138.17}, {170, 138.99}},
+     {{8, 7.23}, {86, 70.62}, {165, 134.82}, {169, 138.07}, {170, 138.88}}},
+    {"yolov3-amp-bf16", 1, 4096, 1, 8, 348, 6, 1.07,
+     {{8, 4.17}, {182, 74.38}, {339, 137.76}, {346, 139.03}, {348, 139.01}},
+     {{8, 4.10}, {182, 73.09}, {339, 135.35}, {346, 138.12}, {348, 138.92}}},
+    {"pix2pixhd-amp-bf16", 1, 256, 1, 2, 14, 5, 3.34,
+     {{2, 22.16}, {7, 70.37}, {13, 128.18}, {14, 137.71}},
+     {{2, 22.07}, {7, 69.96}, {13, 127.42}, {14, 137.00}}},
+    {"stylegan-amp-bf16", 1, 4096, 4, 8, 212, 5, 1.27,
+     {{8, 6.79}, {104, 73.13}, {200, 135.66}, {212, 138.37}},
+     {{8, 6.43}, {104, 69.77}, {200, 130.07}, {212, 137.80}}},
+    {"mask-rcnn-amp-bf16", 1, 4096, 1, 2, 290, 10, 0.93,
+     {{2, 2.19}, {123, 70.16}, {249, 129.97}, {271, 137.72}, {272, 138.21}, {274, 134.21}, {288, 137.88}, {289, 138.37}, {290, 138.84}},
+     {{2, 2.05}, {123, 67.18}, {249, 127.18}, {271, 137.64}, {272, 138.12}, {274, 131.12}, {288, 137.78}, {289, 138.26}, {290, 138.73}}},
+    {"transformer-big-amp-bf16", 256, 1048576, 128, 4096, 154880, 8, 3.54,
+     {{4096, 7.06}, {90624, 91.38}, {151296, 136.16}, {154624, 139.05}, {154752, 139.01}, {154880, 139.01}},
+     {{4096, 6.59}, {90624, 82.67}, {151296, 135.26}, {154624, 137.99}, {154752, 137.99}, {154880, 137.99}}},
+    {"conv-seq2seq-amp-bf16", 256, 1048576, 128, 4096, 191104, 8, 2.75,
+     {{4096, 5.60}, {118016, 97.54}, {187520, 136.26}, {190592, 138.62}, {190848, 138.89}, {190976, 138.89}, {191104, 138.89}},
+     {{4096, 5.11}, {118016, 86.51}, {187520, 135.98}, {190592, 138.29}, {190848, 138.55}, {190976, 138.55}, {191104, 138.55}}},
+    {"unsupmt-amp-bf16", 100, 1048576, 100, 2000, 95300, 7, 5.03,
+     {{2000, 7.78}, {62600, 102.91}, {93800, 136.79}, {95000, 138.58}, {95200, 138.86}, {95300, 139.04}},
+     {{2000, 7.17}, {62600, 92.50}, {93800, 136.46}, {95000, 138.17}, {95200, 138.44}, {95300, 138.60}}},
+    {"bert-base-amp-bf16", 1, 65536, 1, 16, 2109, 9, 2.05,
+     {{16, 2.96}, {1312, 90.60}, {2069, 136.94}, {2099, 138.91}, {2108, 138.89}, {2109, 138.99}},
+     {{16, 2.89}, {1312, 87.06}, {2069, 136.23}, {2099, 138.18}, {2108, 138.76}, {2109, 138.82}}},
+    {"bert-finetune-amp-bf16", 1, 65536, 1, 8, 502, 7, 2.03,
+     {{8, 4.07}, {281, 81.34}, {490, 137.64}, {499, 138.87}, {501, 139.03}, {502, 139.06}},
+     {{8, 3.98}, {281, 78.59}, {490, 135.72}, {499, 138.18}, {501, 138.73}, {502, 139.00}}},
+    {"mt-dnn-amp-bf16", 1, 65536, 1, 8, 222, 6, 5.84,
+     {{8, 10.11}, {128, 83.54}, {217, 137.36}, {220, 138.24}, {222, 139.04}},
+     {{8, 9.98}, {128, 82.34}, {217, 135.96}, {220, 137.70}, {222, 138.89}}},
+};
+
+TEST(BatchSearchTest, ReplaysTheH200Bf16SuiteOfDecember4InNoMoreProbesThanItTook) {
+  // Exact every time, and in no more probes than the H200 took. Two searches took more than
+  // issue 10's eight there: mask-rcnn 10 (its peaks drop by 4 GiB from 272 to 274, so the
+  // search drew its line under the fits and predicted again up to 290) and bert-base 9 (its edge
+  // step from 2108 overshot a limit one batch above, then three bisection probes). A first edge
+  // step of 0.25% of the largest fit in place of kLiveEdgeStep's 0.5% takes bert-base to 8 here
+  // and in the fp32 replay above (11 probes fewer over the five H200 sets), but one probe past
+  // the bounds of three simulated devices whose lines miss by more (limits 2688, 20000 and
+  // 30000), so it was not kept.
+  replay_set(kH200BallastBf16Searches, true);
+}
+
 TEST(BatchSearchTest, WorkspaceSpikesUnderAnExpandableAllocatorCostProbesButNotTheAnswer) {
   // Linear memory; every third batch from a fifth of the limit up holds a workspace of 25%
   // of the capacity (while it fits), as cuDNN's heuristics do at some shapes in strict fp32.
