@@ -23,6 +23,9 @@
 #              compared with its default run and with Python (e.g. issue 11's
 #              limit10:scripts/gpu/cudnn-limit10.yaml, PyTorch's 10 algorithms per convolution)
 #   WARM48=0: skip transformer-big's run with 48 warm-up steps
+#   TWIN_ATTENTION=stored: the BERT and transformer-big references run with --attention stored
+#              (explicit softmax, probabilities kept: gpubench's default) instead of PyTorch's
+#              fused kernel; give it its own OUT, since finished references are kept
 #   PROFILE=1: both sides also profile 2 steps after their warm-up (GPUBENCH_PROFILE_TRACE,
 #              which gpubench and scripts/python/harness.py both read), summarized by
 #              scripts/gpu/trace_summary.py into OUT/NAME.trace.txt (the trace itself is
@@ -125,6 +128,10 @@ for c in "${cases[@]}"; do
     mask-rcnn) b=16 unit=images/s py=(maskrcnn_reference.py --batch 16) ;;
     mt-dnn) b=8 unit=examples/s py=() ;;
     *) echo "step_speed: no side-by-side case for '$m'" >&2; exit 2 ;;
+  esac
+  case ${py[0]:-} in
+    bert_reference.py|transformer_big_reference.py)
+      [ -n "${TWIN_ATTENTION:-}" ] && py+=(--attention "$TWIN_ATTENTION") ;;
   esac
   start=$(date +%s)
   g=$(ours "$m-$p" "$m" "$b" "$p")

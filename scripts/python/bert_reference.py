@@ -15,8 +15,13 @@ google-research/bert (gpubench bert-base) gathers the 20 masked positions first;
 For squad: 384-token features shaped like gpubench's (question 6-24 WordPieces, context
 ~N(160, 55), padding masked), the span loss, and the same AdamW; tanh GELU as run_squad.py.
 
+Attention: Hugging Face's default implementation (`--attention fused`: PyTorch's
+scaled_dot_product_attention where torch has it; the record names the one used), or `--attention stored`: HF's "eager" attention, the explicit softmax and
+dropout whose probabilities autograd keeps, as gpubench's default `model.attention: stored` and
+google-research/bert do.
+
 Usage: bert_reference.py --batch N --precision fp32|amp-bf16 [--json OUT] [--min-steps 10]
-       [--min-seconds 5] [--model pretraining|mlm|squad]
+       [--min-seconds 5] [--model pretraining|mlm|squad] [--attention fused|stored]
 """
 import argparse
 import os
@@ -29,8 +34,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (the shared timing harness, a sibling module)
 
 
-def build(kind, device):
-    config = transformers.BertConfig(hidden_act="gelu" if kind == "mlm" else "gelu_new")
+def build(kind, device, attention="fused"):
+    # fused: Hugging Face's default (sdpa where torch has it), as the earlier runs measured.
+    extra = {} if attention == "fused" else {"attn_implementation": "eager"}
+    config = transformers.BertConfig(hidden_act="gelu" if kind == "mlm" else "gelu_new", **extra)
     cls = {"pretraining": transformers.BertForPreTraining, "mlm": transformers.BertForMaskedLM,
            "squad": transformers.BertForQuestionAnswering}[kind]
     model = cls(config).to(device).train()
@@ -83,6 +90,7 @@ def main():
     p.add_argument("--batch", type=int, required=True)
     harness.add_precision_arg(p)
     p.add_argument("--model", default="pretraining", choices=["pretraining", "mlm", "squad"])
+    p.add_argument("--attention", default="fused", choices=["fused", "stored"])
     harness.add_window_args(p)
     p.add_argument("--json")
     a = p.parse_args()
@@ -90,7 +98,7 @@ def main():
     device = torch.device("cuda")
     amp = harness.set_precision(a.precision)
     torch.manual_seed(0)
-    model, config = build(a.model, device)
+    model, config = build(a.model, device, a.attention)
     decay = [p for n, p in model.named_parameters() if not ("bias" in n or "LayerNorm" in n)]
     no_decay = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
@@ -126,6 +134,7 @@ def main():
         "reference": f"transformers {transformers.__version__} {type(model).__name__}",
         **harness.environment(), "batch": a.batch,
         "precision": a.precision, "trainable_params": params,
+        "attention": f"{a.attention} ({model.config._attn_implementation})",
         **harness.summarize(timing, a.batch * len(timing.times_ms), "examples/s"),
     }
     return harness.finish(result, a.json)

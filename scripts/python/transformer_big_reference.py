@@ -10,7 +10,9 @@ Like for like with models/transformer.cpp:
   by 32, fairseq's sinusoidal positions (sines then cosines, pad-aware positions from pad + 1);
   q/k/v projected by one Linear in self-attention (q, then k/v, in encoder attention) and
   F.scaled_dot_product_attention (causal in the decoder, source-padding mask only when a batch
-  has source padding);
+  has source padding), or with --attention stored the explicit softmax(q k^T / sqrt(64) + mask)
+  v whose probabilities autograd keeps, as gpubench's default `model.attention: stored` and
+  fairseq's MultiheadAttention do;
 - fairseq's label-smoothed cross-entropy (eps 0.1, fp32 log-softmax, summed, divided by the
   batch's ntokens);
 - torch.optim.Adam (0.9, 0.98), eps 1e-8, foreach, with the inverse-sqrt schedule (warm-up 4000
@@ -24,7 +26,8 @@ Like for like with models/transformer.cpp:
 Throughput is fairseq's wps: target tokens incl. EOS, without padding, per second.
 
 Usage: transformer_big_reference.py --tokens N --precision fp32|tf32|amp-bf16|amp-fp16
-       [--json OUT] [--min-steps 10] [--min-seconds 5] [--batches 8] [--seed 0]
+       [--attention fused|stored] [--json OUT] [--min-steps 10] [--min-seconds 5]
+       [--batches 8] [--seed 0]
        [--check GPUBENCH_RESULT.json] [--plan-only]
 """
 import argparse
@@ -213,7 +216,7 @@ def batch_info(shapes, max_tokens):
 # ---- The model, loss and step (needs torch) ----
 
 def build(torch, vocab=32768, d=1024, ffn=4096, heads=16, layers=6, dropout=0.3,
-          max_positions=1024):
+          max_positions=1024, attention="fused"):
     nn, F = torch.nn, torch.nn.functional
 
     class Attention(nn.Module):
@@ -240,8 +243,18 @@ def build(torch, vocab=32768, d=1024, ffn=4096, heads=16, layers=6, dropout=0.3,
                 k, v = self.kv_proj(memory).view(b, s, 2, heads, hd).permute(2, 0, 3, 1, 4)
             if mask is not None:
                 mask = mask.to(q.dtype)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0,
-                                                 is_causal=causal)
+            if attention == "fused":
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0,
+                                                     is_causal=causal)
+            else:  # stored: the probabilities stay in autograd's graph (attention dropout 0)
+                scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(hd)
+                if causal:
+                    future = torch.ones(t, k.shape[-2], dtype=torch.bool,
+                                        device=q.device).triu(1)
+                    scores = scores.masked_fill(future, float("-inf"))
+                if mask is not None:
+                    scores = scores + mask
+                out = torch.matmul(torch.softmax(scores, -1), v)
             return self.out_proj(out.transpose(1, 2).reshape(b, t, d))
 
     def linear(i, o):
@@ -353,6 +366,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, required=True, help="token budget (--max-tokens)")
     harness.add_precision_arg(ap)
+    ap.add_argument("--attention", default="fused", choices=["fused", "stored"],
+                    help="fused: F.scaled_dot_product_attention; stored: explicit softmax, "
+                         "probabilities kept for the backward (gpubench's default)")
     ap.add_argument("--batches", type=int, default=8, help="pre-generated batches, used in turn")
     ap.add_argument("--seed", type=int, default=0)
     harness.add_window_args(ap)
@@ -377,7 +393,7 @@ def main():
     device = torch.device("cuda")
     amp = harness.set_precision(a.precision)
     torch.manual_seed(a.seed)
-    model = build(torch).to(device).train()
+    model = build(torch, attention=a.attention).to(device).train()
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     opt = torch.optim.Adam(model.parameters(), lr=1e-7, betas=(0.9, 0.98), eps=1e-8,
                            weight_decay=0.0, foreach=True)
@@ -413,6 +429,7 @@ def main():
         "reference": "torch.nn twin of fairseq transformer_vaswani_wmt_en_de_big",
         **harness.environment(),
         "batch": a.tokens, "batch_unit": "tokens", "precision": a.precision,
+        "attention": a.attention,
         "trainable_params": params, **harness.summarize(timing, timing.units, "words/s"),
         "batch_info": info,
     }
