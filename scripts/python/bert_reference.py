@@ -99,6 +99,9 @@ def main():
     amp = harness.set_precision(a.precision)
     torch.manual_seed(0)
     model, config = build(a.model, device, a.attention)
+    if a.attention == "stored" and model.config._attn_implementation != "eager":
+        sys.exit(f"bert_reference: asked for stored attention, but transformers "
+                 f"{transformers.__version__} built '{model.config._attn_implementation}'")
     decay = [p for n, p in model.named_parameters() if not ("bias" in n or "LayerNorm" in n)]
     no_decay = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
