@@ -16,8 +16,9 @@ For squad: 384-token features shaped like gpubench's (question 6-24 WordPieces, 
 ~N(160, 55), padding masked), the span loss, and the same AdamW; tanh GELU as run_squad.py.
 
 Attention: Hugging Face's default implementation (`--attention fused`: PyTorch's
-scaled_dot_product_attention where torch has it; the record names the one used), or `--attention stored`: HF's "eager" attention, the explicit softmax and
-dropout whose probabilities autograd keeps, as gpubench's default `model.attention: stored` and
+scaled_dot_product_attention where torch has it; the record names the one used), or
+`--attention stored`: HF's "eager" attention, the explicit softmax and dropout whose
+probabilities autograd keeps, as gpubench's default `model.attention: stored` and
 google-research/bert do.
 
 Usage: bert_reference.py --batch N --precision fp32|amp-bf16 [--json OUT] [--min-steps 10]
@@ -90,7 +91,7 @@ def main():
     p.add_argument("--batch", type=int, required=True)
     harness.add_precision_arg(p)
     p.add_argument("--model", default="pretraining", choices=["pretraining", "mlm", "squad"])
-    p.add_argument("--attention", default="fused", choices=["fused", "stored"])
+    harness.add_attention_arg(p)
     harness.add_window_args(p)
     p.add_argument("--json")
     a = p.parse_args()

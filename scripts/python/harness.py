@@ -42,6 +42,13 @@ def add_precision_arg(parser):
     parser.add_argument("--precision", default="fp32", choices=PRECISIONS)
 
 
+def add_attention_arg(parser):
+    """--attention fused|stored (default fused): the attention workloads' twins, as gpubench's
+    `model.attention` names them. fused: PyTorch's scaled_dot_product_attention; stored: the
+    explicit softmax whose probabilities autograd keeps (gpubench's default)."""
+    parser.add_argument("--attention", default="fused", choices=["fused", "stored"])
+
+
 def add_window_args(parser):
     """--min-steps and --min-seconds: the least size of the timed window (see time_steps)."""
     parser.add_argument("--min-steps", type=int, default=10)

@@ -366,9 +366,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, required=True, help="token budget (--max-tokens)")
     harness.add_precision_arg(ap)
-    ap.add_argument("--attention", default="fused", choices=["fused", "stored"],
-                    help="fused: F.scaled_dot_product_attention; stored: explicit softmax, "
-                         "probabilities kept for the backward (gpubench's default)")
+    harness.add_attention_arg(ap)
     ap.add_argument("--batches", type=int, default=8, help="pre-generated batches, used in turn")
     ap.add_argument("--seed", type=int, default=0)
     harness.add_window_args(ap)
