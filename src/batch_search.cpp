@@ -560,6 +560,7 @@ Json ProbeRecord::to_json() const {
             {"phase", phase},
             {"error", error}};
   if (steps) j["steps"] = steps;
+  if (!allocator.is_null()) j["allocator"] = allocator;
   if (sticky) j["sticky"] = true;
   if (worker) j["worker"] = worker;
   return j;
@@ -576,6 +577,7 @@ ProbeRecord ProbeRecord::from_json(const Json& p) {
   probe.prepare_seconds = p.value("prepare_seconds", 0.0);
   probe.steps_seconds = p.value("steps_seconds", 0.0);
   probe.steps = value_int(p, "steps", 0);
+  if (p.contains("allocator")) probe.allocator = p["allocator"];
   probe.phase = p.value("phase", std::string());
   probe.error = p.value("error", std::string());
   probe.sticky = p.value("sticky", false);
@@ -661,6 +663,7 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
     p.prepare_seconds = outcome.prepare_seconds;
     p.steps_seconds = outcome.steps_seconds;
     p.steps = outcome.steps;
+    p.allocator = outcome.allocator;
     p.phase = step.phase;
     p.error = outcome.error;
     p.sticky = outcome.worker_unusable;

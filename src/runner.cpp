@@ -221,6 +221,7 @@ ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx,
   const torch::Device& device = ctx.device;
   release_cached_memory(device);
   reset_peak_memory(device);
+  const MemoryStats before = memory_stats(device);
   const auto started = Clock::now();
   try {
     // Held through the probe: the batch fits only with this much to spare (search.headroom).
@@ -241,6 +242,7 @@ ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx,
     synchronize(device);
     outcome.steps_seconds = seconds_since(steps_started);
     const MemoryStats stats = memory_stats(device);
+    outcome.allocator = allocator_counters_between(before, stats);
     outcome.fits = true;
     outcome.peak_bytes = stats.reserved_peak;
     outcome.peak_allocated_bytes = stats.allocated_peak;
@@ -249,6 +251,7 @@ ProbeOutcome probe_step(const Architecture& arch, const StepContext& ctx,
     if (!is_out_of_memory(e)) throw;
     outcome.fits = false;
     outcome.error = "out of memory: " + short_message(e.what());
+    outcome.allocator = allocator_counters_between(before, memory_stats(device));
     if (outcome.prepare_seconds == 0) outcome.prepare_seconds = seconds_since(started);
     // An out-of-memory error is recoverable unless it left the device broken; the search then
     // goes on in a fresh worker.
@@ -812,9 +815,13 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store) {
       options.expandable_allocator =
           device.is_cuda() && run.expandable_segments && compat::kHasExpandableSegments;
       options.on_probe = [&](const ProbeRecord& p, int index) {
-        const std::string timing =
+        std::string timing =
             fmt::format("{:.1f} s: build {:.1f} s, steps {:.1f} s", p.seconds, p.prepare_seconds,
                         p.steps_seconds);
+        // Allocations that failed and emptied the allocator's cache before a retry: under a cap,
+        // what makes a probe slow (docs/search.md, "Hints across memory caps").
+        const int64_t retries = p.allocator.is_object() ? p.allocator.value("alloc_retries", int64_t{0}) : 0;
+        if (retries > 0) timing += fmt::format(", {} allocator retries", retries);
         worker_log(config.name,
                    p.sticky ? fmt::format("search probe {}: batch {} left the worker unusable "
                                           "({}): {}",

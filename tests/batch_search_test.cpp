@@ -1238,8 +1238,12 @@ TEST(BatchSearchTest, RecordRoundTripsThroughJson) {
       find_max_batch(settings(1, 65536, 1, 16), static_cast<int64_t>(d.capacity), std::ref(d));
   SearchRecord with_headroom = r;
   with_headroom.headroom_bytes = 375809638;
+  ASSERT_FALSE(with_headroom.probes.empty());
+  with_headroom.probes[0].allocator = {{"alloc_retries", 412}, {"ooms", 3}};
   const SearchRecord back = SearchRecord::from_json(with_headroom.to_json());
   EXPECT_EQ(back.headroom_bytes, 375809638);
+  EXPECT_EQ(back.probes[0].allocator.value("alloc_retries", 0), 412);
+  EXPECT_TRUE(back.probes[1].allocator.is_null());  // not read: not written
   EXPECT_EQ(back.to_json(), with_headroom.to_json());
   SearchHint hint{1e9, 2e8, 5, 6, 7, 8};
   EXPECT_EQ(SearchHint::from_json(hint.to_json())->to_json(), hint.to_json());
@@ -1296,6 +1300,10 @@ TEST(BatchSearchTest, ProbeCatchesOutOfMemoryAndReleasesTheStep) {
   for (const auto& p : r.probes) {
     EXPECT_FALSE(p.sticky);  // a CPU never breaks
     EXPECT_GE(p.seconds, p.prepare_seconds);
+    // The allocator's counters over the probe, fits or not (zeros on the CPU).
+    ASSERT_TRUE(p.allocator.is_object()) << p.allocator;
+    EXPECT_EQ(p.allocator.value("alloc_retries", -1), 0);
+    EXPECT_EQ(p.allocator.value("ooms", -1), 0);
     if (!p.fits) {
       ++failures;
       EXPECT_NE(p.error.find("out of memory: fake OOM at batch"), std::string::npos) << p.error;

@@ -47,6 +47,11 @@ struct ProbeOutcome {
   std::string error;           ///< why it did not fit ("out of memory: ...")
   double prepare_seconds = 0;  ///< building the step (model, optimizer, batch) [s]
   double steps_seconds = 0;    ///< the steps, synchronized [s]
+  /// The caching allocator's counters over the probe (allocator_counters_between: alloc_retries,
+  /// ooms, device_allocations, device_frees); null where not read. A retry is an allocation
+  /// that failed and made the allocator free its whole cache before trying again: under a
+  /// memory cap, a cuDNN workspace that does not fit costs one (docs/search.md, "Hints across memory caps").
+  Json allocator;
   /// Training steps run (run() calls): 1 when the step was readied for a one-step probe (its
   /// optimizer state allocated first, TrainStep::prepare_probe()), else 2 (the first allocates
   /// the state). A token-budget step's one run() may train several of its batches
@@ -65,6 +70,7 @@ struct ProbeRecord {
   double prepare_seconds = 0;  ///< of which building the step [s]
   double steps_seconds = 0;    ///< of which the steps [s]
   int steps = 0;               ///< training steps run (ProbeOutcome::steps); 0: not known
+  Json allocator;              ///< ProbeOutcome::allocator; null: not read (older records)
   std::string phase;  ///< "scout", "hint", "predict", "edge", "double", "bisect"
   std::string error;
   bool sticky = false;  ///< left its worker unusable (not an outcome: probed again elsewhere)
