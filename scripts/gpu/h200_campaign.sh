@@ -150,9 +150,10 @@ for s in ${*:-build stylegan fp32 bf16 tiers refs}; do
     tiers) stage tiers "$self" --fn tiers ;;
     refs) stage refs "$self" --fn refs ;;
     # GPUBENCH_SPEED_CASES="MODEL:PRECISION ..." (default: all of step_speed.sh's cases).
-    # VARIANT (step_speed.sh) is passed through: gpubench also runs each case with that config.
-    speed) stage "speed-$(printf %s "${GPUBENCH_SPEED_CASES:-all}${VARIANT:-}" | md5sum | cut -c1-8)" \
-             scripts/gpu/step_speed.sh build/gpubench "$R/speed" ${GPUBENCH_SPEED_CASES:-} ;;
+    # VARIANT, TWIN_ATTENTION and TWIN_COMPILE (step_speed.sh) are passed through; SPEED_DIR
+    # names the folder under results/h200 (default speed: give a twin setting its own).
+    speed) stage "speed-$(printf %s "${GPUBENCH_SPEED_CASES:-all}${VARIANT:-}${TWIN_ATTENTION:-}${TWIN_COMPILE:-}${SPEED_DIR:-}" | md5sum | cut -c1-8)" \
+             scripts/gpu/step_speed.sh build/gpubench "$R/${SPEED_DIR:-speed}" ${GPUBENCH_SPEED_CASES:-} ;;
     # step_speed.sh's cases with both sides profiled (PROFILE=1), into results/h200/profile:
     # GPUBENCH_PROFILE_CASES (default: the two language cases slower than eager in amp-bf16).
     profile) stage profile env PROFILE=1 scripts/gpu/step_speed.sh build/gpubench "$R/profile" \

@@ -49,6 +49,23 @@ def add_attention_arg(parser):
     parser.add_argument("--attention", default="fused", choices=["fused", "stored"])
 
 
+def add_compile_arg(parser):
+    """--compile: train the model through torch.compile (TorchInductor, default mode), issue 11's
+    strongest peer. The optimizer step stays eager (its foreach kernels), as in eager runs; the
+    compile happens in the first warm-up steps, which the warm-up rule keeps out of the window."""
+    parser.add_argument("--compile", action="store_true")
+
+
+def compile_model(model, enabled):
+    """torch.compile(model) when enabled, else model unchanged. Compiles with fixed shapes
+    (dynamic=False): the references with --compile train one batch shape."""
+    if not enabled:
+        return model
+    import torch
+
+    return torch.compile(model, dynamic=False)
+
+
 def add_window_args(parser):
     """--min-steps and --min-seconds: the least size of the timed window (see time_steps)."""
     parser.add_argument("--min-steps", type=int, default=10)
