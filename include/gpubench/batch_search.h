@@ -71,7 +71,7 @@ struct ProbeRecord {
   double steps_seconds = 0;    ///< of which the steps [s]
   int steps = 0;               ///< training steps run (ProbeOutcome::steps); 0: not known
   Json allocator;              ///< ProbeOutcome::allocator; null: not read (older records)
-  std::string phase;  ///< "scout", "hint", "predict", "edge", "double", "bisect"
+  std::string phase;           ///< "scout", "hint", "predict", "edge", "aim", "double", "bisect"
   std::string error;
   bool sticky = false;  ///< left its worker unusable (not an outcome: probed again elsewhere)
   int worker = 0;       ///< which of the search's worker processes ran it, from 0
