@@ -404,7 +404,8 @@ class Search {
       const double step = live_line(fit_points) ? kLiveEdgeStep : kEdgeStep;
       double base =
           std::max(static_cast<double>(cand_.granularity()), step * static_cast<double>(l));
-      const int aims_fitted = count_phase("aim") - count_failed("aim");
+      // Every aimed probe here fitted: after one that failed the search bisects (above).
+      const int aims_fitted = count_phase("aim");
       int doublings = edges - 1 + aims_fitted;
       if (aims_fitted >= 2) {
         const int past = count_fitting_edges(largest_fit("aim"));
@@ -450,8 +451,9 @@ class Search {
   /// from 9 probes to 8 in both precisions (tests/batch_search_test.cpp).
   std::optional<Step> aim(const std::vector<FitPoint>& fits, int64_t l, int64_t h,
                           int edges) const {
+    // Reached only while every aimed probe so far fitted (a failed one leads to bisection).
     const int aims = count_phase("aim");
-    if (edges != 1 || aims >= 2 || failed("aim")) return std::nullopt;
+    if (edges != 1 || aims >= 2) return std::nullopt;
     const Line line = allocated_line(fits);
     if (!line.valid()) return std::nullopt;
     const int64_t b = cand_.align_down(line.batch_at(capacity_ * (aims == 0 ? 1 - kLiveAim : 1.0)));
