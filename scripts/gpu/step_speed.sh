@@ -26,8 +26,8 @@
 #   TWIN_ATTENTION=stored: the BERT and transformer-big references run with --attention stored
 #              (explicit softmax, probabilities kept: gpubench's default) instead of PyTorch's
 #              fused kernel; give it its own OUT, since finished references are kept
-#   TWIN_COMPILE=1: the BERT references run through torch.compile (bert_reference.py
-#              --compile), issue 11's strongest peer; give it its own OUT
+#   TWIN_COMPILE=1: the BERT and transformer-big references run through torch.compile
+#              (--compile), issue 44's peer; give it its own OUT
 #   PROFILE=1: both sides also profile 2 steps after their warm-up (GPUBENCH_PROFILE_TRACE,
 #              which gpubench and scripts/python/harness.py both read), summarized by
 #              scripts/gpu/trace_summary.py into OUT/NAME.trace.txt (the trace itself is
@@ -136,7 +136,7 @@ for c in "${cases[@]}"; do
       [ -n "${TWIN_ATTENTION:-}" ] && py+=(--attention "$TWIN_ATTENTION") ;;
   esac
   if [ "${TWIN_COMPILE:-0}" = 1 ]; then
-    [ "${py[0]:-}" = bert_reference.py ] || { echo "step_speed: TWIN_COMPILE=1: no compiled twin for '$m'" >&2; exit 2; }
+    case ${py[0]:-} in bert_reference.py|transformer_big_reference.py) ;; *) echo "step_speed: TWIN_COMPILE=1: no compiled twin for '$m'" >&2; exit 2 ;; esac
     py+=(--compile)
   fi
   start=$(date +%s)

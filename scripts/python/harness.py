@@ -56,14 +56,15 @@ def add_compile_arg(parser):
     parser.add_argument("--compile", action="store_true")
 
 
-def compile_model(model, enabled):
+def compile_model(model, enabled, dynamic=False):
     """torch.compile(model) when enabled, else model unchanged. Compiles with fixed shapes
-    (dynamic=False): the references with --compile train one batch shape."""
+    (dynamic=False) by default: the BERT references train one batch shape. A twin whose batches
+    change shape passes dynamic=None (torch.compile's automatic dynamic shapes)."""
     if not enabled:
         return model
     import torch
 
-    return torch.compile(model, dynamic=False)
+    return torch.compile(model, dynamic=dynamic)
 
 
 def add_window_args(parser):

@@ -24,9 +24,13 @@ Like for like with models/transformer.cpp:
 - strict fp32 (TF32 off in cuBLAS and cuDNN), tf32, or autocast bf16/fp16 (GradScaler) around
   forward and loss.
 Throughput is fairseq's wps: target tokens incl. EOS, without padding, per second.
+--compile trains the model and its loss through torch.compile (the optimizer stays eager), the
+peer issue 44 measures against. The batches differ in shape, so it compiles with dynamic shapes
+(one static graph, then one dynamic graph on the first new shape) rather than once per shape;
+both compiles run in the warm-up.
 
 Usage: transformer_big_reference.py --tokens N --precision fp32|tf32|amp-bf16|amp-fp16
-       [--attention fused|stored] [--json OUT] [--min-steps 10] [--min-seconds 5]
+       [--attention fused|stored] [--compile] [--json OUT] [--min-steps 10] [--min-seconds 5]
        [--batches 8] [--seed 0]
        [--check GPUBENCH_RESULT.json] [--plan-only]
 """
@@ -367,6 +371,7 @@ def main():
     ap.add_argument("--tokens", type=int, required=True, help="token budget (--max-tokens)")
     harness.add_precision_arg(ap)
     harness.add_attention_arg(ap)
+    harness.add_compile_arg(ap)
     ap.add_argument("--batches", type=int, default=8, help="pre-generated batches, used in turn")
     ap.add_argument("--seed", type=int, default=0)
     harness.add_window_args(ap)
@@ -393,6 +398,11 @@ def main():
     torch.manual_seed(a.seed)
     model = build(torch, attention=a.attention).to(device).train()
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+    def model_loss(src, prev, src_padded, target):
+        return label_smoothed_nll_loss(torch, model(src, prev, src_padded), target, 0.1)
+
+    summed_loss = harness.compile_model(model_loss, a.compile, dynamic=None)
     opt = torch.optim.Adam(model.parameters(), lr=1e-7, betas=(0.9, 0.98), eps=1e-8,
                            weight_decay=0.0, foreach=True)
     scaler = harness.grad_scaler(amp)
@@ -411,8 +421,7 @@ def main():
             group["lr"] = inverse_sqrt(state["step"])
         opt.zero_grad(set_to_none=True)
         with harness.autocast(amp):
-            logits = model(src, prev, src_padded)
-            loss = label_smoothed_nll_loss(torch, logits, target, 0.1) / ntokens
+            loss = summed_loss(src, prev, src_padded, target) / ntokens
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
@@ -427,7 +436,7 @@ def main():
         "reference": "torch.nn twin of fairseq transformer_vaswani_wmt_en_de_big",
         **harness.environment(),
         "batch": a.tokens, "batch_unit": "tokens", "precision": a.precision,
-        "attention": a.attention,
+        "attention": a.attention, "compile": a.compile,
         "trainable_params": params, **harness.summarize(timing, timing.units, "words/s"),
         "batch_info": info,
     }
