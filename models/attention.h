@@ -14,8 +14,8 @@
 // default and the measured difference.
 #pragma once
 
-#include "gpubench/compat.h"
-#include "gpubench/params.h"
+#include "gpubench/base/compat.h"
+#include "gpubench/base/params.h"
 
 #include <torch/torch.h>
 

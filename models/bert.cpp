@@ -1,7 +1,7 @@
 #include "models/bert.h"
 
-#include "gpubench/compat.h"
-#include "gpubench/config.h"
+#include "gpubench/base/compat.h"
+#include "gpubench/config/config.h"
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/runtime.h"
 #include "models/attention.h"

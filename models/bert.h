@@ -5,9 +5,9 @@
 // is the bert-base-mlm twin. Spec: shared/specs/language-workloads.md §4.
 #pragma once
 
-#include "gpubench/params.h"
+#include "gpubench/base/params.h"
 #include "gpubench/train/update.h"
-#include "gpubench/workload.h"
+#include "gpubench/train/workload.h"
 #include "models/linear.h"
 
 #include <torch/nn.h>

@@ -4,8 +4,8 @@
 // Adam with weight decay and warm-up. Spec: shared/specs/language-workloads.md §5.
 #pragma once
 
-#include "gpubench/params.h"
-#include "gpubench/workload.h"
+#include "gpubench/base/params.h"
+#include "gpubench/train/workload.h"
 #include "models/bert.h"
 #include "models/linear.h"
 

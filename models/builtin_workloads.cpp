@@ -1,7 +1,7 @@
 // The one explicit list of every architecture gpubench can run, in the 2020 post's order.
 // Workloads (configs/models/*.yaml) select one of these by name; twins share code through
 // configs.
-#include "gpubench/registry.h"
+#include "gpubench/train/registry.h"
 #include "models/bert.h"
 #include "models/bert_squad.h"
 #include "models/deeplab.h"

@@ -1,7 +1,7 @@
 #include "models/conv_gradfix.h"
 
-#include "gpubench/compat.h"
-#include "gpubench/errors.h"
+#include "gpubench/base/compat.h"
+#include "gpubench/base/errors.h"
 
 #include <torch/torch.h>
 

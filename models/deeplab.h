@@ -9,9 +9,9 @@
 // Input [N, 3, S, S] (S = 513), labels [N, S, S] in [0, 21) or 255.
 #pragma once
 
-#include "gpubench/params.h"
+#include "gpubench/base/params.h"
 #include "gpubench/train/update.h"
-#include "gpubench/workload.h"
+#include "gpubench/train/workload.h"
 #include "models/resnet.h"
 
 #include <torch/nn.h>

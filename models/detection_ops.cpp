@@ -1,6 +1,6 @@
 #include "models/detection_ops.h"
 
-#include "gpubench/compat.h"
+#include "gpubench/base/compat.h"
 
 #include <c10/core/InferenceMode.h>
 #include <torch/torch.h>

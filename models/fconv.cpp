@@ -1,6 +1,6 @@
 #include "models/fconv.h"
 
-#include "gpubench/errors.h"
+#include "gpubench/base/errors.h"
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/optimizers.h"
 #include "gpubench/train/update.h"

@@ -7,7 +7,7 @@
 // Spec: shared/specs/language-workloads.md §2.
 #pragma once
 
-#include "gpubench/workload.h"
+#include "gpubench/train/workload.h"
 
 #include <torch/nn.h>
 

@@ -1,6 +1,6 @@
 #include "models/mask_rcnn.h"
 
-#include "gpubench/config.h"
+#include "gpubench/config/config.h"
 #include "gpubench/train/runtime.h"
 
 #include <torch/torch.h>

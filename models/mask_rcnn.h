@@ -5,9 +5,9 @@
 // Spec: shared/specs/image-workloads.md §6; detection operators in models/detection_ops.h.
 #pragma once
 
-#include "gpubench/params.h"
+#include "gpubench/base/params.h"
 #include "gpubench/train/update.h"
-#include "gpubench/workload.h"
+#include "gpubench/train/workload.h"
 #include "models/detection_ops.h"
 
 #include <torch/nn.h>

@@ -1,6 +1,6 @@
 #include "models/mtdnn.h"
 
-#include "gpubench/config.h"
+#include "gpubench/config/config.h"
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/runtime.h"
 

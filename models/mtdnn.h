@@ -7,8 +7,8 @@
 // Spec: shared/specs/language-workloads.md §6.
 #pragma once
 
-#include "gpubench/params.h"
-#include "gpubench/workload.h"
+#include "gpubench/base/params.h"
+#include "gpubench/train/workload.h"
 #include "models/bert.h"
 #include "models/linear.h"
 

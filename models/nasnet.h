@@ -5,9 +5,9 @@
 // norm clip 10, exponential decay 0.94 every 2 epochs. Spec: shared/specs/image-workloads.md §1.
 #pragma once
 
-#include "gpubench/params.h"
+#include "gpubench/base/params.h"
 #include "gpubench/train/update.h"
-#include "gpubench/workload.h"
+#include "gpubench/train/workload.h"
 
 #include <torch/nn.h>
 

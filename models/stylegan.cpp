@@ -1,8 +1,8 @@
 #include "models/stylegan.h"
 
-#include "gpubench/compat.h"
-#include "gpubench/config.h"
-#include "gpubench/errors.h"
+#include "gpubench/base/compat.h"
+#include "gpubench/config/config.h"
+#include "gpubench/base/errors.h"
 #include "gpubench/train/runtime.h"
 #include "models/conv_gradfix.h"
 

@@ -6,9 +6,9 @@
 // step then one G step per iteration. Spec: shared/specs/image-workloads.md §5.
 #pragma once
 
-#include "gpubench/params.h"
+#include "gpubench/base/params.h"
 #include "gpubench/train/update.h"
-#include "gpubench/workload.h"
+#include "gpubench/train/workload.h"
 
 #include <torch/nn.h>
 

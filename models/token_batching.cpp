@@ -1,6 +1,6 @@
 #include "models/token_batching.h"
 
-#include "gpubench/errors.h"
+#include "gpubench/base/errors.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>

@@ -5,8 +5,8 @@
 // language-workloads.md §1.5-1.7 and §2.5. Shared by transformer-big and conv-seq2seq.
 #pragma once
 
-#include "gpubench/json.h"
-#include "gpubench/params.h"
+#include "gpubench/base/json.h"
+#include "gpubench/base/params.h"
 
 #include <torch/types.h>
 

@@ -1,6 +1,6 @@
 #include "models/transformer.h"
 
-#include "gpubench/compat.h"
+#include "gpubench/base/compat.h"
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/optimizers.h"
 #include "gpubench/train/update.h"

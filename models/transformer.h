@@ -6,7 +6,7 @@
 // inverse-square-root warm-up. Spec: shared/specs/language-workloads.md §1.
 #pragma once
 
-#include "gpubench/workload.h"
+#include "gpubench/train/workload.h"
 #include "models/linear.h"
 #include "models/token_batching.h"
 

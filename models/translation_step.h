@@ -9,7 +9,7 @@
 #include "gpubench/train/losses.h"
 #include "gpubench/train/runtime.h"
 #include "gpubench/train/update.h"
-#include "gpubench/workload.h"
+#include "gpubench/train/workload.h"
 #include "models/token_batching.h"
 
 #include <torch/types.h>

@@ -7,9 +7,9 @@
 // warm-up. Spec: shared/specs/language-workloads.md §3.
 #pragma once
 
-#include "gpubench/params.h"
+#include "gpubench/base/params.h"
 #include "gpubench/train/runtime.h"
-#include "gpubench/workload.h"
+#include "gpubench/train/workload.h"
 #include "models/linear.h"
 
 #include <torch/nn.h>

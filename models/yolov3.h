@@ -5,9 +5,9 @@
 // Spec: shared/specs/image-workloads.md §3.
 #pragma once
 
-#include "gpubench/params.h"
+#include "gpubench/base/params.h"
 #include "gpubench/train/update.h"
-#include "gpubench/workload.h"
+#include "gpubench/train/workload.h"
 
 #include <torch/nn.h>
 

@@ -4,8 +4,8 @@
 // attention workload's resolved config (which each record embeds) carries the setting.
 #include "models/attention.h"
 
-#include "gpubench/config.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/train/registry.h"
 #include "models/bert.h"
 #include "models/transformer.h"
 #include "models/unsupmt.h"

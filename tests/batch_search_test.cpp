@@ -3,11 +3,11 @@
 // the limit, with fragmentation near the edge, with probes that leave their worker unusable,
 // and hints from 0.1x to 10x the answer. Each test checks the answer is exact (the batch fits
 // and the next candidate does not, both probed) and bounds the probes it took.
-#include "gpubench/batch_search.h"
+#include "gpubench/measure/batch_search.h"
 
-#include "gpubench/errors.h"
-#include "gpubench/runner.h"
-#include "gpubench/workload.h"
+#include "gpubench/base/errors.h"
+#include "gpubench/run/runner.h"
+#include "gpubench/train/workload.h"
 
 #include <c10/util/Exception.h>
 

@@ -1,8 +1,8 @@
 // bert-finetune: the span head and the synthetic SQuAD features.
 #include "models/bert_squad.h"
 
-#include "gpubench/config.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/train/registry.h"
 #include "tests/builtin_store.h"
 
 #include <torch/torch.h>

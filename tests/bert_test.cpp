@@ -2,9 +2,9 @@
 // attention kernel and the two masked-LM loss layouts.
 #include "models/bert.h"
 
-#include "gpubench/compat.h"
-#include "gpubench/config.h"
-#include "gpubench/registry.h"
+#include "gpubench/base/compat.h"
+#include "gpubench/config/config.h"
+#include "gpubench/train/registry.h"
 #include "tests/builtin_store.h"
 
 #include <torch/torch.h>

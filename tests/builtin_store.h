@@ -2,9 +2,9 @@
 // workload's smoke size.
 #pragma once
 
-#include "gpubench/config.h"
-#include "gpubench/registry.h"
-#include "gpubench/workload.h"
+#include "gpubench/config/config.h"
+#include "gpubench/train/registry.h"
+#include "gpubench/train/workload.h"
 
 #include <cstdint>
 

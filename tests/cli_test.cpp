@@ -1,10 +1,10 @@
 // The command line: subcommands in-process (exit codes and messages), and end to end through
 // the real executable with worker processes.
-#include "gpubench/compat.h"
-#include "gpubench/device.h"
-#include "gpubench/journal.h"
-#include "gpubench/json.h"
-#include "gpubench/strings.h"
+#include "gpubench/base/compat.h"
+#include "gpubench/device/device.h"
+#include "gpubench/records/journal.h"
+#include "gpubench/base/json.h"
+#include "gpubench/base/strings.h"
 #include "src/cli/app.h"
 #include "tests/testing.h"
 

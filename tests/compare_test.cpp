@@ -1,7 +1,7 @@
 // gpubench compare: the verdict per job, and what counts as a regression.
 #include "gpubench/report/compare.h"
 
-#include "gpubench/errors.h"
+#include "gpubench/base/errors.h"
 
 #include <gtest/gtest.h>
 

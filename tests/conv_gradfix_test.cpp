@@ -2,7 +2,7 @@
 // convolutions (StyleGAN's R1 penalty needs the second order).
 #include "models/conv_gradfix.h"
 
-#include "gpubench/compat.h"
+#include "gpubench/base/compat.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

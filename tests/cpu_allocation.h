@@ -3,7 +3,7 @@
 // can compare the peaks of two ways of running a step on the CPU.
 #pragma once
 
-#include "gpubench/compat.h"
+#include "gpubench/base/compat.h"
 
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/torch.h>

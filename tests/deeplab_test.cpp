@@ -4,8 +4,8 @@
 // optimizer's decay groups and schedule.
 #include "models/deeplab.h"
 
-#include "gpubench/config.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/train/registry.h"
 #include "models/resnet.h"
 #include "tests/builtin_store.h"
 

@@ -2,8 +2,8 @@
 // of maskrcnn-benchmark's kernels (greedy NMS, legacy RoIAlign) on random inputs.
 #include "models/detection_ops.h"
 
-#include "gpubench/compat.h"
-#include "gpubench/device.h"
+#include "gpubench/base/compat.h"
+#include "gpubench/device/device.h"
 
 #include <torch/torch.h>
 

@@ -3,8 +3,8 @@
 // source-padding masks.
 #include "models/fconv.h"
 
-#include "gpubench/config.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/train/registry.h"
 #include "tests/translation_checks.h"
 
 #include <torch/torch.h>

@@ -10,8 +10,8 @@
 // for the smoke model); the batch defaults to cpu_batch; STEPS counted steps (default 1) after
 // WARMUP uncounted ones (default 0); STEPS=0 prints the step's batch_info without running it.
 // scripts/dev/count_flops.sh wraps it.
-#include "gpubench/config.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/train/registry.h"
 
 #include <torch/torch.h>
 

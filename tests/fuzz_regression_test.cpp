@@ -2,10 +2,10 @@
 // (tests/fuzz/regressions/TARGET/, one file per finding, named for what it found) through the
 // fuzz targets' bodies (tests/fuzz/targets.cpp), in the ordinary test suite: a finding that
 // came back fails here, not only in the next campaign.
-#include "gpubench/errors.h"
-#include "gpubench/journal.h"
-#include "gpubench/json_int.h"
-#include "gpubench/result.h"
+#include "gpubench/base/errors.h"
+#include "gpubench/records/journal.h"
+#include "gpubench/base/json_int.h"
+#include "gpubench/records/result.h"
 #include "gpubench/report/reporter.h"
 #include "src/cli/app.h"
 #include "tests/fuzz/targets.h"

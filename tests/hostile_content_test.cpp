@@ -1,11 +1,11 @@
 // Hostile content (issue 14, item 4): model names, device names, config strings and messages that
 // hold HTML, markdown, ANSI and C1 escapes, invalid UTF-8 and very long lines come out as literal
 // text in every report format, and the journal and the JSON writers never throw on them.
-#include "gpubench/config.h"
-#include "gpubench/journal.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/records/journal.h"
+#include "gpubench/train/registry.h"
 #include "gpubench/report/reporter.h"
-#include "gpubench/strings.h"
+#include "gpubench/base/strings.h"
 #include "src/report/svg.h"
 #include "tests/builtin_store.h"
 #include "tests/testing.h"

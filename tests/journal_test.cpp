@@ -1,7 +1,7 @@
 // The results journal: appended line by line, read back, and continued after a torn write.
-#include "gpubench/journal.h"
+#include "gpubench/records/journal.h"
 
-#include "gpubench/errors.h"
+#include "gpubench/base/errors.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>

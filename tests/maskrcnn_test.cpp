@@ -1,8 +1,8 @@
 // Mask R-CNN specifics: the parameter breakdown against the spec, the folded FrozenBatchNorm,
 // the mask head's own-class logits, the synthetic ground truth, the plan at full size, the
 // solver, and one full iteration that updates every head.
-#include "gpubench/config.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/train/registry.h"
 #include "models/mask_rcnn.h"
 #include "tests/builtin_store.h"
 

@@ -2,8 +2,8 @@
 // task sampling (every head trains when its task is drawn).
 #include "models/mtdnn.h"
 
-#include "gpubench/config.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/train/registry.h"
 #include "tests/builtin_store.h"
 
 #include <torch/torch.h>

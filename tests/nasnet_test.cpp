@@ -3,8 +3,8 @@
 // shapes at full size, the synthetic batch, and TF's RMSProp against its formula.
 #include "models/nasnet.h"
 
-#include "gpubench/config.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/train/registry.h"
 #include "gpubench/train/optimizers.h"
 #include "tests/builtin_store.h"
 

@@ -3,8 +3,8 @@
 // detach of the fake for D, and one training iteration updating both networks.
 #include "models/pix2pixhd.h"
 
-#include "gpubench/config.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/train/registry.h"
 #include "tests/builtin_store.h"
 
 #include <torch/torch.h>

@@ -3,11 +3,11 @@
 // escaped nlohmann exception; output files are written atomically without following a planted
 // symlink; a file size limit is a write error (AbortError, exit 4); stale temporary files of
 // killed processes are removed; a worker that writes garbage fails only its job.
-#include "gpubench/config.h"
-#include "gpubench/errors.h"
-#include "gpubench/journal.h"
+#include "gpubench/config/config.h"
+#include "gpubench/base/errors.h"
+#include "gpubench/records/journal.h"
 #include "gpubench/report/reporter.h"
-#include "gpubench/result.h"
+#include "gpubench/records/result.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>

@@ -1,8 +1,8 @@
-#include "gpubench/reference.h"
+#include "gpubench/config/reference.h"
 
-#include "gpubench/config.h"
-#include "gpubench/errors.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/base/errors.h"
+#include "gpubench/train/registry.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>

@@ -3,7 +3,7 @@
 // keeps it equal to the real registry (GPUBENCH_UPDATE_GOLDEN=1 rewrites it).
 #include "tests/fuzz/registry_snapshot.h"
 
-#include "gpubench/registry.h"
+#include "gpubench/train/registry.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>

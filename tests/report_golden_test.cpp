@@ -11,12 +11,12 @@
 //
 // scripts/check_html.sh renders the same inputs in headless Chromium (ctest
 // HtmlReportRendersInChromium).
-#include "gpubench/config.h"
-#include "gpubench/journal.h"
-#include "gpubench/nvml.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/records/journal.h"
+#include "gpubench/device/nvml.h"
+#include "gpubench/train/registry.h"
 #include "gpubench/report/reporter.h"
-#include "gpubench/runner.h"
+#include "gpubench/run/runner.h"
 #include "tests/builtin_store.h"
 #include "tests/testing.h"
 

@@ -1,10 +1,10 @@
 // The runner: phases in this process on the CPU, the parent's search/confirm/step-down logic
 // against a fake launcher, and worker processes that crash, hang or fail.
-#include "gpubench/runner.h"
+#include "gpubench/run/runner.h"
 
-#include "gpubench/errors.h"
-#include "gpubench/registry.h"
-#include "gpubench/timing.h"
+#include "gpubench/base/errors.h"
+#include "gpubench/train/registry.h"
+#include "gpubench/measure/timing.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>

@@ -6,10 +6,10 @@
 
 #include "gpubench/train/model_reuse.h"
 
-#include "gpubench/compat.h"
-#include "gpubench/config.h"
-#include "gpubench/errors.h"
-#include "gpubench/registry.h"
+#include "gpubench/base/compat.h"
+#include "gpubench/config/config.h"
+#include "gpubench/base/errors.h"
+#include "gpubench/train/registry.h"
 #include "tests/testing.h"
 
 #include <torch/torch.h>

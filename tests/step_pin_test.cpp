@@ -17,8 +17,8 @@
 // Re-recording (only for a deliberate change of a workload's arithmetic or smoke config):
 //   GPUBENCH_PRINT_PINS=1 build/gpubench_tests --gtest_filter='StepPin*'
 // prints the fingerprint and one line per workload to paste below.
-#include "gpubench/config.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/train/registry.h"
 #include "tests/builtin_store.h"
 
 #include <torch/torch.h>

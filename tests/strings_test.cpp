@@ -1,4 +1,4 @@
-#include "gpubench/strings.h"
+#include "gpubench/base/strings.h"
 
 #include <gtest/gtest.h>
 

@@ -5,10 +5,10 @@
 // (fp16_resolutions, conv_clamp) with the activation trace that shows where each layer ran.
 #include "models/stylegan.h"
 
-#include "gpubench/config.h"
-#include "gpubench/errors.h"
-#include "gpubench/precision.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/base/errors.h"
+#include "gpubench/base/precision.h"
+#include "gpubench/train/registry.h"
 #include "tests/builtin_store.h"
 #include "tests/testing.h"
 

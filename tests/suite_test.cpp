@@ -1,11 +1,11 @@
 // Suites: planning, skipping what a journal already holds, and the whole CLI path through real
 // worker processes: a suite killed half-way continues with --resume and repeats nothing; a
 // worker that crashes or hangs costs its job only.
-#include "gpubench/suite.h"
+#include "gpubench/run/suite.h"
 
-#include "gpubench/errors.h"
-#include "gpubench/journal.h"
-#include "gpubench/registry.h"
+#include "gpubench/base/errors.h"
+#include "gpubench/records/journal.h"
+#include "gpubench/train/registry.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // gpubench run in a real pseudo-terminal: Ctrl-C typed at the terminal while a worker runs, and
 // the width of what it prints there.
-#include "gpubench/journal.h"
-#include "gpubench/json.h"
+#include "gpubench/records/journal.h"
+#include "gpubench/base/json.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>

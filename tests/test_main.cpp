@@ -1,8 +1,8 @@
 // One test binary for the whole suite (libtorch links once). Tests that need a GPU end in
 // _CUDA and are filtered out where no CUDA device is visible.
-#include "gpubench/config.h"
-#include "gpubench/device.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/device/device.h"
+#include "gpubench/train/registry.h"
 #include "tests/testing.h"
 
 #include <torch/torch.h>

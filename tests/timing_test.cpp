@@ -1,7 +1,7 @@
-#include "gpubench/timing.h"
+#include "gpubench/measure/timing.h"
 
-#include "gpubench/device.h"
-#include "gpubench/nvml.h"
+#include "gpubench/device/device.h"
+#include "gpubench/device/nvml.h"
 
 #include <gtest/gtest.h>
 

@@ -2,8 +2,8 @@
 // fairseq's sinusoidal table, causality of the decoder and the source-padding mask.
 #include "models/transformer.h"
 
-#include "gpubench/config.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/train/registry.h"
 #include "models/token_batching.h"
 #include "tests/cpu_allocation.h"
 #include "tests/translation_checks.h"

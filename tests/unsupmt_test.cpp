@@ -3,10 +3,10 @@
 // one training step that decodes, trains four times and counts words as XLM does.
 #include "models/unsupmt.h"
 
-#include "gpubench/config.h"
-#include "gpubench/device.h"
-#include "gpubench/precision.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/device/device.h"
+#include "gpubench/base/precision.h"
+#include "gpubench/train/registry.h"
 #include "models/xlm_batching.h"
 #include "tests/builtin_store.h"
 #include "tests/cpu_allocation.h"

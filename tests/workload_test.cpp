@@ -1,10 +1,10 @@
 // Every shipped workload: CPU smoke training at reduced size (20 steps with finite losses,
 // gradients and parameters; after the first, every parameter that got a gradient changed) and
 // the exact trainable-parameter count of the full-size model.
-#include "gpubench/compat.h"
-#include "gpubench/config.h"
-#include "gpubench/device.h"
-#include "gpubench/registry.h"
+#include "gpubench/base/compat.h"
+#include "gpubench/config/config.h"
+#include "gpubench/device/device.h"
+#include "gpubench/train/registry.h"
 #include "gpubench/train/model_reuse.h"
 #include "tests/builtin_store.h"
 

@@ -3,8 +3,8 @@
 // loop, the synthetic truths, darknet's learning-rate policy, and a few training steps.
 #include "models/yolov3.h"
 
-#include "gpubench/config.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/train/registry.h"
 #include "tests/builtin_store.h"
 
 #include <torch/torch.h>

@@ -1,8 +1,8 @@
 #include "gpubench/report/compare.h"
 
-#include "gpubench/errors.h"
+#include "gpubench/base/errors.h"
 #include "gpubench/report/reporter.h"
-#include "gpubench/strings.h"
+#include "gpubench/base/strings.h"
 
 #include <fmt/format.h>
 

@@ -1,8 +1,8 @@
 // The report's data model: merging, the comparison, the geometric-mean summary and the memory
 // tiers. Pure logic over records; the reporters format it.
 #include "gpubench/report/reporter.h"
-#include "gpubench/json_int.h"
-#include "gpubench/strings.h"
+#include "gpubench/base/json_int.h"
+#include "gpubench/base/strings.h"
 
 #include <fmt/format.h>
 

@@ -3,7 +3,7 @@
 //   model,family,device,...,message
 //   bert-base,language,NVIDIA H200,...,
 #include "gpubench/report/reporter.h"
-#include "gpubench/strings.h"
+#include "gpubench/base/strings.h"
 
 namespace gpubench {
 

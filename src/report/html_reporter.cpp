@@ -12,7 +12,7 @@
 // Every text from the records (model names, messages, device names) is escaped. Nothing depends
 // on the clock: dates come from the records.
 #include "gpubench/report/reporter.h"
-#include "gpubench/strings.h"
+#include "gpubench/base/strings.h"
 #include "src/report/sections.h"
 #include "src/report/svg.h"
 

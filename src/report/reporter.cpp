@@ -1,9 +1,9 @@
 #include "gpubench/report/reporter.h"
 
-#include "gpubench/config.h"
-#include "gpubench/errors.h"
-#include "gpubench/journal.h"
-#include "gpubench/strings.h"
+#include "gpubench/config/config.h"
+#include "gpubench/base/errors.h"
+#include "gpubench/records/journal.h"
+#include "gpubench/base/strings.h"
 
 #include <sys/stat.h>
 

@@ -3,8 +3,8 @@
 // efficiency against the one-device run of the same job where the report has one.
 #include "src/report/sections.h"
 
-#include "gpubench/strings.h"
-#include "gpubench/json_int.h"
+#include "gpubench/base/strings.h"
+#include "gpubench/base/json_int.h"
 
 #include <fmt/format.h>
 

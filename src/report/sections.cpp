@@ -1,6 +1,6 @@
 #include "src/report/sections.h"
 
-#include "gpubench/strings.h"
+#include "gpubench/base/strings.h"
 
 #include <fmt/format.h>
 

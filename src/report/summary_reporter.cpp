@@ -11,7 +11,7 @@
 //
 // The whole comparison with the eight 2020 GPUs is the table format (`gpubench report`).
 #include "gpubench/report/reporter.h"
-#include "gpubench/strings.h"
+#include "gpubench/base/strings.h"
 #include "src/report/sections.h"
 #include "src/report/terminal_reporter.h"
 

@@ -4,7 +4,7 @@
 // Coordinates are printed with one decimal so the output is stable across platforms.
 #include "src/report/svg.h"
 
-#include "gpubench/strings.h"
+#include "gpubench/base/strings.h"
 
 #include <fmt/format.h>
 

@@ -13,7 +13,7 @@
 //   Measured
 //   model      device       precision  status  batch           throughput  ...
 #include "gpubench/report/reporter.h"
-#include "gpubench/strings.h"
+#include "gpubench/base/strings.h"
 #include "src/report/sections.h"
 #include "src/report/terminal_reporter.h"
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "gpubench/report/reporter.h"
-#include "gpubench/strings.h"
+#include "gpubench/base/strings.h"
 
 #include <ostream>
 #include <sstream>

@@ -1,6 +1,6 @@
 #include "gpubench/train/optimizers.h"
 
-#include "gpubench/compat.h"
+#include "gpubench/base/compat.h"
 
 #include <torch/torch.h>
 

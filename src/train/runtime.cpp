@@ -1,6 +1,6 @@
 #include "gpubench/train/runtime.h"
 
-#include "gpubench/errors.h"
+#include "gpubench/base/errors.h"
 
 #include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/torch.h>

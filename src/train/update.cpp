@@ -1,6 +1,6 @@
 #include "gpubench/train/update.h"
 
-#include "gpubench/compat.h"
+#include "gpubench/base/compat.h"
 
 #include <torch/torch.h>
 

@@ -6,8 +6,8 @@
 // crash for libFuzzer; caught, a failure for FuzzRegressionTest.
 #pragma once
 
-#include "gpubench/errors.h"
-#include "gpubench/strings.h"
+#include "gpubench/base/errors.h"
+#include "gpubench/base/strings.h"
 
 #include <unistd.h>
 

@@ -5,7 +5,7 @@
 // tests/fuzz/registry_schemas.json, which RegistrySnapshotTest keeps equal to the real one.
 #pragma once
 
-#include "gpubench/registry.h"
+#include "gpubench/train/registry.h"
 
 namespace gpubench::fuzz {
 

@@ -1,7 +1,7 @@
 // The fuzz and sanitizer builds' register_builtin_workloads (models/builtin_workloads.cpp's in
 // the real build): the architectures' schemas from tests/fuzz/registry_schemas.json, no model
 // code (cmake/Fuzz.cmake says why).
-#include "gpubench/registry.h"
+#include "gpubench/train/registry.h"
 #include "tests/fuzz/registry_snapshot.h"
 
 namespace gpubench {

@@ -3,13 +3,13 @@
 // (tests/fuzz/regressions/) in the ordinary test suite.
 #include "tests/fuzz/targets.h"
 
-#include "gpubench/config.h"
-#include "gpubench/journal.h"
-#include "gpubench/registry.h"
+#include "gpubench/config/config.h"
+#include "gpubench/records/journal.h"
+#include "gpubench/train/registry.h"
 #include "gpubench/report/compare.h"
 #include "gpubench/report/reporter.h"
-#include "gpubench/result.h"
-#include "gpubench/suite.h"
+#include "gpubench/records/result.h"
+#include "gpubench/run/suite.h"
 #include "src/cli/app.h"
 #include "tests/fuzz/fuzz_common.h"
 

@@ -2,7 +2,7 @@
 // a verdict for each (faster, slower, within noise) and whether B regressed against A.
 #pragma once
 
-#include "gpubench/result.h"
+#include "gpubench/records/result.h"
 
 #include <optional>
 #include <ostream>

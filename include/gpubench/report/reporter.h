@@ -11,8 +11,8 @@
 //   - the memory-tier tables (build_memory_tiers).
 #pragma once
 
-#include "gpubench/reference.h"
-#include "gpubench/result.h"
+#include "gpubench/config/reference.h"
+#include "gpubench/records/result.h"
 
 #include <functional>
 #include <memory>

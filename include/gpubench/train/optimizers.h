@@ -7,7 +7,7 @@
 // never synchronizes.
 #pragma once
 
-#include "gpubench/json.h"
+#include "gpubench/base/json.h"
 
 #include <torch/nn/module.h>
 #include <torch/types.h>

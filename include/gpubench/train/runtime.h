@@ -41,10 +41,10 @@
 // count) live in the optimizers' device scalars, written before every replay.
 #pragma once
 
-#include "gpubench/json.h"
-#include "gpubench/precision.h"
+#include "gpubench/base/json.h"
+#include "gpubench/base/precision.h"
 #include "gpubench/train/update.h"
-#include "gpubench/workload.h"
+#include "gpubench/train/workload.h"
 
 #include <torch/types.h>
 

@@ -3,7 +3,7 @@
 // except the one amp-fp16 needs to skip a step on overflow (as PyTorch's GradScaler does).
 #pragma once
 
-#include "gpubench/precision.h"
+#include "gpubench/base/precision.h"
 #include "gpubench/train/optimizers.h"
 
 #include <torch/types.h>

@@ -1,0 +1,140 @@
+// Warm-up and timed-window logic (pure, testable), and the summary statistics of step times.
+#pragma once
+
+#include "gpubench/config/config.h"
+#include "gpubench/base/json.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpubench {
+
+/// Summary of the timed window.
+struct TimingStats {
+  int steps = 0;  ///< timed steps
+  double median_ms = 0;
+  double mean_ms = 0;
+  double min_ms = 0;
+  double max_ms = 0;
+  double stddev_ms = 0;       ///< sample standard deviation
+  double window_seconds = 0;  ///< first step start to last step end, device time
+  /// The window's noise: half-width of the 95% interval of the mean step time over whole
+  /// cycles, relative to it (window_noise); unset where fewer than two cycles ran.
+  std::optional<double> noise;
+  /// Why the window ended: "minimum", "noise", "noise unreachable", "time limit", "step limit"
+  /// (window_stop).
+  std::string stop;
+
+  Json to_json() const;
+  static TimingStats from_json(const Json& json);
+};
+
+/// A sample of values (the throughputs of a job's repeated timed runs): its median, range and
+/// the 95% confidence interval of its mean (Student's t with n - 1 degrees of freedom).
+struct SampleStats {
+  int n = 0;
+  double median = 0, mean = 0, min = 0, max = 0;
+  double stddev = 0;                   ///< sample standard deviation (n - 1)
+  double ci95_low = 0, ci95_high = 0;  ///< the mean's 95% interval; equal to the mean when n < 2
+
+  /// Half the interval's width over the mean (0.004: "±0.4%"); 0 when n < 2.
+  double relative_half_width() const;
+  Json to_json() const;
+  static SampleStats from_json(const Json& json);
+};
+SampleStats summarize_sample(const std::vector<double>& values);
+/// Student's t quantile 0.975 for `df` degrees of freedom (12.71 for 1, 1.96 as df grows).
+double t_quantile_975(int df);
+
+/// Statistics of per-step times; `window_seconds` is the device time of the whole window.
+TimingStats summarize_steps(const std::vector<double>& step_ms, double window_seconds);
+
+/// True once the last three warm-up step times lie within `tolerance` (relative) of their
+/// median: cuDNN autotuning and allocator growth are over.
+bool is_steady(const std::vector<double>& step_ms, double tolerance);
+
+/// Whether warm-up is done after these steps, and why: "steady", "every batch shape ran",
+/// "step limit", "time limit", "minimum steps"; `detail` says more in words (a time limit: how
+/// long the steps took, the first one, autotuning included, on its own).
+struct WarmupDecision {
+  bool done = false;
+  std::string reason;
+  std::string detail;
+};
+
+/// The rules, in order:
+/// 1. Never before `autotune_steps` steps: the steps during which cuDNN may still autotune (the
+///    first step meets every convolution; the second re-tunes any whose algorithm's workspace no
+///    longer fits once the optimizer state exists; steps of varying shapes need one whole cycle
+///    and the first shape again). No timed step may still be autotuning, whatever the limits.
+/// 2. Steps of varying work (negative steady_tolerance): after warmup_steps.
+/// 3. After warmup_steps, once the last three step times agree ("steady").
+/// 4. At max_warmup_steps ("step limit").
+/// 5. At max_warmup_seconds, or one step before it when the next step would end past it (the
+///    last step took longer than what is left): "time limit". This may cut warmup_steps short.
+/// 6. A warmup_steps below three is taken as asked ("minimum steps").
+WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_seconds,
+                           const TimingSettings& settings, int autotune_steps = 0);
+
+/// A step waits on the host (is host-bound) when enqueueing it takes the host at least this
+/// share of the step's device time: the device finishes right behind the host, and a CUDA graph
+/// that replays the step in one launch can run it faster (RuntimeSettings::
+/// cuda_graphs_if_host_bound).
+inline constexpr double kHostBoundShare = 0.9;
+
+/// How much of a warm-up's steps the host took: over its last `steps` steps (the first step,
+/// which autotunes, left out when there are others), the host's time to enqueue them against
+/// their device time, both summed.
+struct HostShare {
+  int steps = 0;            ///< steps looked at
+  double host_ms = 0;       ///< the host's time inside run() [ms]
+  double device_ms = 0;     ///< the device's time from the step's start mark to its end [ms]
+  double share = 0;         ///< host_ms / device_ms (0 without steps)
+  bool host_bound = false;  ///< share >= kHostBoundShare
+};
+HostShare host_share(const std::vector<double>& host_ms, const std::vector<double>& device_ms,
+                     int steps);
+
+/// The steps during which cuDNN may still autotune: 2 for steps of one shape, the whole cycle of
+/// shapes and one more for steps that vary (rule 1 of warmup_done).
+int autotune_steps(bool uniform_steps, int64_t cycle_steps);
+
+/// Whether the timed window has enough steps and time.
+bool window_done(int steps, double elapsed_seconds, const TimingSettings& settings);
+
+/// The window's noise: the half-width of the 95% interval (Student's t) of the mean time of a
+/// cycle of `cycle` steps, relative to that mean, over the whole cycles in `step_ms`; nullopt
+/// with fewer than two whole cycles.
+std::optional<double> window_noise(const std::vector<double>& step_ms, int cycle);
+
+/// Cycles a window needs before window_stop projects from its noise: three, so that the spread
+/// is estimated with two degrees of freedom at least.
+constexpr int kMinCyclesToProject = 3;
+
+/// The device time a window would need for its noise to come down to `target`, projected from
+/// `noise` over `cycles` whole cycles in `elapsed_seconds`: the cycles' coefficient of variation
+/// (noise x sqrt(cycles) / t(cycles - 1)) held, the smallest count of cycles m >= cycles whose
+/// interval t(m - 1) x cv / sqrt(m) is within the target (about cycles x (noise / target)^2 for
+/// many cycles), at the mean cycle time so far. Infinity for fewer than two cycles.
+double projected_window_seconds(double noise, int cycles, double elapsed_seconds, double target);
+
+/// After the window's minimum (window_done) is met: whether it ends now, and why. It goes on
+/// while its noise is above settings.noise_target and its device time below
+/// settings.max_seconds (as nvbench's noise stop): "noise" once within the target, "time
+/// limit" at max_seconds; and "noise unreachable" as soon as the noise over at least
+/// kMinCyclesToProject `cycles` projects (projected_window_seconds) that the target would be
+/// reached only past max_seconds: those seconds would buy a noise still above it. A max_seconds
+/// at or below min_seconds turns all of that off ("minimum"). "" = go on.
+std::string window_stop(const std::optional<double>& noise, int cycles, double elapsed_seconds,
+                        const TimingSettings& settings);
+
+/// What a throughput means in arithmetic: {flops_per_unit, tflops (achieved: throughput x
+/// FLOPs per unit), peak_kind, peak_tflops (the device's measured dense-matmul peak for the
+/// precision), peak_share (tflops / peak_tflops)}; each only where its inputs are known (no
+/// flops_per_unit: the workload's FLOPs are not derived, docs/workloads/).
+Json compute_summary(double throughput, std::optional<double> flops_per_unit,
+                     const std::string& peak_kind, std::optional<double> peak_tflops);
+
+}  // namespace gpubench

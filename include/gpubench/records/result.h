@@ -1,0 +1,138 @@
+// Result records: one JobRecord per model run, a versioned ResultDocument per `gpubench run`,
+// and atomic writing. Reporters only read these.
+#pragma once
+
+#include "gpubench/measure/batch_search.h"
+#include "gpubench/device/device.h"
+#include "gpubench/base/json.h"
+#include "gpubench/measure/timing.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpubench {
+
+/// Version of the result schema. Bump when a field changes meaning or is removed.
+constexpr int kResultSchemaVersion = 1;
+
+/// Throughput relative to the 2020 baseline GPU on the same model.
+struct NormalizedScore {
+  std::string reference_row;       ///< "BERT Base"
+  std::string baseline_gpu;        ///< "Quadro RTX 8000"'s id
+  double baseline_throughput = 0;  ///< the baseline's 2020 throughput
+  double baseline_max_batch = 0;   ///< the baseline's 2020 max batch
+  double score = 0;                ///< throughput / baseline_throughput
+};
+
+/// One model on one device at one precision: the search, the timed run and their context.
+struct JobRecord {
+  std::string model;            ///< "bert-base"
+  std::string family;           ///< "image" | "language"
+  std::string precision;        ///< "fp32", "amp-bf16", ...
+  std::string batch_unit;       ///< "sequences"
+  std::string throughput_unit;  ///< "examples/s"
+  DeviceInfo device;
+  /// "ok" | "no-fit" | "diverged" (losses not finite, or the model degenerate: not a result) |
+  /// "failed" | "timeout" | "crashed"
+  std::string status = "ok";
+  std::string message;        ///< why it did not succeed
+  bool emulated = false;      ///< run under --memory-cap
+  bool search_only = false;   ///< a memory-tier job: the search, no timed run (throughput 0)
+  std::optional<double> memory_cap_gib;
+  int64_t batch = 0;                 ///< batch of the timed run, in batch_unit
+  std::string batch_source;          ///< "search" | "flag" | "cpu"
+  Json batch_info = Json::object();  ///< what the workload reports of its batch
+  Json runtime = Json::object();     ///< how the step ran: launch, precision, optimizer kernels
+  /// A data-parallel run (issue 15): {world_size, backend, interconnect, ranks: [per-rank step
+  /// times and throughput], per_rank_batch, global_batch, gradient_sync, scaling_efficiency};
+  /// empty on one device. `throughput` is then the sum over the ranks.
+  Json data_parallel = Json::object();
+  std::optional<SearchRecord> search;
+  /// Timed-run attempts: [{batch, status, message, seconds, phase}], phase "confirm" (the
+  /// search's batch), "step-down" or "bisect".
+  Json confirm = Json::array();
+  Json warmup = Json::object();  ///< {steps, reason, step_time_ms: [...]}
+  TimingStats timing;
+  std::vector<double> step_time_ms;  ///< every timed step
+  double units_per_step = 0;         ///< mean throughput units per step
+  double throughput = 0;  ///< throughput_unit over the timed window; with repeats, their median
+  /// With run.repeat >= 2: each timed run at the job's batch, the first (whose window, memory
+  /// and clocks the fields above describe) included: [{throughput, step_time_ms_median, steps,
+  /// window_seconds, status, message, seconds}], in the order they ran.
+  Json repeats = Json::array();
+  /// With run.repeat >= 2: the throughputs of the repeats that trained (median, min, max and the
+  /// mean's 95% interval); none with one timed run.
+  std::optional<SampleStats> throughput_stats;
+  int64_t peak_memory_bytes = 0;     ///< peak reserved by the allocator in the timed run
+  int64_t peak_allocated_bytes = 0;
+  /// The timed run's memory, apart: {resident_bytes (allocated after the timed window: weights,
+  /// gradients, optimizer state, library workspaces kept), autotune_peak_allocated_bytes (the
+  /// warm-up's peak: cuDNN autotuning's trial workspaces included), window_peak_allocated_bytes
+  /// (the timed window's peak: the workspace-inclusive peak of training), cudnn: the algorithm
+  /// choice}. The activation peak is the search's (search.activation_peak_bytes).
+  Json memory = Json::object();
+  std::map<std::string, int64_t> trainable_params;  ///< as built, by network
+  Json losses_start = Json::object();               ///< loss values before the timed window
+  Json losses = Json::object();                     ///< loss values after the timed window
+  double diverged_throughput = 0;  ///< what a diverged job timed (not a result: throughput is 0)
+  Json clocks = Json::object();    ///< NVML samples (and energy) over the window
+  /// The throughput as arithmetic (compute_summary, timing.h): FLOPs per unit, achieved TFLOP/s,
+  /// the device's measured matmul peak for the precision and the share of it, and where that
+  /// peak came from (peak_source "measured" or "reused", peak_measured_by: runner.h
+  /// compute_with_peak). Timed CUDA runs.
+  Json compute = Json::object();
+  std::optional<NormalizedScore> normalized;
+  Json config = Json::object();       ///< the resolved model config
+  Json environment = Json::object();  ///< host, device, software, gpubench
+  double wall_seconds = 0;            ///< the whole job, process starts included
+  std::string created_utc;
+
+  bool ok() const { return status == "ok"; }
+  Json to_json() const;
+  static JobRecord from_json(const Json& json);
+};
+
+/// The file `gpubench run --json` writes.
+struct ResultDocument {
+  std::string created_utc;
+  std::vector<std::string> command_line;
+  Json run_settings = Json::object();
+  Json environment = Json::object();
+  std::vector<JobRecord> jobs;
+
+  Json to_json() const;
+  /// Throws ConfigError naming `file` for a wrong schema or version.
+  static ResultDocument from_json(const Json& json, const std::string& file);
+};
+
+/// Writes `content` to `path` through a temporary file in the same folder and a rename, so a
+/// reader never sees half a file. The temporary file is new (O_EXCL), never reached through a
+/// symbolic link (O_NOFOLLOW), and removed when anything fails; a symbolic link at `path` is
+/// replaced, not followed. Throws AbortError (exit 4) when the file cannot be written: a
+/// read-only folder, a full disk, a file size limit (with SIGXFSZ ignored, as the CLI does).
+void write_file_atomically(const std::string& path, const std::string& content);
+/// Removes the temporary files of write_file_atomically(path) that a killed gpubench left
+/// (those whose process is gone).
+void remove_stale_temp_files(const std::string& path);
+/// Throws ConfigError now if `path` could not be written later (so a run fails before it
+/// measures anything, not after).
+void check_writable(const std::string& path, const std::string& flag);
+
+/// A new, empty work file $TMPDIR/gpubench-TAG-PID-XXXXXX (/tmp without TMPDIR) for a worker's
+/// spec or record, PID this process's: the one name remove_stale_work_files knows. Throws
+/// AbortError (exit 4) when none can be created.
+std::string make_work_file(const char* tag);
+
+/// Removes from `folder` (the workers' TMPDIR) the work files of runs and workers that were
+/// killed before they could: gpubench-spec-PID-*, gpubench-out-PID-* whose run PID is gone,
+/// and write_file_atomically's .gpubench-*.gpubench-tmp.PID.* whose writer is gone. A name
+/// that does not have that shape is left alone (it may be a live run's). Returns how many it
+/// removed.
+int remove_stale_work_files(const std::string& folder);
+
+/// Current UTC time as ISO 8601 ("2026-11-30T02:37:00Z").
+std::string utc_now();
+
+}  // namespace gpubench

@@ -1,0 +1,832 @@
+#include "gpubench/measure/batch_search.h"
+
+#include "gpubench/base/errors.h"
+#include "gpubench/base/json_int.h"
+#include "gpubench/base/strings.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+namespace gpubench {
+
+int64_t largest_power_of_two_at_most(int64_t value) {
+  if (value < 1) return 0;
+  int64_t p = 1;
+  while (p <= value / 2) p *= 2;
+  return p;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// On a real allocator the line through two probes overshoots the limit by a few tenths of a
+/// percent (rounding, a little fragmentation; 0.24% and 0.26% for bert-base on an H200): a
+/// predicted probe aims that much below the line.
+constexpr double kPredictionBias = 0.003;
+/// ... plus this much per unit of extrapolation (the share of the predicted limit that lies
+/// beyond the largest fit): a line through two points far below the limit misses a slight
+/// curvature, and a failed prediction from far below costs a long bisection, a little margin
+/// one more short prediction.
+constexpr double kExtrapolationMargin = 0.04;
+/// Above the line's limit, an edge probe that still fits steps on by this share of the largest
+/// fit, doubling. The line was wrong there (a workspace that shrinks near the limit, peaks that
+/// stopped growing), so the step is sized to the batch, not to the line's precision: on the
+/// H200 a step of 0.3% walked nasnet-large from 208 to 224 in 8 probes without a failure.
+constexpr double kEdgeStep = 0.04;
+/// With an allocator whose segments grow on demand (expandable segments), what a batch needs is
+/// its allocated peak and little more: on the H200 the largest batch that fitted peaked 0.2-0.6%
+/// of the capacity below it (allocated), where its reserved peaks in mid-range ran 5-12 GiB above
+/// the allocated ones (blocks cached, then given back when memory ran short), so a line through
+/// the reserved peaks put the limit 8-10% too low and the edge probes galloped past it. The line
+/// through the allocated peaks aims this far below the capacity.
+constexpr double kLiveHeadroom = 0.004;
+/// ... and once an edge probe has fitted past that line, the edge steps start at this share of the
+/// largest fit (the line is off by a few tenths of a percent there, not by the 5-20% that cached
+/// workspaces make of a reserved line).
+constexpr double kLiveEdgeStep = 0.005;
+/// ... and the first of two aimed probes after that fit (Search::aim) goes where the allocated
+/// line reaches this share under the capacity. On the H200 (2026-12-04, ballast included) the
+/// largest batch that fitted peaked 0.14-0.93% under the capacity, 0.2-0.33% for the BERT
+/// searches, whose slopes are small enough for the gap to hold several batches.
+constexpr double kLiveAim = 0.002;
+/// After a first prediction that failed, one more this far under it before bisecting. On the H200
+/// transformer-big's scouts (4096 and 97024 tokens, amp-bf16) put the limit 3.9% too high; its
+/// prediction failed 1.7% above the limit and a bisection of the whole extrapolation took nine
+/// more probes.
+constexpr double kRetryMargin = 0.02;
+/// A scout whose peak lies this close to the capacity is pinned there: the workspace took what
+/// was free (benchmark-mode cuDNN), so its peak says how much was free, not how much the batch
+/// needs, and there is no memory model to predict from.
+constexpr double kPinned = 0.01;
+/// A second scout when the first one's line puts the limit this many times above it: halfway
+/// there, so the slope is measured on a long lever.
+constexpr double kScoutFactor = 4.0;
+/// A hint's first probe aims this far below the limit it predicts (a line it came with), or
+/// below its answer scaled by the capacity (cruder).
+constexpr double kHintMargin = 0.01;
+constexpr double kRescaledHintMargin = 0.03;
+/// A hint's line is kept while its limit lies within this factor of its scaled answer, and its
+/// slope while it lies within this factor of the slope the first fit measures.
+constexpr double kHintAgreement = 1.5;
+constexpr double kHintSlopeAgreement = 2.0;
+
+double gib(double bytes) { return bytes / double(int64_t{1} << 30); }
+
+/// The batches the search may probe: min_batch, and multiples of granularity above it up to
+/// max_batch.
+class Candidates {
+ public:
+  explicit Candidates(const SearchSettings& s)
+      : min_(s.min_batch), g_(s.granularity), top_(align_down_raw(s.max_batch)) {}
+
+  int64_t min() const { return min_; }
+  int64_t top() const { return top_; }
+  int64_t granularity() const { return g_; }
+  /// Largest candidate <= b (min_batch if none).
+  int64_t align_down(double b) const {
+    if (!(b < static_cast<double>(top_))) return top_;
+    if (!(b > static_cast<double>(min_))) return min_;
+    return align_down_raw(static_cast<int64_t>(std::floor(b)));
+  }
+  /// Smallest candidate > b (min_batch when b is below it).
+  int64_t next_above(int64_t b) const {
+    if (b < min_) return min_;
+    return (b / g_ + 1) * g_;  // the next multiple of g; above min_ since b >= min_
+  }
+
+ private:
+  int64_t align_down_raw(int64_t b) const {
+    if (b <= min_) return min_;
+    const int64_t aligned = (b / g_) * g_;
+    return aligned <= min_ ? min_ : aligned;
+  }
+  int64_t min_, g_, top_;
+};
+
+struct FitPoint {
+  int64_t batch;
+  double peak;       ///< reserved by the allocator: what the line predicts against the capacity
+  double resident;
+  double allocated;  ///< held by live tensors (the workspace that was used included)
+};
+
+/// A line peak = fixed + per_sample * batch.
+struct Line {
+  double fixed = 0;
+  double per_sample = 0;
+  bool valid() const { return per_sample > 0 && std::isfinite(per_sample) && std::isfinite(fixed); }
+  double batch_at(double bytes) const { return (bytes - fixed) / per_sample; }
+};
+
+double median_resident(const std::vector<FitPoint>& fits) {
+  std::vector<double> r;
+  for (const auto& f : fits) r.push_back(f.resident);
+  std::sort(r.begin(), r.end());
+  return r.empty() ? 0 : r[r.size() / 2];
+}
+
+/// The line through what the probes that fitted measured. Two points: the largest batch and the
+/// largest one at least 10% below it (the shortest extrapolation to the limit, on a lever long
+/// enough that allocator noise barely tilts it). One point: what stays after the step is fixed,
+/// the rest grows with the batch. `slope` (a trusted hint's), through the largest fit, while
+/// there is only one.
+Line fit_line(const std::vector<FitPoint>& fits, double slope = 0) {
+  Line line;
+  if (fits.empty()) return line;
+  const FitPoint& top = fits.back();
+  if (slope > 0 && fits.size() == 1) {
+    line.per_sample = slope;
+    line.fixed = top.peak - slope * static_cast<double>(top.batch);
+    return line;
+  }
+  if (fits.size() >= 2) {
+    std::size_t k = fits.size() - 2;
+    while (k > 0 && static_cast<double>(fits[k].batch) > 0.9 * static_cast<double>(top.batch)) --k;
+    const FitPoint& a = fits[k];
+    if (top.batch != a.batch) {
+      line.per_sample = (top.peak - a.peak) / static_cast<double>(top.batch - a.batch);
+      line.fixed = top.peak - line.per_sample * static_cast<double>(top.batch);
+      if (line.valid()) return line;
+    }
+  }
+  const double resident = median_resident(fits);
+  line.fixed = resident;
+  line.per_sample = (top.peak - resident) / static_cast<double>(top.batch);
+  return line;
+}
+
+/// What the search makes of a hint before its first probe.
+struct HintPlan {
+  double limit = 0;  ///< predicted limit under this capacity (0: no hint)
+  double slope = 0;  ///< the hint's slope, while trusted (0: the probes' own)
+  double margin = 0;
+  std::string note;
+};
+
+HintPlan plan_hint(const SearchSettings& s, int64_t capacity, int64_t headroom_bytes,
+                   const std::optional<SearchHint>& h) {
+  HintPlan plan;
+  if (!h) return plan;
+  // The hint's bytes hold no ballast (SearchHint::from_searches); this search's probes hold
+  // `headroom_bytes`, which leaves the hint's model that much less room.
+  const double c = static_cast<double>(capacity - std::max<int64_t>(0, headroom_bytes));
+  auto refuse = [&](const std::string& why) {
+    plan = HintPlan{};
+    plan.note = "hint refused: " + why + "; the search starts cold";
+    return plan;
+  };
+  if (capacity <= 0) return refuse("no capacity is known to scale it to");
+  if (!std::isfinite(h->bytes_per_sample) || h->bytes_per_sample < 0 ||
+      (h->bytes_per_sample == 0 && h->max_batch == 0)) {
+    return refuse(fmt::format("bytes_per_sample {} is not a positive number of bytes",
+                              format_number(h->bytes_per_sample)));
+  }
+  if (!std::isfinite(h->fixed_bytes) || h->fixed_bytes < 0) {
+    return refuse(
+        fmt::format("fixed_bytes {} is not a non-negative number", format_number(h->fixed_bytes)));
+  }
+  if (h->capacity_bytes < 0 || h->max_batch < 0 || h->peak_bytes_at_max < 0 ||
+      h->resident_bytes < 0) {
+    return refuse("its capacity, max_batch, peak or resident bytes is negative");
+  }
+  // Its line's limit here (-1: it has no line, only an answer).
+  const double line_limit =
+      h->bytes_per_sample > 0 ? (c - h->fixed_bytes) / h->bytes_per_sample : -1.0;
+  // Its own answer, scaled: what grows with the batch fills the capacity less what stays.
+  double scaled = 0;
+  if (h->max_batch > 0 && h->capacity_bytes > 0) {
+    const double peak0 = h->peak_bytes_at_max > 0 ? static_cast<double>(h->peak_bytes_at_max)
+                                                  : static_cast<double>(h->capacity_bytes);
+    const double resident0 = static_cast<double>(h->resident_bytes);
+    if (peak0 > resident0 && c > resident0) {
+      scaled = static_cast<double>(h->max_batch) * (c - resident0) / (peak0 - resident0);
+    }
+  }
+  const bool line_agrees =
+      line_limit > 0 && (scaled <= 0 || (line_limit >= scaled / kHintAgreement &&
+                                         line_limit <= scaled * kHintAgreement));
+  if (line_agrees && line_limit >= static_cast<double>(s.min_batch)) {
+    plan.limit = line_limit;
+    plan.slope = h->bytes_per_sample;
+    plan.margin = kHintMargin;
+    plan.note = fmt::format("hint used: its line puts the limit near batch {} under {:.1f} GiB",
+                            static_cast<int64_t>(line_limit), gib(static_cast<double>(capacity)));
+  } else if (scaled >= static_cast<double>(s.min_batch)) {
+    plan.limit = scaled;
+    plan.margin = kRescaledHintMargin;
+    const std::string line_text =
+        line_limit > 0
+            ? fmt::format("its line puts the limit at batch {}, far from its own answer",
+                          static_cast<int64_t>(line_limit))
+            : std::string("it has no usable line; its answer");
+    plan.note = fmt::format(
+        "hint rescaled: {} (batch {} under {:.1f} GiB) scaled to {:.1f} GiB is batch {}; the "
+        "search starts from that",
+        line_text, h->max_batch, gib(static_cast<double>(h->capacity_bytes)),
+        gib(static_cast<double>(capacity)), static_cast<int64_t>(scaled));
+  } else {
+    return refuse(fmt::format(
+        "it predicts that not even search.min_batch={} fits in {:.1f} GiB (its fixed memory is "
+        "{:.1f} GiB)",
+        s.min_batch, gib(static_cast<double>(capacity)), gib(h->fixed_bytes)));
+  }
+  return plan;
+}
+
+void check_settings(const SearchSettings& s, int64_t capacity) {
+  GPUBENCH_CHECK(s.min_batch >= 1, ConfigError,
+                 "search.min_batch: expected a positive integer, got {}", s.min_batch);
+  GPUBENCH_CHECK(s.granularity >= 1, ConfigError,
+                 "search.granularity: expected a positive integer, got {}", s.granularity);
+  GPUBENCH_CHECK(s.max_batch >= s.min_batch, ConfigError,
+                 "search.max_batch ({}) is below search.min_batch ({}); make max_batch >= "
+                 "min_batch",
+                 s.max_batch, s.min_batch);
+  GPUBENCH_CHECK(s.first_probe >= 0, ConfigError,
+                 "search.first_probe: expected 0 (automatic) or a batch, got {}", s.first_probe);
+  GPUBENCH_CHECK(s.max_probes >= 1, ConfigError,
+                 "search.max_probes: expected a positive integer, got {}", s.max_probes);
+  GPUBENCH_CHECK(capacity >= 0, ConfigError,
+                 "the search's capacity is {} bytes; expected 0 (unknown) or a size", capacity);
+}
+
+/// The search as a function of what its probes saw: every decision is made afresh from the
+/// probes so far, so a search that a fresh worker continues decides exactly as the first would.
+class Search {
+ public:
+  Search(const SearchSettings& s, int64_t capacity, HintPlan hint, bool live)
+      : s_(s),
+        cand_(s),
+        capacity_(static_cast<double>(capacity)),
+        target_(live ? capacity_ * (1 - kLiveHeadroom) : capacity_),
+        live_(live),
+        hint_(std::move(hint)) {}
+
+  void add(const ProbeRecord& p) { probes_.push_back(p); }
+  const std::vector<ProbeRecord>& probes() const { return probes_; }
+
+  /// The largest batch seen to fit (0: none) and the smallest one above it seen not to.
+  int64_t lo() const {
+    int64_t lo = 0;
+    for (const auto& p : probes_) {
+      if (!p.sticky && p.fits) lo = std::max(lo, p.batch);
+    }
+    return lo;
+  }
+  int64_t hi() const {
+    const int64_t l = lo();
+    int64_t hi = 0;
+    for (const auto& p : probes_) {
+      if (!p.sticky && !p.fits && p.batch > l) hi = hi == 0 ? p.batch : std::min(hi, p.batch);
+    }
+    return hi;
+  }
+  std::vector<FitPoint> fits() const {
+    std::vector<FitPoint> out;
+    for (const auto& p : probes_) {
+      if (p.sticky || !p.fits) continue;
+      auto same = std::find_if(out.begin(), out.end(), [&](const FitPoint& f) {
+        return f.batch == p.batch;
+      });
+      const FitPoint point{p.batch, static_cast<double>(p.peak_bytes),
+                           static_cast<double>(p.resident_bytes),
+                           static_cast<double>(p.peak_allocated_bytes)};
+      if (same != out.end()) {
+        *same = point;  // probed again: the latest counts
+      } else {
+        out.push_back(point);
+      }
+    }
+    std::sort(out.begin(), out.end(),
+              [](const FitPoint& a, const FitPoint& b) { return a.batch < b.batch; });
+    return out;
+  }
+  /// The memory model: the line through the reserved peaks, or through the allocated ones when
+  /// the allocator is expandable and every fit reported them.
+  Line line() const { return model_line(fits()); }
+  bool live() const { return live_; }
+
+  /// Why the search is over, or empty.
+  std::string stop_reason() const {
+    const int64_t l = lo(), h = hi();
+    if (l == cand_.top()) return fmt::format("limited by search.max_batch={}", s_.max_batch);
+    if (h != 0 && cand_.next_above(l) >= h) {
+      return l == 0 ? fmt::format("does not fit at search.min_batch={}", s_.min_batch)
+                    : "bracket closed";
+    }
+    if (static_cast<int>(probes_.size()) >= s_.max_probes) {
+      return fmt::format("probe budget spent (search.max_probes={})", s_.max_probes);
+    }
+    return "";
+  }
+
+  struct Step {
+    int64_t batch;
+    const char* phase;
+  };
+  Step next() const {
+    const int64_t l = lo(), h = hi();
+    const auto fit_points = fits();
+    if (count_phase(nullptr) == 0) {  // the first probe (a retried one included)
+      if (hint_.limit > 0) return {cand_.align_down(hint_.limit * (1 - hint_.margin)), "hint"};
+      return {first_probe(), "scout"};
+    }
+    if (l == 0) {
+      // Nothing fits yet. After a hint that failed, the cold search's own scout; else back off
+      // fast towards min_batch.
+      if (failed("hint") && count_phase("scout") == 0 && first_probe() < h) {
+        return {first_probe(), "scout"};
+      }
+      return {cand_.align_down(static_cast<double>(h) / 4.0), "scout"};
+    }
+    // A prediction that just failed, the first: once more, kRetryMargin under it, when that lies
+    // above the bisection's midpoint. A line off by a few percent (curvature the scouts did not
+    // see) fails narrowly, and a fit there leaves a bracket that narrow where a bisection starts
+    // from the whole extrapolation.
+    const ProbeRecord* last = last_outcome();
+    if (h != 0 && last && last->phase == "predict" && !last->fits &&
+        count_failed("predict") == 1 && !failed("edge")) {
+      const int64_t b = cand_.align_down(static_cast<double>(h) * (1 - kRetryMargin));
+      if (b > l + (h - l) / 2) return {b, "predict"};  // else the bisection's midpoint is higher
+    }
+    // After any other failed prediction (or edge or aimed probe): bisection, never a walk.
+    if (h != 0 && (failed("predict") || failed("edge") || failed("aim"))) return bisect(l, h);
+    const Line line = capacity_ > 0 ? model_line(fit_points) : Line{};
+    if (!line.valid() || lowest_scout_pinned()) {
+      // No memory model: no capacity known, or a scout far below the limit already peaked at
+      // the capacity (a workspace that takes what is free). Double, then bisect.
+      const int64_t b = cand_.align_down(2.0 * static_cast<double>(l));
+      if ((h != 0 && b >= h) || b <= l) return bisect_or_above(l, h);
+      return {b, "double"};
+    }
+    const double limit = line.batch_at(target_);
+    // Edge probes fit past the line when it was wrong there. A fit that exposed a workspace spike
+    // under the line (spike_exposure) redraws it without the spike: the edges up to that fit
+    // were above the old line, not the new one, which predicts again.
+    const int edges = count_fitting_edges(live_line(fit_points) ? spike_exposure(fit_points) : 0);
+    if (fit_points.size() == 1 && hint_slope() == 0 &&
+        limit > kScoutFactor * static_cast<double>(l)) {
+      // A second point halfway to the predicted limit: the slope, measured on a long lever.
+      const int64_t b = cand_.align_down(limit / 2.0);
+      if (b > l && (h == 0 || b < h)) return {b, "scout"};
+    }
+    const double extrapolation =
+        limit > 0 ? std::max(0.0, (limit - static_cast<double>(l)) / limit) : 0.0;
+    const double margin = kPredictionBias + kExtrapolationMargin * extrapolation;
+    const int64_t p = cand_.align_down(limit * (1 - margin));
+    // Predict while no edge probe has fitted: once one has, the line was wrong past its limit,
+    // and a line refitted through that point predicts a few batches more each time (a walk).
+    // Nor when the largest fit's reserved peak is pinned at the capacity: the reserved line stops
+    // rising there and predicts a few batches more each time too.
+    // (An allocated line is not pinned: its peaks grow with the batch up to the limit.)
+    const bool pinned = !live_line(fit_points) && largest_fit_pinned(fit_points);
+    if (edges == 0 && !pinned && p > l && static_cast<double>(l) < limit * (1 - 2 * margin) &&
+        (h == 0 || p < h)) {
+      return {p, "predict"};
+    }
+    if (h != 0 && p >= h) return bisect(l, h);  // the line says more fits than does
+    int64_t u = 0;
+    if (edges == 0) {
+      // The largest fit sits at the line's limit: just above it first.
+      u = cand_.next_above(cand_.align_down(limit));
+    } else {
+      if (live_line(fit_points)) {
+        if (const auto step = aim(fit_points, l, h, edges)) return *step;
+      }
+      // Batches fit past the line: gallop from the largest fit in steps that double, so a zone
+      // of z batches costs about 2 log2(z / step) probes, never a walk. Aimed probes that fitted
+      // count as edges; once the second (the line's crossing of the capacity) has fitted, the
+      // line was exact or the peaks stopped following it: one batch above it first, then the
+      // gallop from its start.
+      const double step = live_line(fit_points) ? kLiveEdgeStep : kEdgeStep;
+      double base =
+          std::max(static_cast<double>(cand_.granularity()), step * static_cast<double>(l));
+      // Every aimed probe here fitted: after one that failed the search bisects (above).
+      const int aims_fitted = count_phase("aim");
+      int doublings = edges - 1 + aims_fitted;
+      if (aims_fitted >= 2) {
+        const int past = count_fitting_edges(largest_fit("aim"));
+        if (past == 0) base = static_cast<double>(cand_.granularity());
+        doublings = std::max(0, past - 1);
+      }
+      u = cand_.align_down(static_cast<double>(l) +
+                           base * std::pow(2.0, static_cast<double>(doublings)));
+    }
+    // When the reserved line no longer says where the limit is (the largest fit's reserved peak
+    // is pinned at the capacity, or batches fit past the line), at least where the live
+    // tensors' line fills the capacity: workspaces and cached blocks take what is free and the
+    // reserved peaks stop rising, while the allocated peaks keep growing with the batch
+    // (nasnet-large on the H200: 0.59 GiB an image from 105 to 224 while the reserved peak sat
+    // at 137-139 GiB).
+    const Line live = allocated_line(fit_points);
+    if ((pinned || edges > 0) && live.valid() && !live_line(fit_points)) {
+      u = std::max(u, cand_.align_down(live.batch_at(capacity_) * (1 - kPredictionBias)));
+    }
+    if (u <= l) u = cand_.next_above(l);
+    if (h != 0 && u >= h) return bisect(l, h);
+    return {std::min(u, cand_.top()), "edge"};
+  }
+
+  /// The slope of the hint while it is trusted: before a second fit, and while the first fit
+  /// agrees with it.
+  double hint_slope() const {
+    if (hint_.slope <= 0 || failed("hint")) return 0;
+    const auto f = fits();
+    if (f.size() != 1) return f.empty() ? hint_.slope : 0;
+    const double own = (f[0].peak - f[0].resident) / static_cast<double>(f[0].batch);
+    if (!(own > 0)) return hint_.slope;
+    const double ratio = hint_.slope / own;
+    return ratio <= kHintSlopeAgreement && ratio >= 1 / kHintSlopeAgreement ? hint_.slope : 0;
+  }
+
+ private:
+  /// With the allocated line, after the first edge probe fitted past the line's limit: the
+  /// line was right about the bytes and only the share it keeps free (kLiveHeadroom) was wrong.
+  /// Two probes aimed from the line close in from there before any gallop: where it reaches
+  /// kLiveAim under the capacity, then, if that fitted, where it reaches the capacity itself
+  /// (live tensors cannot outgrow the memory). On the December 4 replays this takes bert-base
+  /// from 9 probes to 8 in both precisions (tests/batch_search_test.cpp).
+  std::optional<Step> aim(const std::vector<FitPoint>& fits, int64_t l, int64_t h,
+                          int edges) const {
+    // Reached only while every aimed probe so far fitted (a failed one leads to bisection).
+    const int aims = count_phase("aim");
+    if (edges != 1 || aims >= 2) return std::nullopt;
+    const Line line = allocated_line(fits);
+    if (!line.valid()) return std::nullopt;
+    const int64_t b = cand_.align_down(line.batch_at(capacity_ * (aims == 0 ? 1 - kLiveAim : 1.0)));
+    if (b <= l || (h != 0 && b >= h)) return std::nullopt;
+    return Step{std::min(b, cand_.top()), "aim"};
+  }
+  /// The largest batch that fitted in `phase` (0: none).
+  int64_t largest_fit(const char* phase) const {
+    int64_t b = 0;
+    for (const auto& p : probes_) {
+      if (!p.sticky && p.fits && p.phase == phase) b = std::max(b, p.batch);
+    }
+    return b;
+  }
+  int64_t first_probe() const {
+    return s_.first_probe > 0 ? cand_.align_down(static_cast<double>(s_.first_probe))
+                              : cand_.align_down(4.0 * static_cast<double>(s_.min_batch));
+  }
+  Step bisect(int64_t l, int64_t h) const {
+    int64_t mid = cand_.align_down(static_cast<double>(l) + static_cast<double>(h - l) / 2.0);
+    if (mid <= l) mid = cand_.next_above(l);
+    return {mid, "bisect"};
+  }
+  Step bisect_or_above(int64_t l, int64_t h) const {
+    if (h != 0) return bisect(l, h);
+    return {std::min(cand_.next_above(l), cand_.top()), "double"};
+  }
+  /// Probes with an outcome (not left sticky) in `phase` (any phase for nullptr).
+  int count_phase(const char* phase) const {
+    int n = 0;
+    for (const auto& p : probes_) {
+      if (!p.sticky && (!phase || p.phase == phase)) ++n;
+    }
+    return n;
+  }
+  /// The latest probe with an outcome (a probe that left its worker unusable has none: a fresh
+  /// worker decides as if it had not run, and probes it again).
+  const ProbeRecord* last_outcome() const {
+    for (auto it = probes_.rbegin(); it != probes_.rend(); ++it) {
+      if (!it->sticky) return &*it;
+    }
+    return nullptr;
+  }
+  int count_failed(const char* phase) const {
+    return static_cast<int>(std::count_if(probes_.begin(), probes_.end(), [&](const ProbeRecord& p) {
+      return !p.sticky && !p.fits && p.phase == phase;
+    }));
+  }
+  bool failed(const char* phase) const {
+    return std::any_of(probes_.begin(), probes_.end(), [&](const ProbeRecord& p) {
+      return !p.sticky && !p.fits && p.phase == phase;
+    });
+  }
+  /// A reserved peak within kPinned of the capacity.
+  bool pinned_at_capacity(double peak) const { return peak >= capacity_ * (1 - kPinned) - 1; }
+  /// The smallest batch that fitted was a scout whose peak sits at the capacity.
+  bool lowest_scout_pinned() const {
+    if (capacity_ <= 0) return false;
+    const ProbeRecord* lowest = nullptr;
+    for (const auto& p : probes_) {
+      if (!p.sticky && p.fits && (!lowest || p.batch < lowest->batch)) lowest = &p;
+    }
+    return lowest && lowest->phase == "scout" &&
+           pinned_at_capacity(static_cast<double>(lowest->peak_bytes));
+  }
+  /// The line through the fits' allocated peaks (the live tensors), or an invalid line when the
+  /// probes did not report them.
+  static Line allocated_line(const std::vector<FitPoint>& fits, double slope = 0) {
+    std::vector<FitPoint> live;
+    for (const auto& f : fits) {
+      if (!(f.allocated > 0)) return Line{};
+      live.push_back({f.batch, f.allocated, f.resident, f.allocated});
+    }
+    return fit_line(live, slope);
+  }
+  /// Whether the model is the allocated line: an expandable allocator, and every fit reported
+  /// its allocated peak.
+  bool live_line(const std::vector<FitPoint>& fits) const {
+    return live_ && std::all_of(fits.begin(), fits.end(),
+                                [](const FitPoint& f) { return f.allocated > 0; });
+  }
+  Line model_line(const std::vector<FitPoint>& fits) const {
+    if (!live_line(fits)) return fit_line(fits, hint_slope());
+    return allocated_line(spike_exposure(fits) > 0 ? lower_hull(fits) : fits, hint_slope());
+  }
+  /// With the allocated line: the smallest batch whose fit shows that a smaller batch's fit held
+  /// a workspace spike (its allocated peak lies above this larger batch's), or 0 when the
+  /// allocated peaks rise with the batch. In strict fp32 cuDNN's heuristics pick algorithms
+  /// with large workspaces at some shapes: deeplabv3 on the H200 peaked at 137.1 GiB at batch 68
+  /// and 109.2 GiB at 70 (2026-12-02).
+  static int64_t spike_exposure(const std::vector<FitPoint>& fits) {
+    double highest = -1;          // the highest allocated peak of the batches below
+    for (const auto& f : fits) {  // by batch, ascending
+      if (f.allocated < highest) return f.batch;
+      highest = std::max(highest, f.allocated);
+    }
+    return 0;
+  }
+  /// The fits on the lower convex hull of allocated peak against batch: what grows with the
+  /// batch, without the workspace spikes above it. The largest fit is always on it.
+  static std::vector<FitPoint> lower_hull(const std::vector<FitPoint>& fits) {
+    std::vector<FitPoint> hull;
+    for (const auto& f : fits) {
+      while (hull.size() >= 2) {
+        const FitPoint& a = hull[hull.size() - 2];
+        const FitPoint& b = hull.back();
+        // b above the segment from a to f: not on the lower hull.
+        const double above = (b.allocated - a.allocated) * static_cast<double>(f.batch - a.batch) -
+                             (f.allocated - a.allocated) * static_cast<double>(b.batch - a.batch);
+        if (above <= 0) break;
+        hull.pop_back();
+      }
+      hull.push_back(f);
+    }
+    return hull;
+  }
+  bool largest_fit_pinned(const std::vector<FitPoint>& fits) const {
+    return capacity_ > 0 && !fits.empty() && pinned_at_capacity(fits.back().peak);
+  }
+  /// Edge probes that fitted above batch `above`.
+  int count_fitting_edges(int64_t above = 0) const {
+    int n = 0;
+    for (const auto& p : probes_) {
+      if (!p.sticky && p.fits && p.phase == "edge" && p.batch > above) ++n;
+    }
+    return n;
+  }
+
+  SearchSettings s_;
+  Candidates cand_;
+  double capacity_;
+  double target_;  ///< where the model line's limit lies: the capacity, less kLiveHeadroom if live
+  bool live_;      ///< the allocator is expandable: the allocated peaks are the model
+  HintPlan hint_;
+  std::vector<ProbeRecord> probes_;
+};
+
+}  // namespace
+
+Json ProbeRecord::to_json() const {
+  Json j = {{"batch", batch},
+            {"fits", fits},
+            {"peak_bytes", peak_bytes},
+            {"peak_allocated_bytes", peak_allocated_bytes},
+            {"resident_bytes", resident_bytes},
+            {"seconds", seconds},
+            {"prepare_seconds", prepare_seconds},
+            {"steps_seconds", steps_seconds},
+            {"phase", phase},
+            {"error", error}};
+  if (steps) j["steps"] = steps;
+  if (!allocator.is_null()) j["allocator"] = allocator;
+  if (sticky) j["sticky"] = true;
+  if (worker) j["worker"] = worker;
+  return j;
+}
+
+ProbeRecord ProbeRecord::from_json(const Json& p) {
+  ProbeRecord probe;
+  probe.batch = p.value("batch", int64_t{0});
+  probe.fits = p.value("fits", false);
+  probe.peak_bytes = p.value("peak_bytes", int64_t{0});
+  probe.peak_allocated_bytes = p.value("peak_allocated_bytes", int64_t{0});
+  probe.resident_bytes = p.value("resident_bytes", int64_t{0});
+  probe.seconds = p.value("seconds", 0.0);
+  probe.prepare_seconds = p.value("prepare_seconds", 0.0);
+  probe.steps_seconds = p.value("steps_seconds", 0.0);
+  probe.steps = value_int(p, "steps", 0);
+  if (p.contains("allocator")) probe.allocator = p["allocator"];
+  probe.phase = p.value("phase", std::string());
+  probe.error = p.value("error", std::string());
+  probe.sticky = p.value("sticky", false);
+  probe.worker = value_int(p, "worker", 0);
+  return probe;
+}
+
+Json SearchHint::to_json() const {
+  return {{"fixed_bytes", fixed_bytes},
+          {"bytes_per_sample", bytes_per_sample},
+          {"capacity_bytes", capacity_bytes},
+          {"max_batch", max_batch},
+          {"peak_bytes_at_max", peak_bytes_at_max},
+          {"resident_bytes", resident_bytes}};
+}
+
+SearchHint SearchHint::from_searches(const SearchRecord& line, const SearchRecord& answer) {
+  SearchHint hint;
+  hint.fixed_bytes = std::max(0.0, line.fixed_bytes - static_cast<double>(line.headroom_bytes));
+  hint.bytes_per_sample = line.bytes_per_sample;
+  hint.capacity_bytes = answer.capacity_bytes;
+  hint.max_batch = answer.max_batch;
+  const auto less_ballast = [&](int64_t bytes) {
+    return bytes > 0 ? std::max<int64_t>(0, bytes - answer.headroom_bytes) : bytes;
+  };
+  hint.peak_bytes_at_max = less_ballast(answer.peak_bytes_at_max);
+  hint.resident_bytes = less_ballast(answer.resident_bytes_at_max);
+  return hint;
+}
+
+std::optional<SearchHint> SearchHint::from_json(const Json& json) {
+  if (!json.is_object()) return std::nullopt;
+  SearchHint hint;
+  hint.fixed_bytes = json.value("fixed_bytes", 0.0);
+  hint.bytes_per_sample = json.value("bytes_per_sample", 0.0);
+  hint.capacity_bytes = json.value("capacity_bytes", int64_t{0});
+  hint.max_batch = json.value("max_batch", int64_t{0});
+  hint.peak_bytes_at_max = json.value("peak_bytes_at_max", int64_t{0});
+  hint.resident_bytes = json.value("resident_bytes", int64_t{0});
+  return hint;
+}
+
+SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_bytes,
+                            const ProbeFunction& probe, const SearchOptions& options) {
+  check_settings(settings, capacity_bytes);
+  const auto started = Clock::now();
+  auto note = [&](const std::string& text) {
+    if (options.on_note) options.on_note(text);
+  };
+
+  HintPlan hint = plan_hint(settings, capacity_bytes, options.headroom_bytes, options.hint);
+  SearchRecord record;
+  record.capacity_bytes = capacity_bytes;
+  record.hint_note = hint.note;
+  record.hinted = hint.limit > 0;
+  if (!hint.note.empty() && options.prior.empty()) note(hint.note);
+
+  Search search(settings, capacity_bytes, hint, options.expandable_allocator);
+  double prior_seconds = 0;
+  int workers = options.worker + 1;
+  for (const auto& p : options.prior) {
+    search.add(p);
+    prior_seconds += p.seconds;
+    workers = std::max(workers, p.worker + 1);
+  }
+
+  while (true) {
+    record.stop_reason = search.stop_reason();
+    if (!record.stop_reason.empty()) {
+      record.converged = record.stop_reason.rfind("probe budget", 0) != 0;
+      break;
+    }
+    const Search::Step step = search.next();
+    const auto t0 = Clock::now();
+    const ProbeOutcome outcome = probe(step.batch);
+    ProbeRecord p;
+    p.batch = step.batch;
+    p.fits = outcome.fits && !outcome.worker_unusable;
+    p.peak_bytes = outcome.peak_bytes;
+    p.peak_allocated_bytes = outcome.peak_allocated_bytes;
+    p.resident_bytes = outcome.resident_bytes;
+    p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    p.prepare_seconds = outcome.prepare_seconds;
+    p.steps_seconds = outcome.steps_seconds;
+    p.steps = outcome.steps;
+    p.allocator = outcome.allocator;
+    p.phase = step.phase;
+    p.error = outcome.error;
+    p.sticky = outcome.worker_unusable;
+    p.worker = options.worker;
+    // Whether this batch already left a worker unusable once (before this probe).
+    const bool again = std::any_of(
+        search.probes().begin(), search.probes().end(),
+        [&](const ProbeRecord& q) { return q.sticky && q.batch == step.batch; });
+    search.add(p);
+    if (options.on_probe) options.on_probe(p, static_cast<int>(search.probes().size()));
+    if (p.sticky) {
+      record.interrupted = !again;
+      record.stop_reason =
+          again ? fmt::format("the probe at batch {} failed in two workers: {}", p.batch, p.error)
+                : fmt::format("the probe at batch {} left its worker unusable: {}", p.batch,
+                              p.error);
+      break;
+    }
+  }
+
+  const auto& probes = search.probes();
+  const int64_t lo = search.lo();
+  record.max_batch = lo;
+  record.largest_pow2 = largest_power_of_two_at_most(lo);
+  record.smallest_failure = search.hi();
+  for (const auto& p : probes) {
+    if (!p.sticky && p.fits && p.batch == lo) {
+      record.peak_bytes_at_max = p.peak_bytes;
+      record.peak_allocated_bytes_at_max = p.peak_allocated_bytes;
+      record.resident_bytes_at_max = p.resident_bytes;
+    }
+  }
+  record.activation_peak_bytes =
+      std::max<int64_t>(0, record.peak_allocated_bytes_at_max - record.resident_bytes_at_max);
+  const Line line = search.line();
+  record.memory_line = search.live() && std::all_of(probes.begin(), probes.end(),
+                                                    [](const ProbeRecord& p) {
+                                                      return p.sticky || !p.fits ||
+                                                             p.peak_allocated_bytes > 0;
+                                                    })
+                           ? "allocated"
+                           : "reserved";
+  if (line.valid()) {
+    record.bytes_per_sample = line.per_sample;
+    record.fixed_bytes = line.fixed;
+  }
+  record.probes = probes;
+  record.workers = workers;
+  record.seconds =
+      prior_seconds + std::chrono::duration<double>(Clock::now() - started).count();
+  if (record.stop_reason.rfind("probe budget", 0) == 0) {
+    note(record.smallest_failure > 0
+             ? fmt::format("the search did not converge: {}; batch {} fits, the largest lies "
+                           "below {} (raise search.max_probes to close the bracket)",
+                           record.stop_reason, lo, record.smallest_failure)
+             : fmt::format("the search did not converge: {}; batch {} fits, the largest may "
+                           "lie above it (raise search.max_probes)",
+                           record.stop_reason, lo));
+  }
+  return record;
+}
+
+Json SearchRecord::to_json() const {
+  Json probes_json = Json::array();
+  for (const auto& p : probes) probes_json.push_back(p.to_json());
+  return {{"max_batch", max_batch},
+          {"largest_pow2_batch", largest_pow2},
+          {"peak_bytes_at_max", peak_bytes_at_max},
+          {"peak_allocated_bytes_at_max", peak_allocated_bytes_at_max},
+          {"resident_bytes_at_max", resident_bytes_at_max},
+          {"activation_peak_bytes", activation_peak_bytes},
+          {"bytes_per_sample", bytes_per_sample},
+          {"fixed_bytes", fixed_bytes},
+          {"memory_line", memory_line},
+          {"capacity_bytes", capacity_bytes},
+          {"smallest_failure", smallest_failure},
+          {"probe_count", probes.size()},
+          {"stop_reason", stop_reason},
+          {"converged", converged},
+          {"hinted", hinted},
+          {"hint_note", hint_note},
+          {"interrupted", interrupted},
+          {"cudnn_benchmark", cudnn_benchmark},
+          {"headroom_bytes", headroom_bytes},
+          {"probe_overrides", probe_overrides},
+          {"workers", workers},
+          {"seconds", seconds},
+          {"probes", probes_json}};
+}
+
+SearchRecord SearchRecord::from_json(const Json& json) {
+  SearchRecord r;
+  r.max_batch = json.value("max_batch", int64_t{0});
+  r.largest_pow2 = json.value("largest_pow2_batch", int64_t{0});
+  r.peak_bytes_at_max = json.value("peak_bytes_at_max", int64_t{0});
+  r.peak_allocated_bytes_at_max = json.value("peak_allocated_bytes_at_max", int64_t{0});
+  r.resident_bytes_at_max = json.value("resident_bytes_at_max", int64_t{0});
+  r.activation_peak_bytes = json.value("activation_peak_bytes", int64_t{0});
+  r.bytes_per_sample = json.value("bytes_per_sample", 0.0);
+  r.fixed_bytes = json.value("fixed_bytes", 0.0);
+  r.memory_line = json.value("memory_line", std::string("reserved"));
+  r.capacity_bytes = json.value("capacity_bytes", int64_t{0});
+  r.smallest_failure = json.value("smallest_failure", int64_t{0});
+  r.stop_reason = json.value("stop_reason", std::string());
+  // Records from before this field: a search stopped for anything but its budget converged.
+  r.converged = json.value("converged", r.stop_reason.rfind("probe budget", 0) != 0);
+  r.hinted = json.value("hinted", false);
+  r.hint_note = json.value("hint_note", std::string());
+  r.interrupted = json.value("interrupted", false);
+  r.cudnn_benchmark = json.value("cudnn_benchmark", false);
+  r.headroom_bytes = json.value("headroom_bytes", int64_t{0});
+  r.probe_overrides = json.value("probe_overrides", Json::object());
+  r.workers = value_int(json, "workers", 1);
+  r.seconds = json.value("seconds", 0.0);
+  for (const auto& p : json.value("probes", Json::array())) {
+    r.probes.push_back(ProbeRecord::from_json(p));
+  }
+  return r;
+}
+
+}  // namespace gpubench

@@ -1,0 +1,399 @@
+#include "gpubench/records/result.h"
+
+#include "gpubench/base/errors.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <vector>
+
+namespace gpubench {
+
+namespace {
+JobRecord job_record_from_json(const Json& j);
+ResultDocument result_document_from_json(const Json& j, const std::string& file);
+}  // namespace
+
+Json JobRecord::to_json() const {
+  Json params = Json::object();
+  for (const auto& [network, count] : trainable_params) params[network] = count;
+  Json out = {{"model", model},
+              {"family", family},
+              {"precision", precision},
+              {"batch_unit", batch_unit},
+              {"throughput_unit", throughput_unit},
+              {"device", device.to_json()},
+              {"status", status},
+              {"message", message},
+              {"emulated", emulated},
+              {"search_only", search_only},
+              {"memory_cap_gib", memory_cap_gib ? Json(*memory_cap_gib) : Json(nullptr)},
+              {"batch", batch},
+              {"batch_source", batch_source},
+              {"batch_info", batch_info},
+              {"search", search ? search->to_json() : Json(nullptr)},
+              {"confirm", confirm},
+              {"warmup", warmup},
+              {"timing", timing.to_json()},
+              {"step_time_ms", step_time_ms},
+              {"units_per_step", units_per_step},
+              {"throughput", throughput},
+              {"peak_memory_bytes", peak_memory_bytes},
+              {"peak_allocated_bytes", peak_allocated_bytes},
+              {"memory", memory},
+              {"trainable_params", params},
+              {"losses_start", losses_start},
+              {"losses", losses},
+              {"clocks", clocks}};
+  if (normalized) {
+    out["normalized"] = {{"reference_row", normalized->reference_row},
+                         {"baseline_gpu", normalized->baseline_gpu},
+                         {"baseline_throughput", normalized->baseline_throughput},
+                         {"baseline_max_batch", normalized->baseline_max_batch},
+                         {"score", normalized->score}};
+  } else {
+    out["normalized"] = nullptr;
+  }
+  if (status == "diverged") out["diverged_throughput"] = diverged_throughput;
+  // Repeats (run.repeat >= 2) only: records of one timed run read and write as before.
+  if (!repeats.empty()) out["repeats"] = repeats;
+  if (throughput_stats) out["throughput_stats"] = throughput_stats->to_json();
+  out["config"] = config;
+  out["environment"] = environment;
+  out["wall_seconds"] = wall_seconds;
+  out["created_utc"] = created_utc;
+  // How the step ran (launch, precision, optimizer kernels): written by timed runs only, so
+  // records without one read and write as before.
+  if (!runtime.empty()) out["runtime"] = runtime;
+  if (!compute.empty()) out["compute"] = compute;  // timed runs that know their FLOPs or peak
+  if (!data_parallel.empty()) out["data_parallel"] = data_parallel;  // issue 15
+  return out;
+}
+
+JobRecord JobRecord::from_json(const Json& j) {
+  // A record is read from files anyone can edit: a value of the wrong type is bad input (exit
+  // 2, with the reason), never an escaped nlohmann exception.
+  GPUBENCH_CHECK(j.is_object(), ConfigError, "not a job record (expected a JSON object, got {})",
+                 j.type_name());
+  // Integer fields read through nlohmann's get<int64_t>, which casts a float: 1e30 or 1e400
+  // (infinity) would overflow the cast (undefined behaviour). No benchmark value is that large.
+  std::vector<const Json*> todo = {&j};
+  while (!todo.empty()) {
+    const Json* node = todo.back();
+    todo.pop_back();
+    if (node->is_structured()) {
+      for (const auto& child : *node) todo.push_back(&child);
+    } else if (node->is_number_float()) {
+      const double v = node->get<double>();
+      GPUBENCH_CHECK(std::isfinite(v) && std::fabs(v) < 9.2e18, ConfigError,
+                     "not a job record: the number {} is out of range", dump_json(*node));
+    }
+  }
+  try {
+    return job_record_from_json(j);
+  } catch (const Json::exception& e) {
+    throw ConfigError(fmt::format("not a job record: {}", e.what()));
+  }
+}
+
+namespace {
+JobRecord job_record_from_json(const Json& j) {
+  JobRecord r;
+  r.model = j.value("model", std::string());
+  r.family = j.value("family", std::string());
+  r.precision = j.value("precision", std::string());
+  r.batch_unit = j.value("batch_unit", std::string());
+  r.throughput_unit = j.value("throughput_unit", std::string());
+  if (j.contains("device")) r.device = DeviceInfo::from_json(j["device"]);
+  r.status = j.value("status", std::string("ok"));
+  r.message = j.value("message", std::string());
+  r.emulated = j.value("emulated", false);
+  r.search_only = j.value("search_only", false);
+  if (j.contains("memory_cap_gib") && j["memory_cap_gib"].is_number()) {
+    r.memory_cap_gib = j["memory_cap_gib"].get<double>();
+  }
+  r.batch = j.value("batch", int64_t{0});
+  r.batch_source = j.value("batch_source", std::string());
+  r.batch_info = j.value("batch_info", Json::object());
+  r.runtime = j.value("runtime", Json::object());
+  r.data_parallel = j.value("data_parallel", Json::object());
+  if (j.contains("search") && j["search"].is_object())
+    r.search = SearchRecord::from_json(j["search"]);
+  r.confirm = j.value("confirm", Json::array());
+  r.warmup = j.value("warmup", Json::object());
+  if (j.contains("timing")) r.timing = TimingStats::from_json(j["timing"]);
+  if (j.contains("step_time_ms")) r.step_time_ms = j["step_time_ms"].get<std::vector<double>>();
+  r.units_per_step = j.value("units_per_step", 0.0);
+  r.throughput = j.value("throughput", 0.0);
+  r.peak_memory_bytes = j.value("peak_memory_bytes", int64_t{0});
+  r.peak_allocated_bytes = j.value("peak_allocated_bytes", int64_t{0});
+  r.memory = j.value("memory", Json::object());
+  const Json params = j.value("trainable_params", Json::object());
+  for (const auto& item : params.items())
+    r.trainable_params[item.key()] = item.value().get<int64_t>();
+  r.losses_start = j.value("losses_start", Json::object());
+  r.losses = j.value("losses", Json::object());
+  r.diverged_throughput = j.value("diverged_throughput", 0.0);
+  r.repeats = j.value("repeats", Json::array());
+  if (j.contains("throughput_stats") && j["throughput_stats"].is_object()) {
+    r.throughput_stats = SampleStats::from_json(j["throughput_stats"]);
+  }
+  r.clocks = j.value("clocks", Json::object());
+  r.compute = j.value("compute", Json::object());
+  if (j.contains("normalized") && j["normalized"].is_object()) {
+    const Json& n = j["normalized"];
+    NormalizedScore s;
+    s.reference_row = n.value("reference_row", std::string());
+    s.baseline_gpu = n.value("baseline_gpu", std::string());
+    s.baseline_throughput = n.value("baseline_throughput", 0.0);
+    s.baseline_max_batch = n.value("baseline_max_batch", 0.0);
+    s.score = n.value("score", 0.0);
+    r.normalized = s;
+  }
+  r.config = j.value("config", Json::object());
+  r.environment = j.value("environment", Json::object());
+  r.wall_seconds = j.value("wall_seconds", 0.0);
+  r.created_utc = j.value("created_utc", std::string());
+  return r;
+}
+}  // namespace
+
+Json ResultDocument::to_json() const {
+  Json jobs_json = Json::array();
+  for (const auto& job : jobs) jobs_json.push_back(job.to_json());
+  return {{"schema", "gpubench-result"},
+          {"schema_version", kResultSchemaVersion},
+          {"created_utc", created_utc},
+          {"command_line", command_line},
+          {"run_settings", run_settings},
+          {"environment", environment},
+          {"jobs", jobs_json}};
+}
+
+ResultDocument ResultDocument::from_json(const Json& j, const std::string& file) {
+  try {
+    return result_document_from_json(j, file);
+  } catch (const Json::exception& e) {
+    throw ConfigError(fmt::format("{}: not a gpubench result file: {}", file, e.what()));
+  }
+}
+
+namespace {
+ResultDocument result_document_from_json(const Json& j, const std::string& file) {
+  GPUBENCH_CHECK(j.is_object() && j.value("schema", std::string()) == "gpubench-result",
+                 ConfigError, "{}: not a gpubench result file (no \"schema\": \"gpubench-result\")",
+                 file);
+  // Read as JSON, not as an int: a version of 1e30 must be refused, not overflow a cast.
+  const Json& version_json = j.contains("schema_version") ? j["schema_version"] : Json(0);
+  const std::string version =
+      version_json.is_number_integer() ? version_json.dump() : quote_value(version_json);
+  const bool supported =
+      version_json.is_number_integer() && version_json.get<int64_t>() == kResultSchemaVersion;
+  GPUBENCH_CHECK(supported, ConfigError,
+                 "{}: result schema version {} is not supported by this gpubench (it reads "
+                 "version {}); use the gpubench that wrote it",
+                 file, version, kResultSchemaVersion);
+  ResultDocument d;
+  d.created_utc = j.value("created_utc", std::string());
+  d.command_line = j.value("command_line", std::vector<std::string>());
+  d.run_settings = j.value("run_settings", Json::object());
+  d.environment = j.value("environment", Json::object());
+  const Json jobs = j.value("jobs", Json::array());
+  GPUBENCH_CHECK(jobs.is_array(), ConfigError, "{}: \"jobs\" is not a list", file);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    try {
+      d.jobs.push_back(JobRecord::from_json(jobs[i]));
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("{}: jobs[{}]: {}", file, i, e.what()));
+    }
+  }
+  return d;
+}
+}  // namespace
+
+namespace {
+std::string folder_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+}  // namespace
+
+namespace {
+std::string base_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+/// The prefix of every temporary file write_file_atomically makes for `path`:
+/// FOLDER/.NAME.gpubench-tmp. (a dot file beside the target, so the rename stays in one
+/// filesystem and a listing of the folder does not show it).
+std::string temp_prefix(const std::string& path) {
+  const std::string folder = folder_of(path);
+  return (path.find('/') == std::string::npos ? std::string() : folder + "/") + "." +
+         base_of(path) + ".gpubench-tmp.";
+}
+
+[[noreturn]] void throw_write_error(const std::string& path, int err) {
+  throw AbortError(fmt::format("cannot write '{}': {}{}", path, std::strerror(err),
+                               err == EFBIG || err == ENOSPC || err == EDQUOT
+                                   ? " (free space or raise the file size limit)"
+                                   : " (choose a writable folder)"));
+}
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& content) {
+  remove_stale_temp_files(path);
+  // A fresh name each time, created only if nothing is there (O_EXCL) and never through a
+  // symbolic link (O_NOFOLLOW): a link planted at a guessable temp name cannot redirect the
+  // write. The rename then replaces `path` itself; a symlink at `path` is replaced, not followed.
+  const std::string prefix = temp_prefix(path) + std::to_string(getpid()) + ".";
+  static unsigned counter = 0;
+  std::string temp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    const unsigned n = ++counter;
+    temp = prefix + std::to_string(n) + "." +
+           std::to_string(static_cast<unsigned>(std::time(nullptr)) ^ (n * 2654435761u));
+    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) throw_write_error(path, errno);
+  }
+  if (fd < 0) throw_write_error(path, EEXIST);
+  auto fail = [&](int err) {
+    ::close(fd);
+    ::unlink(temp.c_str());
+    throw_write_error(path, err);
+  };
+  std::size_t written = 0;
+  while (written < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail(n < 0 ? errno : ENOSPC);  // SIGXFSZ is ignored: a size limit is EFBIG
+    written += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 && errno != EINVAL) fail(errno);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    throw_write_error(path, err);
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    throw_write_error(path, err);
+  }
+}
+
+void remove_stale_temp_files(const std::string& path) {
+  // Left by a gpubench killed between creating and renaming one: FOLDER/.NAME.gpubench-tmp.PID.*
+  // whose process is gone. Those of a live process (another gpubench writing now) stay.
+  const std::string prefix = base_of(temp_prefix(path));
+  DIR* dir = ::opendir(folder_of(path).c_str());
+  if (!dir) return;
+  std::vector<std::string> stale;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      stale.push_back(folder_of(path) + "/" + name);
+    }
+  }
+  ::closedir(dir);
+  for (const auto& file : stale) ::unlink(file.c_str());
+}
+
+void check_writable(const std::string& path, const std::string& flag) {
+  struct stat st {};
+  GPUBENCH_CHECK(!(::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)), ConfigError,
+                 "{} '{}': is a folder (give a file path, such as {}/results.json)", flag, path,
+                 path);
+  const std::string folder = folder_of(path);
+  GPUBENCH_CHECK(::access(folder.c_str(), W_OK) == 0, ConfigError,
+                 "{} '{}': folder '{}' {} (create it or choose another path)", flag, path, folder,
+                 ::access(folder.c_str(), F_OK) == 0 ? "is not writable" : "does not exist");
+  if (::stat(path.c_str(), &st) == 0) {
+    GPUBENCH_CHECK(::access(path.c_str(), W_OK) == 0, ConfigError,
+                   "{} '{}': the file exists and is not writable (choose another path)", flag,
+                   path);
+  }
+}
+
+namespace {
+/// Whether `text` starts with the PID of a process that is gone, the digits ended by
+/// `terminator`: a name of another shape (say, mkstemp's random letters after the tag) is
+/// nobody's PID, and its file is left alone.
+bool process_is_gone(const std::string& text, char terminator) {
+  std::size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 9 || digits >= text.size() || text[digits] != terminator) {
+    return false;
+  }
+  const long pid = std::strtol(text.substr(0, digits).c_str(), nullptr, 10);
+  return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+}  // namespace
+
+std::string make_work_file(const char* tag) {
+  const char* env = std::getenv("TMPDIR");
+  const std::string dir = env && *env ? env : "/tmp";
+  std::string pattern = fmt::format("{}/gpubench-{}-{}-XXXXXX", dir, tag, ::getpid());
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  const int fd = ::mkstemp(buffer.data());
+  if (fd < 0) {
+    throw AbortError(
+        fmt::format("cannot create a work file in {}: {} (set TMPDIR to a writable "
+                    "folder, then continue with --resume)",
+                    dir, std::strerror(errno)));
+  }
+  ::close(fd);
+  return buffer.data();
+}
+
+int remove_stale_work_files(const std::string& folder) {
+  DIR* dir = ::opendir(folder.c_str());
+  if (!dir) return 0;
+  std::vector<std::string> stale;
+  const std::string tmp_tag = ".gpubench-tmp.";
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    bool gone = false;
+    if (const auto tag = name.find(tmp_tag);
+        name.rfind(".gpubench-", 0) == 0 && tag != std::string::npos) {
+      gone = process_is_gone(name.substr(tag + tmp_tag.size()), '.');  // its writer
+    } else {
+      for (const char* kind : {"gpubench-spec-", "gpubench-out-"}) {
+        if (name.rfind(kind, 0) == 0) {
+          gone = process_is_gone(name.substr(std::strlen(kind)), '-');  // the run that made it
+        }
+      }
+    }
+    if (gone) stale.push_back(folder + "/" + name);
+  }
+  ::closedir(dir);
+  int removed = 0;
+  for (const auto& file : stale) removed += ::unlink(file.c_str()) == 0 ? 1 : 0;
+  return removed;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
+}
+
+}  // namespace gpubench

@@ -1,0 +1,151 @@
+#include "gpubench/run/process.h"
+
+#include "gpubench/base/errors.h"
+
+#include <fmt/format.h>
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace gpubench {
+
+namespace {
+
+/// The signal (SIGINT, SIGTERM, SIGHUP) that asked this process to stop while it waited for a
+/// child; the child runs in its own process group, so it would not hear it otherwise.
+volatile sig_atomic_t g_stop_signal = 0;
+
+void remember_stop(int signo) { g_stop_signal = signo; }
+
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+}  // namespace
+
+struct StopSignals::Saved {
+  struct sigaction old[kCount];
+  bool installed[kCount] = {};
+};
+
+StopSignals::StopSignals() : saved_(std::make_unique<Saved>()) {
+  struct sigaction action {};
+  action.sa_handler = remember_stop;
+  sigemptyset(&action.sa_mask);
+  for (int i = 0; i < kCount; ++i) {
+    sigaction(kStopSignals[i], nullptr, &saved_->old[i]);
+    // A signal the user chose to ignore (nohup, a background job) stays ignored.
+    saved_->installed[i] = saved_->old[i].sa_handler != SIG_IGN;
+    if (saved_->installed[i]) sigaction(kStopSignals[i], &action, nullptr);
+  }
+}
+
+StopSignals::~StopSignals() {
+  for (int i = 0; i < kCount; ++i) {
+    if (saved_->installed[i]) sigaction(kStopSignals[i], &saved_->old[i], nullptr);
+  }
+}
+
+void stop_if_asked() {
+  const int signal_number = g_stop_signal;
+  if (signal_number == 0) return;
+  g_stop_signal = 0;
+  throw Interrupted(signal_number);
+}
+
+std::string ProcessResult::describe() const {
+  if (timed_out) return fmt::format("timed out after {:.0f} s", seconds);
+  if (signal != 0) return fmt::format("killed by signal {} ({})", signal, strsignal(signal));
+  return fmt::format("exited with code {}", exit_code);
+}
+
+ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s) {
+  GPUBENCH_ASSERT(!argv.empty());
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+
+  const auto started = std::chrono::steady_clock::now();
+  StopSignals stop_signals;
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    throw AbortError(
+        fmt::format("cannot start a worker process: {} (too many processes or too "
+                    "little memory?)",
+                    std::strerror(errno)));
+  }
+  if (pid == 0) {
+    setpgid(0, 0);  // own process group, so a timeout kills everything the worker started
+    // A worker never outlives its parent, even one killed with SIGKILL.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(128 + SIGKILL);
+    execv(args[0], args.data());
+    // Only async-signal-safe calls between fork and exec.
+    static const char kMessage[] = "error: cannot start the gpubench worker executable\n";
+    [[maybe_unused]] const ssize_t n = ::write(2, kMessage, sizeof kMessage - 1);
+    _exit(127);
+  }
+  setpgid(pid, pid);
+
+  ProcessResult result;
+  int status = 0;
+  bool terminated = false;
+  auto deadline_passed = [&](double extra) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return timeout_s > 0 && elapsed > timeout_s + extra;
+  };
+  int stop_signal = 0;
+  double stop_at = 0;
+  while (true) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) break;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (g_stop_signal != 0 && stop_signal == 0) {
+      // Asked to stop: stop the worker too (it is in its own process group), then stop.
+      stop_signal = g_stop_signal;
+      stop_at = elapsed;
+      kill(-pid, SIGTERM);
+    } else if (stop_signal != 0 && elapsed > stop_at + 5) {
+      kill(-pid, SIGKILL);
+    }
+    if (!terminated && deadline_passed(0)) {
+      result.timed_out = true;
+      kill(-pid, SIGTERM);
+      terminated = true;
+    } else if (terminated && deadline_passed(10)) {
+      kill(-pid, SIGKILL);  // ignored SIGTERM for 10 s
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (stop_signal == 0) stop_signal = g_stop_signal;  // arrived as the worker was ending
+  if (stop_signal != 0) {
+    kill(-pid, SIGKILL);  // anything the worker left in its group
+    g_stop_signal = 0;
+    // The caller cleans up and says what was kept; the CLI then ends as the signal would.
+    throw Interrupted(stop_signal);
+  }
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  return result;
+}
+
+std::string current_executable() {
+  char buffer[4096];
+  const ssize_t n = readlink("/proc/self/exe", buffer, sizeof buffer - 1);
+  if (n <= 0) return "gpubench";
+  buffer[n] = '\0';
+  return buffer;
+}
+
+}  // namespace gpubench
