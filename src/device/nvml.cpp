@@ -34,6 +34,8 @@ struct NvmlApi {
   nvmlReturn_t (*default_clock)(nvmlDevice_t, int, unsigned*) = nullptr;
   nvmlReturn_t (*energy)(nvmlDevice_t, unsigned long long*) = nullptr;
   nvmlReturn_t (*processes)(nvmlDevice_t, unsigned*, void*) = nullptr;
+  nvmlReturn_t (*handle_by_index)(unsigned, nvmlDevice_t*) = nullptr;
+  nvmlReturn_t (*nvlink_state)(nvmlDevice_t, unsigned, int*) = nullptr;
   bool ok = false;
 };
 
@@ -61,6 +63,8 @@ const NvmlApi& nvml() {
     bind(lib, "nvmlDeviceGetTotalEnergyConsumption", a.energy);
     // nvmlProcessInfo_v1_t {pid, usedGpuMemory}: the unversioned symbol keeps the v1 layout.
     bind(lib, "nvmlDeviceGetComputeRunningProcesses", a.processes);
+    bind(lib, "nvmlDeviceGetHandleByIndex_v2", a.handle_by_index);
+    bind(lib, "nvmlDeviceGetNvLinkState", a.nvlink_state);
     a.ok = a.init && a.init() == kNvmlSuccess;
     return a;
   }();
@@ -261,6 +265,24 @@ std::optional<long long> nvml_process_memory_bytes(const std::string& pci_bus_id
     }
   }
   return std::nullopt;
+}
+
+std::optional<bool> nvml_has_active_nvlink(int index) {
+  const NvmlApi& api = nvml();
+  if (!api.ok || !api.handle_by_index || !api.nvlink_state) return std::nullopt;
+  nvmlDevice_t device = nullptr;
+  if (api.handle_by_index(static_cast<unsigned>(index), &device) != kNvmlSuccess) {
+    return std::nullopt;
+  }
+  constexpr unsigned kMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS
+  constexpr int kFeatureEnabled = 1;  // NVML_FEATURE_ENABLED: the link is active
+  for (unsigned link = 0; link < kMaxLinks; ++link) {
+    int state = 0;
+    if (api.nvlink_state(device, link, &state) == kNvmlSuccess && state == kFeatureEnabled) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace gpubench

@@ -9,10 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <thread>
+
+extern char** environ;
 
 namespace gpubench {
 
@@ -64,14 +67,27 @@ std::string ProcessResult::describe() const {
   return fmt::format("exited with code {}", exit_code);
 }
 
-ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s) {
+pid_t start_process(const std::vector<std::string>& argv,
+                    const std::vector<std::string>& environment_changes) {
   GPUBENCH_ASSERT(!argv.empty());
+  // Everything the child needs is built here: between fork and exec only async-signal-safe calls.
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<std::string> environment;
+  for (char** e = environ; *e; ++e) {
+    const bool changed = std::any_of(
+        environment_changes.begin(), environment_changes.end(), [&](const std::string& change) {
+          const std::size_t name = change.find('=') + 1;  // "NAME=" with its '='
+          return std::strncmp(*e, change.c_str(), name) == 0;
+        });
+    if (!changed) environment.emplace_back(*e);
+  }
+  environment.insert(environment.end(), environment_changes.begin(), environment_changes.end());
+  std::vector<char*> envp;
+  for (auto& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
 
-  const auto started = std::chrono::steady_clock::now();
-  StopSignals stop_signals;
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
@@ -85,16 +101,43 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
     // A worker never outlives its parent, even one killed with SIGKILL.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(128 + SIGKILL);
-    execv(args[0], args.data());
-    // Only async-signal-safe calls between fork and exec.
+    execve(args[0], args.data(), envp.data());
     static const char kMessage[] = "error: cannot start the gpubench worker executable\n";
     [[maybe_unused]] const ssize_t n = ::write(2, kMessage, sizeof kMessage - 1);
     _exit(127);
   }
   setpgid(pid, pid);
+  return pid;
+}
 
+namespace {
+/// How a child ended, from waitpid's status.
+ProcessResult process_end(int status) {
   ProcessResult result;
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  return result;
+}
+}  // namespace
+
+std::optional<ProcessResult> poll_process(pid_t pid) {
   int status = 0;
+  const pid_t done = waitpid(pid, &status, WNOHANG);
+  if (done == pid || (done < 0 && errno != EINTR)) return process_end(status);
+  return std::nullopt;
+}
+
+void signal_process_group(pid_t pid, int signal_number) { kill(-pid, signal_number); }
+
+void reap_process(pid_t pid) { waitpid(pid, nullptr, 0); }
+
+ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s) {
+  const auto started = std::chrono::steady_clock::now();
+  StopSignals stop_signals;
+  const pid_t pid = start_process(argv);
+
+  std::optional<ProcessResult> end;
+  bool timed_out = false;
   bool terminated = false;
   auto deadline_passed = [&](double extra) {
     const double elapsed =
@@ -103,10 +146,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   };
   int stop_signal = 0;
   double stop_at = 0;
-  while (true) {
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (done < 0 && errno != EINTR) break;
+  while (!(end = poll_process(pid))) {
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (g_stop_signal != 0 && stop_signal == 0) {
@@ -118,7 +158,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
       kill(-pid, SIGKILL);
     }
     if (!terminated && deadline_passed(0)) {
-      result.timed_out = true;
+      timed_out = true;
       kill(-pid, SIGTERM);
       terminated = true;
     } else if (terminated && deadline_passed(10)) {
@@ -133,10 +173,10 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
     // The caller cleans up and says what was kept; the CLI then ends as the signal would.
     throw Interrupted(stop_signal);
   }
+  ProcessResult result = *end;
+  result.timed_out = timed_out;
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
   return result;
 }
 

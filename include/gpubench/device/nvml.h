@@ -82,6 +82,10 @@ Json energy_summary(std::optional<double> joules, double units, int64_t steps, d
 /// allocation); none where NVML cannot say.
 std::optional<long long> nvml_process_memory_bytes(const std::string& pci_bus_id, long pid);
 
+/// Whether NVML sees an active NVLink on CUDA device `index`; none without NVML. (NVML counts
+/// devices as CUDA does when CUDA_DEVICE_ORDER=PCI_BUS_ID, the usual order on servers.)
+std::optional<bool> nvml_has_active_nvlink(int index);
+
 /// Names of the throttle-reason bits set in `mask`.
 std::vector<std::string> throttle_reason_names(unsigned long long mask);
 /// The names of the thermal or hardware slowdowns in `mask` (the power cap alone is not one).

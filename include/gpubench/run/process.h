@@ -1,7 +1,12 @@
-// Child processes: run a command with a timeout, its stdout and stderr passed through.
+// Child processes: run a command with a timeout, its stdout and stderr passed through. The one
+// place that forks: a worker of one phase (run_process) and the workers of a data-parallel run's
+// ranks, watched together (start_process, poll_process), start alike.
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +22,26 @@ struct ProcessResult {
   std::string describe() const;
 };
 
-/// Runs argv[0] with arguments argv[1..] and waits up to `timeout_s` seconds (<= 0: no limit);
-/// past it the child's whole process group gets SIGTERM, then SIGKILL.
+/// Starts argv[0] with arguments argv[1..] in a process group of its own (so that a stop reaches
+/// everything it started) that dies with this process, even one killed with SIGKILL. Its
+/// environment is this process's with each "NAME=VALUE" of `environment_changes` in place of
+/// NAME's value. Returns its pid, which is also its group's id; AbortError when it cannot fork.
+pid_t start_process(const std::vector<std::string>& argv,
+                    const std::vector<std::string>& environment_changes = {});
+
+/// Whether the process `pid` (from start_process) ended, without waiting: how it ended (exit code
+/// and signal; not `seconds`), reaping it, or none while it runs. A waitpid that fails (the child
+/// is no longer this process's) counts as an end.
+std::optional<ProcessResult> poll_process(pid_t pid);
+
+/// Sends `signal_number` to every process of the group that start_process gave `pid`.
+void signal_process_group(pid_t pid, int signal_number);
+
+/// Waits for the process `pid` to end and reaps it.
+void reap_process(pid_t pid);
+
+/// Runs argv[0] with arguments argv[1..] (start_process) and waits up to `timeout_s` seconds
+/// (<= 0: no limit); past it the child's whole process group gets SIGTERM, then SIGKILL.
 ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s);
 
 /// While alive, SIGINT, SIGTERM and SIGHUP (those the user did not choose to ignore, as nohup
