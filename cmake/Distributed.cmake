@@ -1,4 +1,4 @@
-# What src/distributed/distributed.cpp (data-parallel training, issue 15) needs beyond libtorch:
+# What src/distributed/comm.cpp (data-parallel training, issue 15) needs beyond libtorch:
 # - Gloo's headers: libtorch's ProcessGroupGloo.hpp includes gloo/*.h, which Debian ships in
 #   libgloo-dev (scripts/setup.sh installs it) and a libtorch archive may ship in its include
 #   folder. Debian's libtorch_cpu links libgloo.so.0 itself; linking it here too keeps any gloo

@@ -6,7 +6,8 @@
 #include "gpubench/measure/batch_search.h"
 
 #include "gpubench/base/errors.h"
-#include "gpubench/run/runner.h"
+#include "gpubench/run/job.h"
+#include "gpubench/run/worker.h"
 #include "gpubench/train/workload.h"
 
 #include <c10/util/Exception.h>

@@ -1,7 +1,8 @@
 // Data-parallel training (issue 15): the environment and --gpus parsing, the bucketed
 // gradient all-reduce against single-process training over Gloo, and `run --world-size` end to
 // end through the real executable (records, report, a rank that crashes or hangs, bad input).
-#include "gpubench/distributed/distributed.h"
+#include "gpubench/distributed/comm.h"
+#include "gpubench/distributed/environment.h"
 
 #include "gpubench/base/json.h"
 #include "tests/testing.h"

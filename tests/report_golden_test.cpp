@@ -16,7 +16,7 @@
 #include "gpubench/device/nvml.h"
 #include "gpubench/train/registry.h"
 #include "gpubench/report/reporter.h"
-#include "gpubench/run/runner.h"
+#include "gpubench/run/job.h"
 #include "tests/builtin_store.h"
 #include "tests/testing.h"
 

@@ -4,7 +4,7 @@
 #include "gpubench/records/journal.h"
 #include "gpubench/train/registry.h"
 #include "gpubench/report/reporter.h"
-#include "gpubench/run/runner.h"
+#include "gpubench/run/job.h"
 #include "gpubench/base/strings.h"
 #include "src/report/svg.h"
 #include "tests/builtin_store.h"

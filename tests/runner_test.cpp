@@ -1,6 +1,9 @@
 // The runner: phases in this process on the CPU, the parent's search/confirm/step-down logic
 // against a fake launcher, and worker processes that crash, hang or fail.
-#include "gpubench/run/runner.h"
+#include "gpubench/run/job.h"
+#include "gpubench/run/job_spec.h"
+#include "gpubench/run/launcher.h"
+#include "gpubench/run/worker.h"
 
 #include "gpubench/base/errors.h"
 #include "gpubench/train/registry.h"

@@ -11,7 +11,7 @@
 # default /usr/local/cuda/include). Headers that a CUDA build of libtorch generates and the CPU
 # package lacks come from GPUBENCH_TORCH2_STUBS (default /work/torch26/stub:
 # c10/cuda/impl/cuda_cmake_macros.h, one #define C10_CUDA_BUILD_SHARED_LIBS). With trixie's
-# libgloo-dev and libnccl-dev (non-free) unpacked into the same folder, src/distributed/distributed.cpp
+# libgloo-dev and libnccl-dev (non-free) unpacked into the same folder, src/distributed/comm.cpp
 # compiles both its ProcessGroupGloo and its ProcessGroupNCCL paths (compat.h's c10d section
 # enables each where its headers are found). Not part of CI:
 # trixie's headers are not on a Debian 12 box.

@@ -277,7 +277,7 @@ inline int expandable_segments_in_use(int device) {
 
 }  // namespace gpubench::compat
 
-// ---- c10d (src/distributed/distributed.cpp alone defines GPUBENCH_COMPAT_C10D before including this) ----
+// ---- c10d (src/distributed/comm.cpp alone defines GPUBENCH_COMPAT_C10D, before this) ----
 // Which process groups this libtorch has is known from its headers:
 // - Gloo: Debian's 1.13 headers include gloo/*.h (libgloo-dev); 2.x's ProcessGroupGloo.hpp
 //   declares nothing unless USE_C10D_GLOO is defined, as the wheel's own build does.

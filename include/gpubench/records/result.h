@@ -80,7 +80,7 @@ struct JobRecord {
   Json clocks = Json::object();    ///< NVML samples (and energy) over the window
   /// The throughput as arithmetic (compute_summary, timing.h): FLOPs per unit, achieved TFLOP/s,
   /// the device's measured matmul peak for the precision and the share of it, and where that
-  /// peak came from (peak_source "measured" or "reused", peak_measured_by: runner.h
+  /// peak came from (peak_source "measured" or "reused", peak_measured_by: run/job_spec.h
   /// compute_with_peak). Timed CUDA runs.
   Json compute = Json::object();
   std::optional<NormalizedScore> normalized;

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "gpubench/records/journal.h"
-#include "gpubench/run/runner.h"
+#include "gpubench/run/job.h"
 
 #include <functional>
 #include <map>

@@ -1,0 +1,313 @@
+#include "gpubench/distributed/launcher.h"
+
+#include "gpubench/base/errors.h"
+#include "gpubench/device/nvml.h"
+#include "gpubench/distributed/comm.h"
+#include "gpubench/run/process.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <optional>
+#include <thread>
+
+namespace gpubench::distributed {
+
+std::string interconnect_of(const std::vector<int>& gpus) {
+  if (gpus.empty()) return "unknown";
+  if (gpus.size() == 1) return "none (one GPU)";
+  int with_nvlink = 0;
+  for (int gpu : gpus) {
+    const auto active = nvml_has_active_nvlink(gpu);
+    if (!active) return "unknown";
+    with_nvlink += *active ? 1 : 0;
+  }
+  if (with_nvlink == static_cast<int>(gpus.size())) return "NVLink";
+  if (with_nvlink == 0) return "PCIe";
+  return "mixed (NVLink on some GPUs, PCIe on others)";
+}
+
+namespace {
+
+/// One rank's worker as the launcher watches it.
+struct RankProcess {
+  int rank = 0;
+  std::string device;
+  std::unique_ptr<WorkerFiles> files;
+  pid_t pid = -1;
+  bool running = false;
+  bool stopped_by_us = false;
+  int exit_code = -1;
+  int signal = 0;
+  std::optional<JobRecord> record;
+
+  /// Whether it ended by itself with a record of a phase that trained.
+  bool healthy() const { return exit_code == 0 && record && record->ok(); }
+  /// "rank 1 (cuda:1)".
+  std::string describe() const { return fmt::format("rank {} ({})", rank, device); }
+};
+
+/// The record a rank's worker wrote; none when it wrote none, or one that cannot be read.
+std::optional<JobRecord> read_record(const WorkerFiles& files) {
+  const std::optional<std::string> output = files.output();
+  if (!output || output->empty()) return std::nullopt;
+  try {
+    return JobRecord::from_json(Json::parse(*output));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+/// Kills and reaps the ranks' workers that still run, however the launch ends (the ranks' files
+/// go after it).
+struct KillOnExit {
+  std::vector<RankProcess>& ranks;
+  ~KillOnExit() {
+    for (auto& p : ranks) {
+      if (p.running) signal_process_group(p.pid, SIGKILL), reap_process(p.pid);
+    }
+  }
+};
+
+/// How the watch over a timed run's ranks ended.
+struct Watch {
+  bool timed_out = false;
+  double seconds = 0;
+};
+
+/// Watches the ranks' workers until all ended: one that ends badly (or the timeout) stops the
+/// others, which would wait for it in a collective (SIGTERM, then SIGKILL after 10 s). A stop
+/// signal for this process kills them all and propagates (Interrupted).
+Watch watch_ranks(std::vector<RankProcess>& ranks, double timeout_s) {
+  const auto started = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  };
+  Watch watch;
+  double stop_at = -1;     // when the others were asked to stop (SIGTERM)
+  bool escalated = false;  // and then killed (SIGKILL)
+  auto signal_running = [&](int signal_number) {
+    for (auto& q : ranks) {
+      if (q.running) signal_process_group(q.pid, signal_number);
+    }
+  };
+  auto stop_all = [&](double now) {
+    if (stop_at >= 0) return;
+    stop_at = now;
+    signal_running(SIGTERM);
+  };
+  while (std::any_of(ranks.begin(), ranks.end(), [](const RankProcess& p) { return p.running; })) {
+    try {
+      stop_if_asked();
+    } catch (const Interrupted&) {
+      signal_running(SIGKILL);
+      throw;  // KillOnExit reaps them
+    }
+    const double now = elapsed();
+    for (auto& p : ranks) {
+      if (!p.running) continue;
+      const std::optional<ProcessResult> end = poll_process(p.pid);
+      if (!end) continue;
+      p.running = false;
+      signal_process_group(p.pid, SIGKILL);  // anything the worker left in its group
+      p.exit_code = end->exit_code;
+      p.signal = end->signal;
+      // Ended by our stop, or by itself (a crash, or a kill from outside: the cause).
+      p.stopped_by_us = stop_at >= 0 && (p.signal == SIGTERM || (p.signal == SIGKILL && escalated));
+      p.record = read_record(*p.files);
+      // A rank that ended badly leaves the others waiting in a collective: stop them now.
+      if (!p.healthy()) stop_all(now);
+    }
+    if (!watch.timed_out && timeout_s > 0 && now > timeout_s) {
+      watch.timed_out = true;
+      stop_all(now);
+    }
+    if (stop_at >= 0 && now > stop_at + 10 && !escalated) {
+      escalated = true;
+      signal_running(SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  watch.seconds = elapsed();
+  return watch;
+}
+
+/// The timed run's record from its ranks: rank 0's (it holds every rank's numbers) when all
+/// trained; otherwise the cause: a rank that died on its own, else one whose record says why
+/// (an out-of-memory first: the step-down reads it), else the timeout.
+JobRecord ranks_record(const std::vector<RankProcess>& ranks, const Watch& watch,
+                       const JobSpec& spec) {
+  const bool all_ok =
+      std::all_of(ranks.begin(), ranks.end(), [](const RankProcess& p) { return p.healthy(); });
+  if (all_ok && !watch.timed_out) return *ranks.front().record;
+  JobRecord record;
+  record.model = spec.model;
+  for (const auto& p : ranks) {
+    if (p.stopped_by_us) continue;
+    if (p.signal != 0 || (p.exit_code != 0 && p.exit_code != -1)) {
+      ProcessResult end;
+      end.exit_code = p.exit_code;
+      end.signal = p.signal;
+      record.status = p.signal ? "crashed" : "failed";
+      record.message =
+          fmt::format("data-parallel timed run: {} worker {}; the other ranks were stopped",
+                      p.describe(), end.describe());
+      return record;
+    }
+  }
+  const RankProcess* cause = nullptr;
+  for (const auto& p : ranks) {
+    if (p.record && !p.record->ok() && (!cause || p.record->status == "oom")) cause = &p;
+  }
+  if (cause && !watch.timed_out) {
+    record = *cause->record;
+    record.message = fmt::format("{}: {}", cause->describe(), record.message);
+    return record;
+  }
+  record.status = "timeout";
+  record.message = fmt::format(
+      "data-parallel timed run: timed out after {:.0f} s on {} ranks (a rank that hangs holds "
+      "the others in their all-reduce); every rank was stopped",
+      watch.seconds, ranks.size());
+  return record;
+}
+
+}  // namespace
+
+struct DataParallelLauncher::Impl {
+  DataParallelPlan plan;
+  std::string executable;
+  WorkerLauncher single;  // the search, on one GPU
+  std::unique_ptr<Store> store;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  int timed_runs = 0;
+  int searches = 0;
+
+  /// Starts every rank's worker, watches them, stops all when one fails or the time is up.
+  JobRecord launch_local(const JobSpec& spec, double timeout_s) {
+    const std::string prefix = fmt::format("run-{}/", ++timed_runs);
+    std::vector<RankProcess> ranks(static_cast<std::size_t>(plan.world_size));
+    std::vector<int> gpus;
+    for (const auto& d : plan.devices) {
+      if (d.rfind("cuda:", 0) == 0) gpus.push_back(std::stoi(d.substr(5)));
+    }
+    const std::string interconnect =
+        plan.backend == "gloo" && gpus.empty() ? "loopback (CPU ranks)" : interconnect_of(gpus);
+    const KillOnExit kill_on_exit{ranks};
+    for (int r = 0; r < plan.world_size; ++r) {
+      RankProcess& p = ranks[static_cast<std::size_t>(r)];
+      p.rank = r;
+      p.device = plan.devices.at(static_cast<std::size_t>(r));
+      JobSpec rank_spec = spec;
+      rank_spec.device = p.device;
+      RankSpec rs;
+      rs.rank = r;
+      rs.world_size = plan.world_size;
+      rs.backend = plan.backend;
+      rs.master_addr = master_addr;
+      rs.master_port = master_port;
+      rs.prefix = prefix;
+      rs.timeout_s = timeout_s;
+      rs.devices = plan.devices;
+      rs.interconnect = interconnect;
+      rank_spec.distributed = rs.to_json();
+      p.files = std::make_unique<WorkerFiles>(rank_spec);
+    }
+    for (auto& p : ranks) {
+      // The non-zero ranks' progress lines off: rank 0 speaks for all.
+      p.pid = start_process(
+          p.files->command(executable),
+          p.rank != 0 ? std::vector<std::string>{"GPUBENCH_QUIET=1"} : std::vector<std::string>{});
+      p.running = true;
+    }
+    const Watch watch = watch_ranks(ranks, timeout_s);
+    return ranks_record(ranks, watch, spec);
+  }
+
+  /// Many hosts: this rank's worker; the search runs on rank 0 and the others read its record.
+  JobRecord launch_environment(const JobSpec& spec, double timeout_s) {
+    const EnvironmentRank& env = *plan.environment;
+    if (spec.phase == "search") {
+      const std::string key = fmt::format("search-{}", ++searches);
+      if (env.rank == 0) {
+        JobRecord record = single.launch(spec, timeout_s);
+        store->set(key, record.to_json().dump());
+        return record;
+      }
+      store->wait({key}, timeout_s + plan.rendezvous_timeout_s, "rank 0's search");
+      return JobRecord::from_json(Json::parse(store->get(key)));
+    }
+    JobSpec rank_spec = spec;
+    RankSpec rs;
+    rs.rank = env.rank;
+    rs.world_size = env.world_size;
+    rs.backend = plan.backend;
+    rs.master_addr = env.master_addr;
+    rs.master_port = env.master_port;
+    rs.prefix = fmt::format("run-{}/", ++timed_runs);
+    rs.timeout_s = timeout_s;
+    const auto nvlink =
+        plan.backend == "nccl" ? nvml_has_active_nvlink(env.local_rank) : std::nullopt;
+    rs.interconnect = plan.backend != "nccl" ? "the network (Gloo over TCP)"
+                      : !nvlink              ? "unknown within a host; the network between hosts"
+                      : *nvlink              ? "NVLink within a host; the network between hosts"
+                                             : "PCIe within a host; the network between hosts";
+    rank_spec.distributed = rs.to_json();
+    return single.launch(rank_spec, timeout_s);
+  }
+};
+
+DataParallelLauncher::DataParallelLauncher(DataParallelPlan plan, std::string executable)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& i = *impl_;
+  i.plan = std::move(plan);
+  i.executable = executable.empty() ? current_executable() : executable;
+  i.single = WorkerLauncher(i.executable);
+  if (i.plan.backend == "nccl" && !nccl_compiled()) {
+    throw DeviceError(fmt::format(
+        "data-parallel training on GPUs needs NCCL, which this gpubench was built without: {}",
+        backend_support()));
+  }
+  if (i.plan.backend == "gloo" && !gloo_compiled()) {
+    throw DeviceError(
+        fmt::format("data-parallel training on the CPU needs Gloo: {}", backend_support()));
+  }
+  if (i.plan.environment) {
+    const EnvironmentRank& env = *i.plan.environment;
+    i.master_addr = env.master_addr;
+    i.master_port = env.master_port;
+    // Rank 0 holds the suite's store; every rank checks in and waits for the others.
+    i.store = std::make_unique<Store>(env.master_addr, env.master_port, env.rank == 0,
+                                      i.plan.rendezvous_timeout_s);
+    i.store->set(fmt::format("gpubench/rank/{}", env.rank), std::to_string(env.world_size));
+    std::vector<std::string> keys;
+    for (int r = 0; r < env.world_size; ++r) keys.push_back(fmt::format("gpubench/rank/{}", r));
+    i.store->wait(keys, i.plan.rendezvous_timeout_s,
+                  fmt::format("rank {} of {} waited for every rank at {}:{}; the rendezvous",
+                              env.rank, env.world_size, env.master_addr, env.master_port));
+    for (int r = 0; r < env.world_size; ++r) {
+      const std::string theirs = i.store->get(keys[static_cast<std::size_t>(r)]);
+      GPUBENCH_CHECK(theirs == std::to_string(env.world_size), ConfigError,
+                     "rendezvous: rank {} has world size {}, rank {} has {}; start every rank "
+                     "with the same WORLD_SIZE",
+                     r, theirs, env.rank, env.world_size);
+    }
+    return;
+  }
+  // One host: a store on the loopback at a free port, which the workers reach.
+  i.store = std::make_unique<StoreServer>(i.plan.rendezvous_timeout_s);
+  i.master_port = i.store->port();
+}
+
+DataParallelLauncher::~DataParallelLauncher() = default;
+
+JobRecord DataParallelLauncher::launch(const JobSpec& spec, double timeout_s) {
+  if (impl_->plan.environment) return impl_->launch_environment(spec, timeout_s);
+  if (spec.phase == "search") return impl_->single.launch(spec, timeout_s);  // once, one GPU
+  return impl_->launch_local(spec, timeout_s);
+}
+
+}  // namespace gpubench::distributed
