@@ -4,6 +4,7 @@
 #include "src/cli/internal.h"
 
 #include "gpubench/base/errors.h"
+#include "gpubench/base/env.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/config/settings.h"
 #include "gpubench/device/device.h"
@@ -220,7 +221,7 @@ std::filesystem::path default_journal_folder() {
     const char* value = std::getenv(name);
     return value && *value ? value : nullptr;
   };
-  if (const char* dir = set("GPUBENCH_JOURNAL_DIR")) return dir;
+  if (const char* dir = env::get(env::Switch::kJournalDir); dir && *dir) return dir;
   if (const char* state = set("XDG_STATE_HOME")) {
     return std::filesystem::path(state) / "gpubench" / "journals";
   }
@@ -567,7 +568,7 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
   // Everything that can be wrong with the input is found before anything is measured.
   const std::unique_ptr<Reporter> reporter =
       o.format == "none" ? nullptr : make_reporter(o.format, out);
-  if (o.quiet) setenv("GPUBENCH_QUIET", "1", 1);  // the workers' progress lines too
+  if (o.quiet) env::set(env::Switch::kQuiet, "1");  // the workers' progress lines too
   RunPlan run = o.resume_path.empty() ? plan_new(o, err) : plan_resume(o, err);
   std::string journal_flag = o.journal_path;
   const std::unique_ptr<distributed::DataParallelLauncher> data_parallel =
