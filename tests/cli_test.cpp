@@ -1,11 +1,11 @@
 // The command line: subcommands in-process (exit codes and messages), and end to end through
 // the real executable with worker processes.
 #include "gpubench/base/compat.h"
-#include "gpubench/device/device.h"
-#include "gpubench/records/journal.h"
 #include "gpubench/base/json.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/config/settings.h"
+#include "gpubench/device/device.h"
+#include "gpubench/records/journal.h"
 #include "src/cli/app.h"
 #include "tests/testing.h"
 

@@ -1,10 +1,10 @@
 // Config loading: the shipped configs, user overlays in YAML and JSON, precedence, and every
 // error path with its message (file, key, bad value, fix).
 #include "gpubench/config/config.h"
-#include "gpubench/config/settings.h"
-#include "gpubench/device/device.h"
 
 #include "gpubench/base/errors.h"
+#include "gpubench/config/settings.h"
+#include "gpubench/device/device.h"
 #include "gpubench/train/registry.h"
 #include "tests/testing.h"
 

@@ -14,8 +14,8 @@ const std::vector<SwitchInfo>& switches() {
        "seconds of silence after which a worker says what it is doing (default 10)", false,
        "src/run/runner.cpp"},
       {Switch::kJournalDir, "GPUBENCH_JOURNAL_DIR",
-       "the folder of the journal a run without --journal creates (before $XDG_STATE_HOME)",
-       false, "src/cli/cmd_run.cpp"},
+       "the folder of the journal a run without --journal creates (before $XDG_STATE_HOME)", false,
+       "src/cli/cmd_run.cpp"},
       {Switch::kProfileTrace, "GPUBENCH_PROFILE_TRACE",
        "PATH: profile extra steps after the warm-up, outside the timed window, into a Chrome "
        "trace (CUDA builds)",
@@ -40,8 +40,8 @@ const std::vector<SwitchInfo>& switches() {
        "(default 2^31 - 1; 0 never splits)",
        true, "models/conv_gradfix.cpp"},
       {Switch::kFaultRank, "GPUBENCH_FAULT_RANK",
-       "R:crash or R:hang: data-parallel rank R fails at its second update (the tests' hook)",
-       true, "src/distributed/distributed.cpp"},
+       "R:crash or R:hang: data-parallel rank R fails at its second update (the tests' hook)", true,
+       "src/distributed/distributed.cpp"},
   };
   return table;
 }

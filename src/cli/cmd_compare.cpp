@@ -1,11 +1,10 @@
 // `gpubench compare A B`: two result files job by job; exit 1 when B regressed.
-#include "src/cli/internal.h"
-
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/records/result.h"
 #include "gpubench/report/compare.h"
 #include "gpubench/report/reporter.h"
+#include "src/cli/internal.h"
 
 #include <CLI/CLI.hpp>
 

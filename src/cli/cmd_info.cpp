@@ -1,12 +1,11 @@
 // `gpubench info`: the devices, the software versions and each GPU's dense-matmul peak.
-#include "src/cli/internal.h"
-
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/base/version.h"
 #include "gpubench/device/device.h"
 #include "gpubench/distributed/distributed.h"
 #include "gpubench/report/reporter.h"
+#include "src/cli/internal.h"
 
 #include <CLI/CLI.hpp>
 

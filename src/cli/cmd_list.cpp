@@ -1,9 +1,8 @@
 // `gpubench list`: the workloads, or one resolved config (--config-dump).
-#include "src/cli/internal.h"
-
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/report/reporter.h"
+#include "src/cli/internal.h"
 
 #include <CLI/CLI.hpp>
 

@@ -1,10 +1,9 @@
 // `gpubench report`: result files and journals beside the 2020 GPUs.
-#include "src/cli/internal.h"
-
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/records/result.h"
 #include "gpubench/report/reporter.h"
+#include "src/cli/internal.h"
 
 #include <CLI/CLI.hpp>
 

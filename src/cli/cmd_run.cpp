@@ -1,10 +1,8 @@
 // `gpubench run`: its options, and the steps of a run: plan the suite (run_plan.cpp), start the
 // data-parallel ranks, open or resume the journal, run the jobs, write the outputs, and say how
 // it ended.
-#include "src/cli/internal.h"
-
-#include "gpubench/base/errors.h"
 #include "gpubench/base/env.h"
+#include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/config/settings.h"
 #include "gpubench/device/device.h"
@@ -14,6 +12,7 @@
 #include "gpubench/report/reporter.h"
 #include "gpubench/run/process.h"
 #include "gpubench/run/runner.h"
+#include "src/cli/internal.h"
 
 #include <CLI/CLI.hpp>
 
@@ -91,8 +90,8 @@ void add_setting_flag(CLI::App& cmd, RunOptions& o, const settings::Setting& set
   const auto keep = [&o, name](Json value) { o.settings[name] = std::move(value); };
   switch (setting.type) {
     case settings::Type::kInt:
-      cmd.add_option_function<int>(name, [keep](const int& value) { keep(value); },
-                                   setting.help());
+      cmd.add_option_function<int>(
+          name, [keep](const int& value) { keep(value); }, setting.help());
       break;
     case settings::Type::kPrecision:
       cmd.add_option_function<std::string>(
@@ -102,8 +101,8 @@ void add_setting_flag(CLI::App& cmd, RunOptions& o, const settings::Setting& set
     case settings::Type::kNumber:
     case settings::Type::kOptionalNumber:
     case settings::Type::kBool:
-      cmd.add_option_function<double>(name, [keep](const double& value) { keep(value); },
-                                      setting.help());
+      cmd.add_option_function<double>(
+          name, [keep](const double& value) { keep(value); }, setting.help());
       break;
   }
 }
@@ -294,13 +293,14 @@ std::string failure_summary(const std::vector<JobRecord>& records, std::ptrdiff_
     if (!transient) ++same_again;
     std::string message = r.message.substr(0, 160);
     std::replace(message.begin(), message.end(), '\n', ' ');
-    lines += fmt::format("\n  {}{}: {}{}{}", r.model,
-                         r.memory_cap_gib ? fmt::format(" at {} GiB", format_number(*r.memory_cap_gib))
-                                          : std::string(),
-                         r.status, message.empty() ? "" : ": " + message,
-                         transient ? " (may pass when run again)"
-                                   : " (runs the same way again: change what this names, or "
-                                     "leave the job out)");
+    lines +=
+        fmt::format("\n  {}{}: {}{}{}", r.model,
+                    r.memory_cap_gib ? fmt::format(" at {} GiB", format_number(*r.memory_cap_gib))
+                                     : std::string(),
+                    r.status, message.empty() ? "" : ": " + message,
+                    transient ? " (may pass when run again)"
+                              : " (runs the same way again: change what this names, or "
+                                "leave the job out)");
   }
   const std::ptrdiff_t retryable = failed - same_again;
   std::string out = fmt::format("{} of {} jobs failed:{}", failed, planned, lines);
@@ -451,11 +451,11 @@ std::unique_ptr<distributed::DataParallelLauncher> start_data_parallel(const Run
   if (!o.quiet) {
     err << fmt::format("gpubench: data-parallel: {} rank{} over {} ({}){}\n", dp.world_size,
                        dp.world_size == 1 ? "" : "s", dp.backend,
-                       dp.environment ? fmt::format("{} rank {}, MASTER {}:{}",
-                                                    dp.environment->source, dp.environment->rank,
-                                                    dp.environment->master_addr,
-                                                    dp.environment->master_port)
-                                      : join(dp.devices, ", "),
+                       dp.environment
+                           ? fmt::format("{} rank {}, MASTER {}:{}", dp.environment->source,
+                                         dp.environment->rank, dp.environment->master_addr,
+                                         dp.environment->master_port)
+                           : join(dp.devices, ", "),
                        dp.environment ? "; waiting for every rank" : "")
         << std::flush;
   }
@@ -600,7 +600,7 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
 
   WorkerLauncher workers(o.worker_exe);
   InProcessLauncher in_process;
-  PhaseLauncher& launcher = o.in_process      ? static_cast<PhaseLauncher&>(in_process)
+  PhaseLauncher& launcher = o.in_process    ? static_cast<PhaseLauncher&>(in_process)
                             : data_parallel ? static_cast<PhaseLauncher&>(*data_parallel)
                                             : workers;
   const ResultDocument document = run_jobs(run, store, journal, launcher, argv, log, err);

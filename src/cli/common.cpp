@@ -1,7 +1,6 @@
 // What several commands share: the built-in configs.
-#include "src/cli/internal.h"
-
 #include "gpubench/train/registry.h"
+#include "src/cli/internal.h"
 
 namespace gpubench::cli {
 

@@ -2,10 +2,9 @@
 // run_plan.cpp) for cmd_run.cpp. Not part of the CLI's interface (app.h).
 #pragma once
 
-#include "src/cli/app.h"
-
 #include "gpubench/config/config.h"
 #include "gpubench/run/suite.h"
+#include "src/cli/app.h"
 
 #include <cstdint>
 #include <iosfwd>

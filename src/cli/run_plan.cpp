@@ -1,12 +1,11 @@
 // The steps of `gpubench run` that turn its options into a suite: the workloads and their
 // batches, the device or the data-parallel ranks, the memory tiers, and what a resume may change.
-#include "src/cli/internal.h"
-
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/config/settings.h"
 #include "gpubench/device/device.h"
 #include "gpubench/distributed/distributed.h"
+#include "src/cli/internal.h"
 
 #include <algorithm>
 #include <ostream>
@@ -37,7 +36,8 @@ FixedBatches split_batches(const std::vector<std::string>& values) {
 Json data_parallel_plan(const RunOptions& o) {
   const auto env = distributed::rank_from_environment();
   GPUBENCH_CHECK(!o.world_size || *o.world_size >= 1, ConfigError,
-                 "--world-size: expected a number of ranks >= 1, got '{}'", o.world_size.value_or(0));
+                 "--world-size: expected a number of ranks >= 1, got '{}'",
+                 o.world_size.value_or(0));
   GPUBENCH_CHECK(!o.rendezvous_timeout_s || *o.rendezvous_timeout_s > 0, ConfigError,
                  "--rendezvous-timeout: expected seconds > 0, got '{}'",
                  format_number(o.rendezvous_timeout_s.value_or(0)));
@@ -210,10 +210,10 @@ void check_batches(const ConfigStore& store, const std::vector<std::string>& mod
   for (const auto& [unit, names] : by_unit) {
     parts.push_back(fmt::format("{} ({})", unit, join(names, ", ")));
   }
-  throw ConfigError(fmt::format(
-      "--batch {}: these workloads count their batch in different units: {}; give each "
-      "its own with --batch MODEL=N (e.g. --batch {}={}), or run each unit on its own",
-      *batches.all, join(parts, "; "), by_unit.begin()->second.front(), *batches.all));
+  throw ConfigError(
+      fmt::format("--batch {}: these workloads count their batch in different units: {}; give each "
+                  "its own with --batch MODEL=N (e.g. --batch {}={}), or run each unit on its own",
+                  *batches.all, join(parts, "; "), by_unit.begin()->second.front(), *batches.all));
 }
 
 std::string device_name_of(const std::string& device) {

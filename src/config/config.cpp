@@ -1,10 +1,9 @@
 #include "gpubench/config/config.h"
 
-#include "gpubench/config/settings.h"
-
 #include "gpubench/base/errors.h"
-#include "gpubench/train/registry.h"
 #include "gpubench/base/strings.h"
+#include "gpubench/config/settings.h"
+#include "gpubench/train/registry.h"
 
 #include <yaml-cpp/yaml.h>
 

@@ -72,9 +72,17 @@ Access timing_field() {
 
 std::vector<Setting> make_table() {
   return {
-      {"precision", Type::kPrecision, kNone, kNone, run_field<&RunSettings::precision>(),
+      {"precision",
+       Type::kPrecision,
+       kNone,
+       kNone,
+       run_field<&RunSettings::precision>(),
        {"--precision", "fp32 (default, strict), tf32, amp-bf16, amp-fp16"}},
-      {"warmup_steps", Type::kInt, 0, 100000, timing_field<&TimingSettings::warmup_steps>(),
+      {"warmup_steps",
+       Type::kInt,
+       0,
+       100000,
+       timing_field<&TimingSettings::warmup_steps>(),
        {"--warmup-steps",
         "Minimum warm-up steps (default: {gpu} on a GPU, {cpu} on the CPU; the warm-up also "
         "waits for steady step times)",
@@ -84,34 +92,61 @@ std::vector<Setting> make_table() {
       {"max_warmup_seconds", Type::kNumber, 0, kNone,
        timing_field<&TimingSettings::max_warmup_seconds>()},
       {"steady_tolerance", Type::kNumber, 0, 1, timing_field<&TimingSettings::steady_tolerance>()},
-      {"min_steps", Type::kInt, 1, 1000000, timing_field<&TimingSettings::min_steps>(),
+      {"min_steps",
+       Type::kInt,
+       1,
+       1000000,
+       timing_field<&TimingSettings::min_steps>(),
        {"--min-steps", "Minimum timed steps (default: {gpu} on a GPU, {cpu} on the CPU)",
         "an integer >= 1", 1}},
-      {"min_seconds", Type::kNumber, 0, kNone, timing_field<&TimingSettings::min_seconds>(),
+      {"min_seconds",
+       Type::kNumber,
+       0,
+       kNone,
+       timing_field<&TimingSettings::min_seconds>(),
        {"--min-seconds", "Minimum timed seconds (default: {gpu} on a GPU, {cpu} on the CPU)",
         "a number >= 0", 0}},
-      {"max_seconds", Type::kNumber, 0, kNone, timing_field<&TimingSettings::max_seconds>(),
+      {"max_seconds",
+       Type::kNumber,
+       0,
+       kNone,
+       timing_field<&TimingSettings::max_seconds>(),
        {"--max-seconds",
         "Past its minimum, the timed window goes on while its noise is above --noise, up to "
         "this many seconds, and stops sooner when its noise projects past them; at or below "
         "--min-seconds it stops at its minimum (default: {gpu} on a GPU, {cpu} on the CPU)",
         "a number >= 0", 0, kNone, "", /*min_exclusive=*/false, /*finite=*/true}},
-      {"noise_target", Type::kNumber, 0, 1, timing_field<&TimingSettings::noise_target>(),
+      {"noise_target",
+       Type::kNumber,
+       0,
+       1,
+       timing_field<&TimingSettings::noise_target>(),
        {"--noise",
         "Noise at which the timed window may stop: the 95% interval of the mean step time, +- "
         "this many percent of it (default: {gpu})",
         "a percentage above 0 and at most 100", 0, 100,
         " (0.5 stops once the mean step time is known to +-0.5%)", /*min_exclusive=*/true,
         /*finite=*/false, /*scale=*/100}},
-      {"memory_cap_gib", Type::kOptionalNumber, 0.25, kNone,
+      {"memory_cap_gib",
+       Type::kOptionalNumber,
+       0.25,
+       kNone,
        run_field<&RunSettings::memory_cap_gib>(),
        {"--memory-cap", "Cap the caching allocator at this many GiB to emulate a smaller card",
         "a size in GiB of at least 0.25", 0.25}},
-      {"job_timeout_s", Type::kNumber, 1, kNone, run_field<&RunSettings::job_timeout_s>(),
+      {"job_timeout_s",
+       Type::kNumber,
+       1,
+       kNone,
+       run_field<&RunSettings::job_timeout_s>(),
        {"--timeout", "Seconds before a worker process is killed, per phase (default: {default})",
         "seconds >= 1", 1, kNone, "", /*min_exclusive=*/false, /*finite=*/false, /*scale=*/1,
         /*on_resume=*/true}},
-      {"repeat", Type::kInt, 1, 100, run_field<&RunSettings::repeat>(),
+      {"repeat",
+       Type::kInt,
+       1,
+       100,
+       run_field<&RunSettings::repeat>(),
        {"--repeat",
         "Timed runs per job, each in a fresh process; from 2 on, the throughput is their "
         "median with a 95% interval (default: {default})",
@@ -210,11 +245,11 @@ Json flag_config_value(const Setting& setting, const Json& given) {
   }
   const double value = given.get<double>();
   const bool above = flag.min_exclusive ? value > flag.min : value >= flag.min;
-  GPUBENCH_CHECK((!flag.finite || std::isfinite(value)) && above && value <= flag.max,
-                 ConfigError, "{}: expected {}, got '{}'{}", flag.name, flag.expected,
-                 given.is_number_integer() ? fmt::format("{}", given.get<int64_t>())
-                                           : format_number(value),
-                 flag.hint);
+  GPUBENCH_CHECK(
+      (!flag.finite || std::isfinite(value)) && above && value <= flag.max, ConfigError,
+      "{}: expected {}, got '{}'{}", flag.name, flag.expected,
+      given.is_number_integer() ? fmt::format("{}", given.get<int64_t>()) : format_number(value),
+      flag.hint);
   if (setting.type == Type::kInt) return given;
   return value / flag.scale;
 }

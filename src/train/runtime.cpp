@@ -1,7 +1,7 @@
 #include "gpubench/train/runtime.h"
 
-#include "gpubench/base/errors.h"
 #include "gpubench/base/env.h"
+#include "gpubench/base/errors.h"
 
 #include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/torch.h>
