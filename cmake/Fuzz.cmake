@@ -37,10 +37,9 @@ file(WRITE ${GPUBENCH_GENERATED_DIR}/registry_snapshot_data.cpp
      "namespace gpubench::fuzz {\nextern const char* const kRegistrySnapshot = R\"snap(${_snapshot_text})snap\";\n}\n")
 
 file(GLOB_RECURSE _reader_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/*.cpp)
-list(FILTER _reader_sources EXCLUDE REGEX "/src/cli/")
+list(FILTER _reader_sources EXCLUDE REGEX "/src/cli/main.cpp$")
 add_library(gpubench_readers STATIC
   ${_reader_sources}
-  ${PROJECT_SOURCE_DIR}/src/cli/app.cpp
   ${PROJECT_SOURCE_DIR}/tests/fuzz/registry_snapshot.cpp
   ${PROJECT_SOURCE_DIR}/tests/fuzz/snapshot_workloads.cpp
   ${PROJECT_SOURCE_DIR}/tests/fuzz/targets.cpp

@@ -1,10 +1,11 @@
 // The command line: subcommands in-process (exit codes and messages), and end to end through
 // the real executable with worker processes.
 #include "gpubench/base/compat.h"
-#include "gpubench/device/device.h"
-#include "gpubench/records/journal.h"
 #include "gpubench/base/json.h"
 #include "gpubench/base/strings.h"
+#include "gpubench/config/settings.h"
+#include "gpubench/device/device.h"
+#include "gpubench/records/journal.h"
 #include "src/cli/app.h"
 #include "tests/testing.h"
 
@@ -335,6 +336,17 @@ TEST(CliTest, AParseErrorPointsAtTheHelpOfItsCommand) {
   EXPECT_NE(help.out.find("Examples:"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("Exit codes: 0 every job ran; 1 a job failed"), std::string::npos)
       << help.out;
+}
+
+// Every flag of the run settings' table is an option of `run`, with its help and defaults.
+TEST(CliTest, EveryRunSettingFlagIsARunOption) {
+  const auto help = cli({"run", "--help"});
+  ASSERT_EQ(help.code, 0);
+  for (const settings::Setting* s : settings::flags()) {
+    EXPECT_NE(help.out.find(std::string(s->flag.name) + " "), std::string::npos) << s->flag.name;
+    // CLI11 wraps long help text, so only its opening words are looked for.
+    EXPECT_NE(help.out.find(s->help().substr(0, 20)), std::string::npos) << s->flag.name;
+  }
 }
 
 TEST(CliTest, ModelsTakeACommaListAndAConfigValueThatIsNotANumberIsNamed) {

@@ -1,9 +1,10 @@
 // Config loading: the shipped configs, user overlays in YAML and JSON, precedence, and every
 // error path with its message (file, key, bad value, fix).
 #include "gpubench/config/config.h"
-#include "gpubench/device/device.h"
 
 #include "gpubench/base/errors.h"
+#include "gpubench/config/settings.h"
+#include "gpubench/device/device.h"
 #include "gpubench/train/registry.h"
 #include "tests/testing.h"
 
@@ -230,6 +231,76 @@ TEST(ConfigTest, TheAllocatorOptionKeepsTheUsersOtherOptionsAndOverridesOnlyItsO
             "garbage_collection_threshold:0.6,expandable_segments:False");
   EXPECT_EQ(allocator_options_with("expandable_segments:False,,", true),
             "expandable_segments:True");
+}
+
+/// A valid value of `setting` other than `current`: the smallest in range, else one above it.
+Json other_value(const settings::Setting& setting, const Json& current) {
+  switch (setting.type) {
+    case settings::Type::kBool:
+      return !current.get<bool>();
+    case settings::Type::kPrecision:
+      for (const auto& name : precision_names()) {
+        if (name != current.get<std::string>()) return name;
+      }
+      break;
+    case settings::Type::kInt:
+      return static_cast<int64_t>(current == Json(setting.min) ? setting.min + 1 : setting.min);
+    case settings::Type::kNumber:
+    case settings::Type::kOptionalNumber:
+      return current == Json(setting.min) ? setting.min + 1 : setting.min;
+  }
+  return nullptr;
+}
+
+// Every row of the run settings' table reaches the config reader and the resolved settings: a
+// new setting is a row, not another branch of the reader.
+TEST(ConfigTest, EveryRunSettingOfTheTableIsReadFromItsKey) {
+  const Json defaults = RunSettings().to_json();
+  for (const settings::Setting& s : settings::table()) {
+    const std::string key(s.key);
+    for (const std::string section : {"timing", "cpu_timing"}) {
+      if (!s.timing() && section == "cpu_timing") continue;
+      const Json current = s.timing() ? defaults[section][key] : defaults[key];
+      const Json value = other_value(s, current);
+      Json run = Json::object();
+      if (s.timing()) {
+        run[section][key] = value;
+      } else {
+        run[key] = value;
+      }
+      ConfigStore store = builtin();
+      store.apply_document({{"run", run}}, "my.yaml");
+      const Json resolved = store.run().to_json();
+      EXPECT_EQ(s.timing() ? resolved[section][key] : resolved[key], value)
+          << s.config_key() << " in " << section;
+      EXPECT_NE(value, current) << s.config_key();
+    }
+  }
+}
+
+// Each flag of the table becomes its key in the command line's overlay, and for a timing
+// setting on both devices.
+TEST(ConfigTest, EveryRunSettingFlagBecomesItsConfigKey) {
+  const Json defaults = RunSettings().to_json();
+  for (const settings::Setting* s : settings::flags()) {
+    const std::string key(s->key);
+    const Json current = s->timing() ? defaults["timing"][key] : defaults[key];
+    Json value = other_value(*s, current);
+    // --noise 0 is no percentage the flag takes; its value is in percent.
+    if (s->flag.min_exclusive) value = s->flag.max / s->flag.scale;
+    const Json flag_value =
+        value.is_number_float() ? Json(value.get<double>() * s->flag.scale) : value;
+    const Json overlay = settings::flag_overlay({{std::string(s->flag.name), flag_value}});
+    ConfigStore store = builtin();
+    store.apply_document(overlay, "command line");
+    const Json resolved = store.run().to_json();
+    if (s->timing()) {
+      EXPECT_EQ(resolved["timing"][key], value) << s->flag.name;
+      EXPECT_EQ(resolved["cpu_timing"][key], value) << s->flag.name;
+    } else {
+      EXPECT_EQ(resolved[key], value) << s->flag.name;
+    }
+  }
 }
 
 TEST(ConfigTest, UnknownModelInAUserFileIsNamed) {

@@ -1,9 +1,13 @@
-// The command line: one options struct and one setup/run pair per subcommand (CLI11 style).
-// All parsing and dispatch lives here so tests can drive it in-process.
+// The command line: one options struct and one setup/run pair per subcommand (CLI11 style), each
+// pair in its own file (src/cli/cmd_*.cpp), parsed and dispatched by run_cli (app.cpp), so that
+// tests can drive it in-process.
 #pragma once
+
+#include "gpubench/base/json.h"
 
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,15 +46,10 @@ struct RunOptions {
   /// --batch N (every workload of the run) or --batch MODEL=N (that one), repeatable: a fixed
   /// batch, no search. Checked as typed; run_run splits them.
   std::vector<std::string> batches;
-  std::string precision;                 ///< --precision
-  std::optional<double> memory_cap_gib;  ///< --memory-cap GiB
-  std::optional<int> warmup_steps;       ///< --warmup-steps N
-  std::optional<int> min_steps;          ///< --min-steps N
-  std::optional<double> min_seconds;     ///< --min-seconds S
-  std::optional<double> max_seconds;     ///< --max-seconds S
-  std::optional<double> noise_percent;   ///< --noise P
-  std::optional<double> timeout_s;       ///< --timeout S per worker
-  std::optional<int> repeat;             ///< --repeat N: timed runs per job, fresh processes
+  /// The run settings given as flags (--precision, --noise, ...: the flags of
+  /// gpubench/config/settings.h), by flag name, as typed: checked when they become the
+  /// command line's config overlay.
+  std::map<std::string, Json> settings;
   std::string json_path;                 ///< --json PATH
   std::string csv_path;                  ///< --csv PATH
   std::string journal_path;              ///< --journal PATH (default: a new file here)

@@ -1,8 +1,9 @@
 #include "gpubench/config/config.h"
 
 #include "gpubench/base/errors.h"
-#include "gpubench/train/registry.h"
 #include "gpubench/base/strings.h"
+#include "gpubench/config/settings.h"
+#include "gpubench/train/registry.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -328,114 +329,9 @@ ModelConfig build_model_config(const Json& doc, const Where& where, const Regist
 
 std::string builtin_label(std::string_view path) { return std::string(path) + " (built in)"; }
 
-TimingSettings read_timing(const Json& value, const Where& where, TimingSettings t) {
-  check_keys(value, where,
-             {"warmup_steps", "max_warmup_steps", "max_warmup_seconds", "steady_tolerance",
-              "min_steps", "min_seconds", "max_seconds", "noise_target"});
-  if (value.contains("warmup_steps")) {
-    t.warmup_steps =
-        static_cast<int>(read_int(value["warmup_steps"], where.at("warmup_steps"), 0, 100000));
-  }
-  if (value.contains("max_warmup_steps")) {
-    t.max_warmup_steps = static_cast<int>(
-        read_int(value["max_warmup_steps"], where.at("max_warmup_steps"), 0, 100000));
-  }
-  if (value.contains("max_warmup_seconds")) {
-    t.max_warmup_seconds =
-        read_number(value["max_warmup_seconds"], where.at("max_warmup_seconds"), 0);
-  }
-  if (value.contains("steady_tolerance")) {
-    t.steady_tolerance = read_number(value["steady_tolerance"], where.at("steady_tolerance"), 0, 1);
-  }
-  if (value.contains("min_steps")) {
-    t.min_steps = static_cast<int>(read_int(value["min_steps"], where.at("min_steps"), 1, 1000000));
-  }
-  if (value.contains("min_seconds")) {
-    t.min_seconds = read_number(value["min_seconds"], where.at("min_seconds"), 0);
-  }
-  if (value.contains("max_seconds")) {
-    t.max_seconds = read_number(value["max_seconds"], where.at("max_seconds"), 0);
-  }
-  if (value.contains("noise_target")) {
-    t.noise_target = read_number(value["noise_target"], where.at("noise_target"), 0, 1);
-  }
-  return t;
-}
-
-void apply_run_section(RunSettings& run, const Json& value, const Where& where) {
-  check_keys(value, where,
-             {"precision", "timing", "cpu_timing", "memory_cap_gib", "job_timeout_s", "repeat",
-              "seed", "cudnn_benchmark", "cudnn_benchmark_limit", "cudnn_benchmark_empty_cache",
-              "expandable_segments"});
-  if (value.contains("precision")) {
-    run.precision =
-        parse_precision(read_choice(value["precision"], where.at("precision"), precision_names()),
-                        where.at("precision").str());
-  }
-  if (value.contains("timing"))
-    run.timing = read_timing(value["timing"], where.at("timing"), run.timing);
-  if (value.contains("cpu_timing")) {
-    run.cpu_timing = read_timing(value["cpu_timing"], where.at("cpu_timing"), run.cpu_timing);
-  }
-  if (value.contains("memory_cap_gib")) {
-    if (value["memory_cap_gib"].is_null()) {
-      run.memory_cap_gib.reset();
-    } else {
-      run.memory_cap_gib = read_number(value["memory_cap_gib"], where.at("memory_cap_gib"), 0.25);
-    }
-  }
-  if (value.contains("job_timeout_s")) {
-    run.job_timeout_s = read_number(value["job_timeout_s"], where.at("job_timeout_s"), 1);
-  }
-  if (value.contains("repeat")) {
-    run.repeat = static_cast<int>(read_int(value["repeat"], where.at("repeat"), 1, 100));
-  }
-  if (value.contains("seed")) {
-    run.seed = static_cast<uint64_t>(read_int(value["seed"], where.at("seed"), 0));
-  }
-  if (value.contains("cudnn_benchmark")) {
-    run.cudnn_benchmark = read_bool(value["cudnn_benchmark"], where.at("cudnn_benchmark"));
-  }
-  if (value.contains("cudnn_benchmark_limit")) {
-    run.cudnn_benchmark_limit = static_cast<int>(
-        read_int(value["cudnn_benchmark_limit"], where.at("cudnn_benchmark_limit"), 0, 10000));
-  }
-  if (value.contains("cudnn_benchmark_empty_cache")) {
-    run.cudnn_benchmark_empty_cache =
-        read_bool(value["cudnn_benchmark_empty_cache"], where.at("cudnn_benchmark_empty_cache"));
-  }
-  if (value.contains("expandable_segments")) {
-    run.expandable_segments =
-        read_bool(value["expandable_segments"], where.at("expandable_segments"));
-  }
-}
-
-Json timing_json(const TimingSettings& t) {
-  return {{"warmup_steps", t.warmup_steps},
-          {"max_warmup_steps", t.max_warmup_steps},
-          {"max_warmup_seconds", t.max_warmup_seconds},
-          {"steady_tolerance", t.steady_tolerance},
-          {"min_steps", t.min_steps},
-          {"min_seconds", t.min_seconds},
-          {"max_seconds", t.max_seconds},
-          {"noise_target", t.noise_target}};
-}
-
 }  // namespace
 
-Json RunSettings::to_json() const {
-  return {{"precision", to_string(precision)},
-          {"timing", timing_json(timing)},
-          {"cpu_timing", timing_json(cpu_timing)},
-          {"memory_cap_gib", memory_cap_gib ? Json(*memory_cap_gib) : Json(nullptr)},
-          {"job_timeout_s", job_timeout_s},
-          {"repeat", repeat},
-          {"seed", seed},
-          {"cudnn_benchmark", cudnn_benchmark},
-          {"cudnn_benchmark_limit", cudnn_benchmark_limit},
-          {"cudnn_benchmark_empty_cache", cudnn_benchmark_empty_cache},
-          {"expandable_segments", expandable_segments}};
-}
+Json RunSettings::to_json() const { return settings::run_json(*this); }
 
 Json ModelConfig::to_json() const {
   Json params = Json::object();
@@ -571,7 +467,7 @@ void ConfigStore::apply_document(const Json& input, const std::string& file) {
   }
   const Where root{file, ""};
   check_keys(document, root, {"run", "models"});
-  if (document.contains("run")) apply_run_section(run_, document["run"], root.at("run"));
+  if (document.contains("run")) settings::apply_run_section(run_, document["run"], root.at("run"));
   if (!document.contains("models")) return;
   const Json& models = document["models"];
   if (!models.is_object())

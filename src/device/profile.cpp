@@ -1,5 +1,7 @@
 #include "gpubench/device/profile.h"
 
+#include "gpubench/base/env.h"
+
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -13,8 +15,8 @@ namespace gpubench {
 
 ProfileRequest ProfileRequest::from_environment() {
   ProfileRequest request;
-  if (const char* path = std::getenv("GPUBENCH_PROFILE_TRACE")) request.trace_path = path;
-  if (const char* steps = std::getenv("GPUBENCH_PROFILE_STEPS")) {
+  if (const char* path = env::get(env::Switch::kProfileTrace)) request.trace_path = path;
+  if (const char* steps = env::get(env::Switch::kProfileSteps)) {
     const int n = std::atoi(steps);
     if (n > 0) request.steps = n;
   }

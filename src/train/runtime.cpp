@@ -1,5 +1,6 @@
 #include "gpubench/train/runtime.h"
 
+#include "gpubench/base/env.h"
 #include "gpubench/base/errors.h"
 
 #include <torch/csrc/autograd/anomaly_mode.h>
@@ -172,7 +173,7 @@ namespace {
 /// whose output holds a NaN throws, naming itself. 0 when unset. Read once.
 int64_t detect_anomaly_from() {
   static const int64_t from = [] {
-    const char* v = std::getenv("GPUBENCH_DETECT_ANOMALY");
+    const char* v = env::get(env::Switch::kDetectAnomaly);
     return v == nullptr ? int64_t{0} : std::max<int64_t>(0, std::strtoll(v, nullptr, 10));
   }();
   return from;

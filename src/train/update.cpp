@@ -1,6 +1,7 @@
 #include "gpubench/train/update.h"
 
 #include "gpubench/base/compat.h"
+#include "gpubench/base/env.h"
 
 #include <torch/torch.h>
 
@@ -17,7 +18,7 @@ namespace {
 /// (it reads every gradient on the host: a diagnosis, never a timed run).
 bool trace_overflow() {
   static const bool on = [] {
-    const char* v = std::getenv("GPUBENCH_TRACE_OVERFLOW");
+    const char* v = env::get(env::Switch::kTraceOverflow);
     return v != nullptr && *v == '1';
   }();
   return on;

@@ -1,0 +1,51 @@
+// `gpubench report`: result files and journals beside the 2020 GPUs.
+#include "gpubench/base/errors.h"
+#include "gpubench/base/strings.h"
+#include "gpubench/records/result.h"
+#include "gpubench/report/reporter.h"
+#include "src/cli/internal.h"
+
+#include <CLI/CLI.hpp>
+
+#include <ostream>
+#include <sstream>
+
+namespace gpubench::cli {
+
+void setup_report(CLI::App& app, ReportOptions& o) {
+  auto* cmd = app.add_subcommand("report", "Print result files beside the 2020 GPUs");
+  cmd->add_option("files", o.files,
+                  "Result files of 'gpubench run --json' and journals of 'gpubench run "
+                  "--journal', in any mix; the last record of a job wins")
+      ->required();
+  cmd->add_option("--format,-f", o.format,
+                  "table (default: beside the eight 2020 GPUs), summary (a line per job), md, csv, "
+                  "json, html");
+  cmd->add_option("--output,-o", o.output, "Write the report to PATH instead of stdout");
+  cmd->add_option("--price", o.prices,
+                  "GPU=USD: a measured GPU's price (say, H200=30000; repeatable), for a "
+                  "performance-per-dollar table beside the 2020 GPUs' prices");
+}
+
+int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
+  // All bad input fails before anything is read or written: the format, the prices, then the
+  // output path.
+  std::ostringstream text;
+  auto reporter = make_reporter(o.format, text);
+  const std::vector<PriceSpec> prices = parse_prices(o.prices);
+  if (!o.output.empty()) check_writable(o.output, "--output");
+  const ConfigStore store = builtin_store();
+  const ResultFiles files = read_result_files(o.files);
+  for (const auto& note : files.notes) err << "gpubench: " << terminal_text(note) << '\n';
+  ReferenceTable reference = store.reference();
+  apply_prices(reference, prices, files.jobs);  // a GPU no record ran on fails here
+  reporter->report(files.jobs, reference);
+  if (o.output.empty()) {
+    out << text.str();
+  } else {
+    write_file_atomically(o.output, text.str());  // never half a report
+  }
+  return kExitOk;
+}
+
+}  // namespace gpubench::cli

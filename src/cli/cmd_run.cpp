@@ -1,0 +1,619 @@
+// `gpubench run`: its options, and the steps of a run: plan the suite (run_plan.cpp), start the
+// data-parallel ranks, open or resume the journal, run the jobs, write the outputs, and say how
+// it ended.
+#include "gpubench/base/env.h"
+#include "gpubench/base/errors.h"
+#include "gpubench/base/strings.h"
+#include "gpubench/config/settings.h"
+#include "gpubench/device/device.h"
+#include "gpubench/distributed/environment.h"
+#include "gpubench/distributed/launcher.h"
+#include "gpubench/records/journal.h"
+#include "gpubench/records/result.h"
+#include "gpubench/report/reporter.h"
+#include "gpubench/run/process.h"
+#include "gpubench/run/job.h"
+#include "gpubench/run/job_spec.h"
+#include "gpubench/run/launcher.h"
+#include "src/cli/internal.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <sstream>
+
+namespace gpubench::cli {
+
+namespace {
+
+/// "SIGINT, Ctrl-C", "SIGTERM", "SIGHUP", or "signal N".
+std::string sigabbrev_or_number(int signal_number) {
+  switch (signal_number) {
+    case SIGINT:
+      return "SIGINT, Ctrl-C";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return fmt::format("signal {}", signal_number);
+  }
+}
+
+/// A value that is given must say something: `--precision ""` is refused, not read as "not
+/// given".
+const CLI::Validator kNonEmpty(
+    [](std::string& value) {
+      return value.empty() ? std::string("expected a value, got an empty string") : std::string();
+    },
+    "", "non-empty");
+
+/// The largest --batch accepted: far above any batch a GPU trains (the H200's largest is
+/// 191,488 tokens), far below where a tensor's element count overflows.
+constexpr int64_t kMaxFixedBatch = 1'000'000'000;
+
+/// A batch as typed: a whole number from 1 to kMaxFixedBatch, checked on the text, before the
+/// conversion that would clamp 99999999999999999999999 to the int64 limit. "" when it is one.
+std::string batch_number_problem(const std::string& number, const std::string& value) {
+  const bool digits = !number.empty() && std::all_of(number.begin(), number.end(),
+                                                     [](char c) { return c >= '0' && c <= '9'; });
+  const std::string expected = fmt::format(
+      "expected a positive integer or MODEL=N (a batch for one workload), got '{}'", value);
+  if (!digits) return expected;
+  const std::size_t first = number.find_first_not_of('0');
+  if (first == std::string::npos) return expected;  // zero
+  if (number.size() - first > 10 || std::stoll(number.substr(first)) > kMaxFixedBatch) {
+    return fmt::format(
+        "got '{}', more than {} (the largest batch gpubench accepts; a "
+        "workload's batch is in its unit: images, sequences or tokens)",
+        value, with_thousands(kMaxFixedBatch));
+  }
+  return std::string();
+}
+
+/// --batch N or --batch MODEL=N as typed.
+const CLI::Validator kBatchValue(
+    [](std::string& value) {
+      const std::size_t eq = value.find('=');
+      if (eq == 0) return batch_number_problem("", value);
+      return batch_number_problem(eq == std::string::npos ? value : value.substr(eq + 1), value);
+    },
+    "", "batch");
+
+/// A run setting's flag (settings::flags()), stored in RunOptions::settings by its name.
+void add_setting_flag(CLI::App& cmd, RunOptions& o, const settings::Setting& setting) {
+  const std::string name(setting.flag.name);
+  const auto keep = [&o, name](Json value) { o.settings[name] = std::move(value); };
+  switch (setting.type) {
+    case settings::Type::kInt:
+      cmd.add_option_function<int>(
+          name, [keep](const int& value) { keep(value); }, setting.help());
+      break;
+    case settings::Type::kPrecision:
+      cmd.add_option_function<std::string>(
+             name, [keep](const std::string& value) { keep(value); }, setting.help())
+          ->check(kNonEmpty);
+      break;
+    case settings::Type::kNumber:
+    case settings::Type::kOptionalNumber:
+    case settings::Type::kBool:
+      cmd.add_option_function<double>(
+          name, [keep](const double& value) { keep(value); }, setting.help());
+      break;
+  }
+}
+
+}  // namespace
+
+void setup_run(CLI::App& app, RunOptions& o) {
+  auto* cmd = app.add_subcommand(
+      "run", "Find the largest batch that trains, time it, and compare with the 2020 GPUs");
+  cmd->add_option("--model,-m", o.models,
+                  "Workloads to run, repeated or comma-separated (see 'gpubench list')")
+      ->delimiter(',')
+      ->check(kNonEmpty);
+  cmd->add_option("--suite", o.suites, "Named lists of workloads: all, image, language, twins")
+      ->delimiter(',')
+      ->check(kNonEmpty);
+  cmd->add_option("--gpu", o.gpu, "CUDA device index (default: 0 when a GPU is present)");
+  cmd->add_option("--gpus", o.gpus,
+                  "Data-parallel: one rank per GPU, e.g. 0,1,2,3 or all (NCCL); each rank at "
+                  "the one-GPU max batch, throughput summed")
+      ->check(kNonEmpty);
+  cmd->add_option("--world-size", o.world_size,
+                  "Data-parallel ranks: with --device cpu, N ranks over Gloo; under torchrun or "
+                  "srun, must match WORLD_SIZE");
+  cmd->add_option("--rendezvous-timeout", o.rendezvous_timeout_s,
+                  "Seconds to wait for every rank to meet (torchrun/srun; default: 300); past "
+                  "it the run exits with code 3");
+  cmd->add_option("--device", o.device, "cpu or cuda (default: cuda when present, else cpu)")
+      ->check(kNonEmpty);
+  cmd->add_option("--config", o.config_file, "YAML or JSON config over the built-in defaults")
+      ->check(kNonEmpty);
+  cmd->add_option("--batch", o.batches,
+                  "Fixed batch in the workload's unit, no search: N for every workload, or "
+                  "MODEL=N for one (repeatable)")
+      ->check(kBatchValue);
+  cmd->add_flag("--same-batch", o.same_batch,
+                "Time each workload at the RTX 8000's 2020 batch (no search): a same-batch score "
+                "beside the max-batch one; workloads without a 2020 row are left out");
+  for (const settings::Setting* setting : settings::flags()) add_setting_flag(*cmd, o, *setting);
+  cmd->add_option("--memory-tiers", o.memory_tiers_gib,
+                  "Search the max batch under each of these caps in GiB (6,8,11,24,48) to "
+                  "emulate smaller cards; search only, no timed run")
+      ->delimiter(',');
+  cmd->add_option("--json", o.json_path, "Write the results as JSON (rewritten after each job)")
+      ->check(kNonEmpty);
+  cmd->add_option("--csv", o.csv_path, "Write the results as CSV (rewritten after each job)")
+      ->check(kNonEmpty);
+  cmd->add_option("--journal", o.journal_path,
+                  "Append each finished job to this journal (default: a new "
+                  "gpubench-DATE-TIME.jsonl in $GPUBENCH_JOURNAL_DIR, else "
+                  "$XDG_STATE_HOME/gpubench/journals, else ~/.local/state/gpubench/journals)");
+  cmd->add_option("--resume", o.resume_path,
+                  "Continue the suite of this journal, running only what it does not have");
+  cmd->add_option("--format,-f", o.format,
+                  "The report printed on stdout at the end: summary (default: a line per job), "
+                  "table (beside the eight 2020 GPUs), md, csv, json, html, or none")
+      ->check(kNonEmpty);
+  cmd->add_flag("--quiet,-q", o.quiet,
+                "No progress lines on stderr; warnings, errors and what failed are still said");
+  cmd->footer(
+      "Examples:\n"
+      "  gpubench run --gpu 0 --model bert-base             search, time, compare with 2020\n"
+      "  gpubench run --suite all --precision amp-bf16      every workload, mixed precision\n"
+      "  gpubench run -m bert-base,mt-dnn --batch 8         a fixed batch, no search\n"
+      "  gpubench run -m nasnet-large,deeplabv3 --batch nasnet-large=16 --batch deeplabv3=4\n"
+      "                                                     a batch per workload\n"
+      "  gpubench run --model bert-base --memory-tiers 6,8,11,24   emulated smaller cards\n"
+      "  gpubench run --resume JOURNAL                      continue a stopped run\n"
+      "  gpubench run -m bert-base --gpus 0,1,2,3           data-parallel on 4 GPUs (NCCL)\n"
+      "  gpubench run -m bert-base --device cpu --world-size 2   2 CPU ranks over Gloo\n"
+      "  torchrun --nnodes 2 --nproc-per-node 8 ... gpubench run -m bert-base\n"
+      "                                                     many hosts: one rank per process\n"
+      "\n"
+      "Exit codes: 0 every job ran; 1 a job failed (the others ran and are in the journal);\n"
+      "2 bad input, before anything ran; 3 no usable device; 4 the run stopped early (the\n"
+      "journal or a work file could not be written); 128+N stopped by signal N (Ctrl-C: 130),\n"
+      "the finished jobs kept in the journal.");
+  cmd->add_flag("--in-process", o.in_process, "Run jobs in this process (debugging)")
+      ->group("");  // hidden
+  cmd->add_option("--worker-exe", o.worker_exe, "Worker executable (testing)")->group("");
+}
+
+namespace {
+
+/// The result files a run rewrites after each job: --json and --csv, or on a resume given
+/// neither, the ones the journal's run named.
+struct OutputPaths {
+  std::string json, csv;
+};
+
+void write_outputs(const OutputPaths& paths, const ResultDocument& document,
+                   const ReferenceTable& reference) {
+  if (!paths.json.empty())
+    write_file_atomically(paths.json, dump_json(document.to_json(), 2) + "\n");
+  if (!paths.csv.empty()) {
+    std::ostringstream csv;
+    make_reporter("csv", csv)->report(document.jobs, reference);
+    write_file_atomically(paths.csv, csv.str());
+  }
+}
+
+/// `path` made absolute, so that a resume from another folder finds it.
+std::string absolute_path(const std::string& path) {
+  std::error_code ec;
+  const auto abs = std::filesystem::absolute(path, ec);
+  return ec ? path : abs.lexically_normal().string();
+}
+
+/// Where a run without --journal keeps its journal, out of the current folder:
+/// $GPUBENCH_JOURNAL_DIR, else $XDG_STATE_HOME/gpubench/journals, else
+/// $HOME/.local/state/gpubench/journals (the XDG base directory spec's state folder), else the
+/// current folder when there is no home.
+std::filesystem::path default_journal_folder() {
+  auto set = [](const char* name) -> const char* {
+    const char* value = std::getenv(name);
+    return value && *value ? value : nullptr;
+  };
+  if (const char* dir = env::get(env::Switch::kJournalDir); dir && *dir) return dir;
+  if (const char* state = set("XDG_STATE_HOME")) {
+    return std::filesystem::path(state) / "gpubench" / "journals";
+  }
+  if (const char* home = set("HOME")) {
+    return std::filesystem::path(home) / ".local" / "state" / "gpubench" / "journals";
+  }
+  return ".";
+}
+
+/// A new journal in default_journal_folder(): gpubench-20261130-061502.jsonl, or -2, -3, ...
+/// when another run took that name in the same second.
+JournalWriter create_default_journal(const JournalHeader& header) {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &utc);
+  const std::filesystem::path folder = default_journal_folder();
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  GPUBENCH_CHECK(!ec, ConfigError,
+                 "cannot create the journal folder {}: {} (give --journal PATH, or set "
+                 "GPUBENCH_JOURNAL_DIR to a folder you can write)",
+                 folder.string(), ec.message());
+  for (int n = 1;; ++n) {
+    const std::string path = (folder / (n == 1 ? fmt::format("gpubench-{}.jsonl", stamp)
+                                               : fmt::format("gpubench-{}-{}.jsonl", stamp, n)))
+                                 .string();
+    if (auto journal = JournalWriter::create_if_absent(path, header)) return std::move(*journal);
+  }
+}
+
+/// --json or --csv on the journal's own path would replace the journal with another file.
+void check_not_journal(const std::string& path, const std::string& flag,
+                       const std::string& journal) {
+  if (path.empty() || journal.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code a, b;
+  const auto x = fs::weakly_canonical(path, a);
+  const auto y = fs::weakly_canonical(journal, b);
+  GPUBENCH_CHECK(a || b || x != y, ConfigError,
+                 "{} '{}' is the journal's own path; choose another file for {}", flag, path, flag);
+}
+
+/// The last record of each planned job, in plan order: what the run's outputs show.
+std::vector<JobRecord> latest_per_job(const SuitePlan& plan, const std::vector<JobRecord>& all) {
+  std::vector<JobRecord> latest;
+  for (const auto& job : plan.jobs) {
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (job.matches(*it)) {
+        latest.push_back(*it);
+        break;
+      }
+    }
+  }
+  return latest;
+}
+
+/// What the end of a run says about its failed jobs: each with its status and message, and
+/// whether running it again can help.
+std::string failure_summary(const std::vector<JobRecord>& records, std::ptrdiff_t failed,
+                            std::size_t planned, const std::string& journal) {
+  // A timeout, a crash or a job that never ended can pass when run again; a job that failed in
+  // its own code, diverged or ran out of memory at a fixed batch fails the same way again.
+  std::string lines;
+  std::ptrdiff_t same_again = 0;
+  for (const auto& r : records) {
+    if (job_is_done(r)) continue;
+    const bool transient = r.status == "timeout" || r.status == "crashed";
+    if (!transient) ++same_again;
+    std::string message = r.message.substr(0, 160);
+    std::replace(message.begin(), message.end(), '\n', ' ');
+    lines +=
+        fmt::format("\n  {}{}: {}{}{}", r.model,
+                    r.memory_cap_gib ? fmt::format(" at {} GiB", format_number(*r.memory_cap_gib))
+                                     : std::string(),
+                    r.status, message.empty() ? "" : ": " + message,
+                    transient ? " (may pass when run again)"
+                              : " (runs the same way again: change what this names, or "
+                                "leave the job out)");
+  }
+  const std::ptrdiff_t retryable = failed - same_again;
+  std::string out = fmt::format("{} of {} jobs failed:{}", failed, planned, lines);
+  if (retryable > 0) {
+    out += fmt::format("\nrun {} again with: gpubench run --resume {}",
+                       retryable == failed ? "them" : "the others", journal);
+  } else {
+    out += fmt::format("\n--resume {} would run them as they were; fix the cause first", journal);
+  }
+  return out;
+}
+
+/// What a run settles before its first job: the suite, the records a resumed journal already
+/// has, the run settings it was planned with, and the result files to rewrite.
+struct RunPlan {
+  SuitePlan suite;
+  std::vector<JobRecord> earlier;
+  Json run_settings;
+  OutputPaths outputs;
+};
+
+/// --resume: the journal's suite, checked against this gpubench and this device.
+RunPlan plan_resume(const RunOptions& o, std::ostream& err) {
+  check_resume_options(o);
+  RunPlan run;
+  SuitePlan& plan = run.suite;
+  const Journal old = read_journal(o.resume_path);
+  run.outputs = {o.json_path, o.csv_path};
+  // Without --json/--csv, a resume keeps the files the first run named up to date, as it did.
+  if (o.json_path.empty() && o.csv_path.empty()) {
+    run.outputs.json = old.header.outputs.value("json", std::string());
+    run.outputs.csv = old.header.outputs.value("csv", std::string());
+  }
+  plan = SuitePlan::from_json(old.header.plan, o.resume_path);
+  run.earlier = old.jobs;
+  run.run_settings = old.header.run_settings;
+  if (!plan.data_parallel.is_null()) {
+    // The ranks' devices are the plan's: checked when the launcher starts them.
+    GPUBENCH_CHECK(!o.gpu && o.device.empty(), ConfigError,
+                   "--resume of a data-parallel suite runs on its ranks' devices; drop --gpu "
+                   "and --device");
+  } else if (o.gpu || !o.device.empty()) {
+    plan.device = select_device(o, err);
+  } else if (plan.device != "cpu") {
+    const int index = std::stoi(plan.device.substr(5));
+    GPUBENCH_CHECK(index < cuda_device_count(), DeviceError,
+                   "{}: the journal's suite ran on {}, which is not visible here; choose a "
+                   "device with --gpu N",
+                   o.resume_path, plan.device);
+  }
+  // One journal, one kind of device: results of two cards must not mix in one suite.
+  const std::string here = device_name_of(plan.device);
+  GPUBENCH_CHECK(plan.device_name.empty() || plan.device_name == here, DeviceError,
+                 "{}: its suite ran on {}, and {} here is {}; resume it on the same kind of "
+                 "device, or start a new journal for this one",
+                 o.resume_path, plan.device_name, plan.device, here);
+  const Json changes = settings::flag_overlay(o.settings, /*resume_only=*/true);
+  if (!changes.empty()) plan.overlays.emplace_back("command line", changes);
+  // Everything the plan needs still holds with this gpubench and this device, before any job.
+  const ConfigStore resolved = resolve_store(plan.overlays);
+  std::vector<double> tiers;
+  for (const auto& job : plan.jobs) {
+    resolved.model(job.model);  // throws with a did-you-mean for a workload that is gone
+    if (job.search_only && job.memory_cap_gib) tiers.push_back(*job.memory_cap_gib);
+  }
+  check_tier_caps(tiers, plan.device);
+  // Built-in defaults can change between gpubench versions: say so rather than mix silently.
+  Json now = resolved.run().to_json(), then = run.run_settings;
+  for (Json* settings : {&now, &then}) {
+    if (settings->is_object()) settings->erase("job_timeout_s");  // --timeout may change
+  }
+  if (now != then) {
+    err << "gpubench: warning: " << o.resume_path
+        << ": this gpubench resolves the run settings differently from the one that started "
+           "the journal; the jobs run now use the current ones (start a new journal to keep "
+           "one set)\n";
+  }
+  return run;
+}
+
+/// A new suite: the config file and the flags over the built-in configs, the workloads and
+/// their batches, and the device or the data-parallel ranks.
+RunPlan plan_new(const RunOptions& o, std::ostream& err) {
+  RunPlan run;
+  SuitePlan& plan = run.suite;
+  run.outputs = {o.json_path, o.csv_path};
+  ConfigStore store = builtin_store();
+  if (!o.config_file.empty()) {
+    Json document = load_config_file(o.config_file);
+    store.apply_document(document, o.config_file);
+    plan.overlays.emplace_back(o.config_file, std::move(document));
+  }
+  const Json flags = settings::flag_overlay(o.settings);
+  if (!flags.empty()) {
+    store.apply_document(flags, "command line");
+    plan.overlays.emplace_back("command line", flags);
+  }
+  std::vector<std::string> models = expand_models(o, store);
+  FixedBatches batches = split_batches(o.batches);
+  if (o.same_batch) {
+    GPUBENCH_CHECK(o.batches.empty() && o.memory_tiers_gib.empty(), ConfigError,
+                   "--same-batch sets each workload's batch (the RTX 8000's of 2020): it "
+                   "contradicts {}; give one",
+                   o.batches.empty() ? "--memory-tiers" : "--batch");
+    apply_same_batch(store, models, batches, err);
+  }
+  check_batches(store, models, batches);
+  plan.data_parallel = data_parallel_plan(o);
+  if (plan.data_parallel.is_null()) {
+    plan.device = select_device(o, err);
+  } else {
+    // The search runs once, on the first rank's device; the timed runs on all.
+    plan.device = plan.data_parallel["devices"][0].get<std::string>();
+    GPUBENCH_CHECK(o.memory_tiers_gib.empty(), ConfigError,
+                   "--memory-tiers searches on one device; it cannot run data-parallel");
+  }
+  plan.fixed_batch = batches.all;
+  plan.model_batches = batches.by_model;
+  plan.same_batch = o.same_batch;
+  plan.jobs = plan_jobs(models, checked_tiers(o, plan.device));
+  plan.device_name = device_name_of(plan.device);
+  run.run_settings = store.run().to_json();
+  if (plan.device == "cpu" && store.run().memory_cap_gib) {
+    err << "gpubench: --memory-cap applies to a CUDA device; ignored on the CPU\n";
+  } else if (store.run().memory_cap_gib) {
+    // Before any job: a cap the card cannot enforce would label its result as a smaller one's.
+    check_tier_caps({*store.run().memory_cap_gib}, plan.device, "memory cap");
+  }
+  return run;
+}
+
+/// Data-parallel: the ranks meet (under torchrun/srun: every rank's gpubench, up to
+/// --rendezvous-timeout, exit 3 past it) before any journal is written. Null on one device. A
+/// rank other than 0 writes no result files and keeps a journal of its own.
+std::unique_ptr<distributed::DataParallelLauncher> start_data_parallel(const RunOptions& o,
+                                                                       RunPlan& run,
+                                                                       std::string& journal_flag,
+                                                                       std::ostream& err) {
+  GPUBENCH_CHECK(run.suite.data_parallel.is_null() || !o.in_process, ConfigError,
+                 "--in-process runs one process; a data-parallel run needs a worker per rank");
+  if (run.suite.data_parallel.is_null()) return nullptr;
+  const auto dp = distributed::DataParallelPlan::from_json(run.suite.data_parallel);
+  if (dp.environment && dp.environment->rank > 0) {
+    // Rank 0 writes the results; the others keep a journal of their own (the same records).
+    run.outputs = {};
+    if (!journal_flag.empty()) journal_flag += fmt::format(".rank{}", dp.environment->rank);
+  }
+  if (!o.quiet) {
+    err << fmt::format("gpubench: data-parallel: {} rank{} over {} ({}){}\n", dp.world_size,
+                       dp.world_size == 1 ? "" : "s", dp.backend,
+                       dp.environment
+                           ? fmt::format("{} rank {}, MASTER {}:{}", dp.environment->source,
+                                         dp.environment->rank, dp.environment->master_addr,
+                                         dp.environment->master_port)
+                           : join(dp.devices, ", "),
+                       dp.environment ? "; waiting for every rank" : "")
+        << std::flush;
+  }
+  return std::make_unique<distributed::DataParallelLauncher>(dp, o.worker_exe);
+}
+
+/// The journal, before the first job starts, so that even the first one cannot be lost: the
+/// resumed one, --journal, or a new one in default_journal_folder().
+JournalWriter open_journal(const RunOptions& o, const RunPlan& run,
+                           const std::vector<std::string>& argv, const std::string& journal_flag) {
+  if (!o.resume_path.empty()) return JournalWriter::resume(o.resume_path);
+  JournalHeader header;
+  header.created_utc = utc_now();
+  header.command_line = argv;
+  header.plan = run.suite.to_json();
+  header.run_settings = run.run_settings;
+  if (!run.outputs.json.empty()) header.outputs["json"] = absolute_path(run.outputs.json);
+  if (!run.outputs.csv.empty()) header.outputs["csv"] = absolute_path(run.outputs.csv);
+  return journal_flag.empty() ? create_default_journal(header)
+                              : JournalWriter::create(journal_flag, header);
+}
+
+/// Runs the suite's jobs that the journal lacks, rewriting the result files after each; returns
+/// the document of the latest record of each job.
+ResultDocument run_jobs(const RunPlan& run, const ConfigStore& store, JournalWriter& journal,
+                        PhaseLauncher& launcher, const std::vector<std::string>& argv,
+                        const std::function<void(const std::string&)>& log, std::ostream& err) {
+  const SuitePlan& plan = run.suite;
+  ResultDocument document;
+  document.created_utc = utc_now();
+  document.command_line = argv;
+  document.run_settings = run.run_settings;
+  std::vector<JobRecord> all = run.earlier;
+  auto refresh = [&]() {
+    document.jobs = latest_per_job(plan, all);
+    for (const auto& job : document.jobs) {
+      if (document.environment.empty() && !job.environment.empty()) {
+        document.environment = job.environment;
+      }
+    }
+    try {
+      write_outputs(run.outputs, document,
+                    store.reference());  // nothing measured is lost to a later crash
+    } catch (const AbortError& e) {
+      // The journal already holds the job (run_suite appends before it calls back): say so.
+      throw AbortError(fmt::format(
+          "{}; the journal {} keeps every finished job: fix that, then continue with: gpubench "
+          "run --resume {}",
+          e.what(), journal.path(), journal.path()));
+    }
+  };
+
+  // Work files of runs and workers killed before they could remove them (kill -9, a reboot).
+  const char* tmpdir = std::getenv("TMPDIR");
+  const std::string work_folder = tmpdir && *tmpdir ? tmpdir : "/tmp";
+  remove_stale_work_files(work_folder);
+  for (const auto* f : {&run.outputs.json, &run.outputs.csv}) {
+    if (!f->empty()) remove_stale_temp_files(*f);
+  }
+
+  SuiteCallbacks callbacks;
+  callbacks.log = log;
+  callbacks.job_ended = [&](const JobRecord& record) {
+    all.push_back(record);
+    refresh();
+  };
+  try {
+    // A stop signal is remembered for the whole suite: one between two jobs ends the run
+    // before the next starts, one during a job stops its worker (run_process).
+    const StopSignals stop_signals;
+    run_suite(plan, run.earlier, launcher, journal, callbacks);
+    remove_stale_work_files(work_folder);  // a worker killed mid-write leaves its temp file
+    stop_if_asked();
+  } catch (const Interrupted& e) {
+    // Said even with --quiet: the user stopped it and should know what was kept.
+    const std::vector<JobRecord> latest = latest_per_job(plan, all);
+    const auto kept = std::count_if(latest.begin(), latest.end(), job_is_done);
+    err << fmt::format(
+               "gpubench: stopped ({}); the running job was stopped and left no record; "
+               "{} of {} jobs are done in the journal; continue with: gpubench run "
+               "--resume {}\n",
+               sigabbrev_or_number(e.signal_number()), kept, plan.jobs.size(), journal.path())
+        << std::flush;
+    throw;
+  }
+  refresh();
+  return document;
+}
+
+/// The exit status of a finished suite: a planned job without a done record failed, whatever
+/// records the others left; the failures are summed up on `err`.
+int exit_status(const SuitePlan& plan, const ResultDocument& document,
+                const std::string& journal_path, std::ostream& err) {
+  const auto done = std::count_if(document.jobs.begin(), document.jobs.end(),
+                                  [](const JobRecord& r) { return job_is_done(r); });
+  const auto failed = static_cast<std::ptrdiff_t>(plan.jobs.size()) - done;
+  if (failed) {
+    err << "gpubench: "
+        << terminal_text(failure_summary(document.jobs, failed, plan.jobs.size(), journal_path))
+        << '\n'
+        << std::flush;
+  }
+  return failed ? kExitJobFailed : kExitOk;
+}
+
+}  // namespace
+
+int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostream& out,
+            std::ostream& err) {
+  // Everything that can be wrong with the input is found before anything is measured.
+  const std::unique_ptr<Reporter> reporter =
+      o.format == "none" ? nullptr : make_reporter(o.format, out);
+  if (o.quiet) env::set(env::Switch::kQuiet, "1");  // the workers' progress lines too
+  RunPlan run = o.resume_path.empty() ? plan_new(o, err) : plan_resume(o, err);
+  std::string journal_flag = o.journal_path;
+  const std::unique_ptr<distributed::DataParallelLauncher> data_parallel =
+      start_data_parallel(o, run, journal_flag, err);
+  const OutputPaths& outputs = run.outputs;
+  if (!outputs.json.empty()) check_writable(outputs.json, "--json");
+  if (!outputs.csv.empty()) check_writable(outputs.csv, "--csv");
+  const std::string journal_path = !o.resume_path.empty() ? o.resume_path : journal_flag;
+  check_not_journal(outputs.json, "--json", journal_path);
+  check_not_journal(outputs.csv, "--csv", journal_path);
+  // Every check is done (the overlays were applied above; resolve_store applies them again).
+  if (o.check_only) return kExitOk;
+  const ConfigStore store = resolve_store(run.suite.overlays);
+
+  JournalWriter journal = open_journal(o, run, argv, journal_flag);
+  auto log = [&err, quiet = o.quiet](const std::string& line) {
+    if (!quiet) err << "gpubench: " << terminal_text(line) << '\n' << std::flush;
+  };
+  log(fmt::format("journal: {} (if this run is interrupted: gpubench run --resume {})",
+                  journal.path(), journal.path()));
+  if (!o.resume_path.empty() && o.json_path.empty() && o.csv_path.empty() &&
+      (!outputs.json.empty() || !outputs.csv.empty())) {
+    std::vector<std::string> files;
+    for (const auto* f : {&outputs.json, &outputs.csv}) {
+      if (!f->empty()) files.push_back(*f);
+    }
+    log(fmt::format("rewriting the first run's results as jobs end: {}", join(files, ", ")));
+  }
+
+  WorkerLauncher workers(o.worker_exe);
+  InProcessLauncher in_process;
+  PhaseLauncher& launcher = o.in_process    ? static_cast<PhaseLauncher&>(in_process)
+                            : data_parallel ? static_cast<PhaseLauncher&>(*data_parallel)
+                                            : workers;
+  const ResultDocument document = run_jobs(run, store, journal, launcher, argv, log, err);
+
+  if (reporter) reporter->report(document.jobs, store.reference());
+  if (o.format == "summary" && !document.jobs.empty()) {
+    log(fmt::format("beside the eight 2020 GPUs, with max batches: gpubench report {}",
+                    journal.path()));
+  }
+  return exit_status(run.suite, document, journal.path(), err);
+}
+
+}  // namespace gpubench::cli
