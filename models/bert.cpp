@@ -5,6 +5,7 @@
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/runtime.h"
 #include "models/attention.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -366,19 +367,13 @@ class BertPretrainingStep final : public train::RuntimeStep {
 }  // namespace
 
 Architecture bert_pretraining_architecture() {
-  Architecture a;
-  a.name = "bert-pretraining";
-  a.summary = "BERT pretraining: masked LM (+ next sentence), google-research/bert or HF layout";
-  a.model_schema = pretraining_schema();
-  a.optimizer_schema = bert_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<BertPretrainingStep>(ctx);
-  };
-  a.count_parameters = [](const Params& model) {
-    BertForPretraining m(bert_options(model), model.flag("next_sentence"));
-    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
-  };
-  return a;
+  return make_architecture<BertPretrainingStep>(
+      "bert-pretraining",
+      "BERT pretraining: masked LM (+ next sentence), google-research/bert or HF layout",
+      pretraining_schema(), bert_optimizer_schema(), [](const Params& model) {
+        return total_parameters(
+            BertForPretraining(bert_options(model), model.flag("next_sentence")));
+      });
 }
 
 }  // namespace gpubench::models

@@ -6,6 +6,7 @@
 #include "gpubench/train/update.h"
 #include "models/token_batching.h"
 #include "models/translation_step.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -341,44 +342,40 @@ FConvOptions fconv_options(const Params& m) {
       .dropout(m.f64("dropout"));
 }
 
+/// The fconv training step: NAG at a constant rate over token-budget batches.
+std::unique_ptr<TrainStep> prepare_fconv_step(const StepContext& ctx) {
+  const auto shapes = plan_token_batches(length_profile(ctx.model),
+                                         token_batch_options(ctx.model, ctx.batch), ctx.seed);
+  for (const auto& shape : shapes) {
+    // Learned positions run up to length + pad, inside the table.
+    TORCH_CHECK(
+        std::max(shape.src_max(), shape.tgt_max()) + kFairseqPad < ctx.model.i64("max_positions"),
+        "a sentence is longer than the position table");
+  }
+  auto model = train::build_model<FConvModel>(
+      train::reuse_key("fairseq-fconv", ctx.model.json().dump(), ctx.seed), ctx.device, ctx.seed,
+      [&] { return FConvModel(fconv_options(ctx.model)); });
+  TokenBatches batches(shapes, ctx.model.i64("src_vocab"), ctx.model.i64("tgt_vocab"), ctx.device,
+                       ctx.seed + 1);
+  train::SgdOptions nag;
+  nag.lr = ctx.optimizer.f64("lr");
+  nag.momentum = ctx.optimizer.f64("momentum");
+  nag.nesterov = true;
+  std::vector<train::ParamGroup> groups{{model->parameters(), 0.0}};
+  train::Updater updater(std::make_unique<train::Sgd>(std::move(groups), nag), ctx.precision,
+                         ctx.device, ctx.optimizer.f64("clip_norm"), train::constant(nag.lr));
+  return std::make_unique<TranslationStep<FConvModel>>(std::move(model), std::move(batches),
+                                                       std::move(updater), ctx,
+                                                       ctx.model.f64("label_smoothing"));
+}
+
 }  // namespace
 
 Architecture fairseq_fconv_architecture() {
-  Architecture a;
-  a.name = "fairseq-fconv";
-  a.summary = "fairseq convolutional seq2seq (fconv), weight-normed GLU convolutions, NAG";
-  a.model_schema = fconv_model_schema();
-  a.optimizer_schema = fconv_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    const auto shapes = plan_token_batches(length_profile(ctx.model),
-                                           token_batch_options(ctx.model, ctx.batch), ctx.seed);
-    for (const auto& shape : shapes) {
-      // Learned positions run up to length + pad, inside the table.
-      TORCH_CHECK(
-          std::max(shape.src_max(), shape.tgt_max()) + kFairseqPad < ctx.model.i64("max_positions"),
-          "a sentence is longer than the position table");
-    }
-    auto model = train::build_model<FConvModel>(
-        train::reuse_key("fairseq-fconv", ctx.model.json().dump(), ctx.seed), ctx.device, ctx.seed,
-        [&] { return FConvModel(fconv_options(ctx.model)); });
-    TokenBatches batches(shapes, ctx.model.i64("src_vocab"), ctx.model.i64("tgt_vocab"), ctx.device,
-                         ctx.seed + 1);
-    train::SgdOptions nag;
-    nag.lr = ctx.optimizer.f64("lr");
-    nag.momentum = ctx.optimizer.f64("momentum");
-    nag.nesterov = true;
-    std::vector<train::ParamGroup> groups{{model->parameters(), 0.0}};
-    train::Updater updater(std::make_unique<train::Sgd>(std::move(groups), nag), ctx.precision,
-                           ctx.device, ctx.optimizer.f64("clip_norm"), train::constant(nag.lr));
-    return std::make_unique<TranslationStep<FConvModel>>(std::move(model), std::move(batches),
-                                                         std::move(updater), ctx,
-                                                         ctx.model.f64("label_smoothing"));
-  };
-  a.count_parameters = [](const Params& model) {
-    FConvModel m(fconv_options(model));
-    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
-  };
-  return a;
+  return make_architecture(
+      "fairseq-fconv", "fairseq convolutional seq2seq (fconv), weight-normed GLU convolutions, NAG",
+      fconv_model_schema(), fconv_optimizer_schema(), &prepare_fconv_step,
+      [](const Params& model) { return total_parameters(FConvModel(fconv_options(model))); });
 }
 
 }  // namespace gpubench::models

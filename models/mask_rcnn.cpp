@@ -2,6 +2,7 @@
 
 #include "gpubench/config/config.h"
 #include "gpubench/train/runtime.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -998,19 +999,10 @@ class MaskRcnnStep final : public train::RuntimeStep {
 }  // namespace
 
 Architecture mask_rcnn_architecture() {
-  Architecture a;
-  a.name = "mask-rcnn";
-  a.summary = "maskrcnn-benchmark Mask R-CNN R-50-FPN: RPN, box and mask heads, SGD";
-  a.model_schema = mask_rcnn_model_schema();
-  a.optimizer_schema = mask_rcnn_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<MaskRcnnStep>(ctx);
-  };
-  a.count_parameters = [](const Params& model) {
-    MaskRcnn m(mask_rcnn_options(model));
-    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
-  };
-  return a;
+  return make_architecture<MaskRcnnStep>(
+      "mask-rcnn", "maskrcnn-benchmark Mask R-CNN R-50-FPN: RPN, box and mask heads, SGD",
+      mask_rcnn_model_schema(), mask_rcnn_optimizer_schema(),
+      [](const Params& model) { return total_parameters(MaskRcnn(mask_rcnn_options(model))); });
 }
 
 }  // namespace gpubench::models

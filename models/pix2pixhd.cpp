@@ -3,6 +3,7 @@
 #include "gpubench/config/config.h"
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/runtime.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -588,23 +589,15 @@ class Pix2PixHDStep final : public train::RuntimeStep {
 }  // namespace
 
 Architecture pix2pixhd_architecture() {
-  Architecture a;
-  a.name = "pix2pixhd";
-  a.summary =
-      "NVIDIA pix2pixHD: LocalEnhancer G + multiscale PatchGAN D, LSGAN + feature "
-      "matching + VGG19 loss";
-  a.model_schema = pix2pixhd_schema();
-  a.optimizer_schema = pix2pixhd_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<Pix2PixHDStep>(ctx);
-  };
-  a.count_parameters = [](const Params& model) {
-    LocalEnhancer g(generator_options(model));
-    MultiscaleDiscriminator d(discriminator_options(model));
-    return std::map<std::string, int64_t>{{"generator", count_trainable(g->parameters())},
-                                          {"discriminator", count_trainable(d->parameters())}};
-  };
-  return a;
+  return make_architecture<Pix2PixHDStep>(
+      "pix2pixhd",
+      "NVIDIA pix2pixHD: LocalEnhancer G + multiscale PatchGAN D, LSGAN + feature matching + "
+      "VGG19 loss",
+      pix2pixhd_schema(), pix2pixhd_optimizer_schema(), [](const Params& model) {
+        LocalEnhancer g(generator_options(model));
+        MultiscaleDiscriminator d(discriminator_options(model));
+        return gan_parameters(g, d);
+      });
 }
 
 }  // namespace gpubench::models

@@ -1,10 +1,11 @@
 #include "models/stylegan.h"
 
 #include "gpubench/base/compat.h"
-#include "gpubench/config/config.h"
 #include "gpubench/base/errors.h"
+#include "gpubench/config/config.h"
 #include "gpubench/train/runtime.h"
 #include "models/conv_gradfix.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -926,22 +927,15 @@ class StyleGanStep final : public train::RuntimeStep {
 }  // namespace
 
 Architecture stylegan_architecture() {
-  Architecture a;
-  a.name = "stylegan";
-  a.summary = "StyleGAN v1 (NVlabs): style-based G and D_basic at full resolution, logistic + R1";
-  a.model_schema = stylegan_schema();
-  a.optimizer_schema = stylegan_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<StyleGanStep>(ctx);
-  };
-  a.count_parameters = [](const Params& model) {
-    const auto options = stylegan_options(model);
-    StyleGanGenerator g(options);
-    StyleGanDiscriminator d(options);
-    return std::map<std::string, int64_t>{{"generator", count_trainable(g->parameters())},
-                                          {"discriminator", count_trainable(d->parameters())}};
-  };
-  return a;
+  return make_architecture<StyleGanStep>(
+      "stylegan",
+      "StyleGAN v1 (NVlabs): style-based G and D_basic at full resolution, logistic + R1",
+      stylegan_schema(), stylegan_optimizer_schema(), [](const Params& model) {
+        const auto options = stylegan_options(model);
+        StyleGanGenerator g(options);
+        StyleGanDiscriminator d(options);
+        return gan_parameters(g, d);
+      });
 }
 
 }  // namespace gpubench::models

@@ -4,6 +4,7 @@
 #include "gpubench/config/config.h"
 #include "gpubench/train/model_reuse.h"
 #include "models/attention.h"
+#include "models/workload_common.h"
 #include "models/xlm_batching.h"
 
 #include <torch/torch.h>
@@ -693,20 +694,13 @@ Json UnsupMtStep::batch_info() const {
 }
 
 Architecture unsupmt_architecture() {
-  Architecture a;
-  a.name = "xlm-unsupmt";
-  a.summary = "XLM unsupervised MT: denoising auto-encoding + greedy on-the-fly back-translation";
-  a.model_schema = unsupmt_model_schema();
-  a.optimizer_schema = unsupmt_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<UnsupMtStep>(ctx);
-  };
-  a.count_parameters = [](const Params& model) {
-    XlmTransformer encoder(xlm_options(model, false)), decoder(xlm_options(model, true));
-    return std::map<std::string, int64_t>{
-        {"total", count_trainable(encoder->parameters()) + count_trainable(decoder->parameters())}};
-  };
-  return a;
+  return make_architecture<UnsupMtStep>(
+      "xlm-unsupmt",
+      "XLM unsupervised MT: denoising auto-encoding + greedy on-the-fly back-translation",
+      unsupmt_model_schema(), unsupmt_optimizer_schema(), [](const Params& model) {
+        XlmTransformer encoder(xlm_options(model, false)), decoder(xlm_options(model, true));
+        return total_parameters(encoder, decoder);
+      });
 }
 
 }  // namespace gpubench::models
