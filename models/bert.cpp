@@ -80,13 +80,8 @@ ParamSchema bert_optimizer_schema() {
 
 train::Updater make_bert_updater(const torch::nn::Module& module, const Params& o,
                                  Precision precision, const torch::Device& device) {
-  train::AdamOptions adam;
-  adam.lr = o.f64("lr");
-  adam.beta1 = o.f64("beta1");
-  adam.beta2 = o.f64("beta2");
-  adam.eps = o.f64("eps");
+  auto adam = train::adam_options(o, train::WeightDecayMode::kDecoupled);
   adam.bias_correction = o.str("name") == "adamw";
-  adam.weight_decay_mode = train::WeightDecayMode::kDecoupled;
   // google-research/bert excludes variables named LayerNorm or bias from decay; our names for
   // those contain "norm" and "bias".
   auto groups = train::decay_groups(module, o.f64("weight_decay"), {"norm", "bias"});

@@ -718,17 +718,6 @@ ParamSchema stylegan_optimizer_schema() {
   };
 }
 
-train::Updater make_adam(const torch::nn::Module& module, const Params& o, Precision precision,
-                         const torch::Device& device) {
-  train::AdamOptions adam;
-  adam.lr = o.f64("lr");
-  adam.beta1 = o.f64("beta1");
-  adam.beta2 = o.f64("beta2");
-  adam.eps = o.f64("eps");
-  std::vector<train::ParamGroup> groups{{module.parameters(), 0.0}};
-  return train::Updater(std::make_unique<train::Adam>(std::move(groups), adam), precision, device);
-}
-
 /// Turns requires_grad off for a network's parameters while it lives, so that backward runs
 /// through the network to its input without computing its weight gradients (TF's
 /// tf.gradients(G_loss, G.trainables) does the same).
@@ -759,10 +748,8 @@ class StyleGanStep final : public train::RuntimeStep {
         discriminator_(build<StyleGanDiscriminator>(ctx, options_, 1)),
         reals_(ctx.batch, options_.num_channels(), options_.resolution(),
                ctx.model.flag("mirror_augment"), ctx.device, ctx.seed),
-        d_updater_(runtime_.add(
-            "discriminator", make_adam(*discriminator_, ctx.optimizer, ctx.precision, ctx.device))),
-        g_updater_(runtime_.add("generator",
-                                make_adam(*generator_, ctx.optimizer, ctx.precision, ctx.device))) {
+        d_updater_(runtime_.add("discriminator", adam_updater(*discriminator_, ctx))),
+        g_updater_(runtime_.add("generator", adam_updater(*generator_, ctx))) {
     // Gs, the moving average of G that the reference keeps for evaluation: every parameter and
     // buffer (dlatent_avg) of G. Not trained, so not among parameters().
     torch::NoGradGuard no_grad;

@@ -253,16 +253,11 @@ FairseqTransformerOptions transformer_options(const Params& m) {
 
 train::Updater transformer_updater(const torch::nn::Module& model, const Params& o,
                                    Precision precision, const torch::Device& device) {
-  train::AdamOptions adam;
-  adam.lr = o.f64("lr");
-  adam.beta1 = o.f64("beta1");
-  adam.beta2 = o.f64("beta2");
-  adam.eps = o.f64("eps");
-  adam.weight_decay_mode = train::WeightDecayMode::kDecoupled;  // fairseq's Adam
   std::vector<train::ParamGroup> groups{{model.parameters(), o.f64("weight_decay")}};
   return train::Updater(
-      std::make_unique<train::Adam>(std::move(groups), adam), precision, device, o.f64("clip_norm"),
-      train::inverse_sqrt(adam.lr, o.i64("warmup_updates"), o.f64("warmup_init_lr")));
+      train::make_adam(std::move(groups), o, train::WeightDecayMode::kDecoupled),  // fairseq's
+      precision, device, o.f64("clip_norm"),
+      train::inverse_sqrt(o.f64("lr"), o.i64("warmup_updates"), o.f64("warmup_init_lr")));
 }
 
 }  // namespace

@@ -520,11 +520,8 @@ UnsupMtStep::UnsupMtStep(const StepContext& ctx)
   train::ParamGroup group;
   for (const auto& p : encoder_->parameters()) group.params.push_back(p);
   for (const auto& p : decoder_->parameters()) group.params.push_back(p);
-  train::AdamOptions adam;
+  auto adam = train::adam_options(o);
   adam.lr = o.f64("warmup_init_lr");
-  adam.beta1 = o.f64("beta1");
-  adam.beta2 = o.f64("beta2");
-  adam.eps = o.f64("eps");
   // XLM's AdamInverseSqrtWithWarmup sets the rate of update n + 1 from the n updates done, so
   // the first update runs at warmup_init_lr: the shared schedule, one step behind.
   auto schedule = [base = train::inverse_sqrt(o.f64("lr"), o.i64("warmup_steps"),

@@ -1,6 +1,7 @@
 #include "models/workload_common.h"
 
 #include <utility>
+#include <vector>
 
 namespace gpubench::models {
 
@@ -15,6 +16,12 @@ Architecture make_architecture(std::string name, std::string summary, ParamSchem
   a.prepare = std::move(prepare);
   a.count_parameters = std::move(count);
   return a;
+}
+
+train::Updater adam_updater(const torch::nn::Module& module, const StepContext& ctx) {
+  std::vector<train::ParamGroup> groups{{module.parameters(), 0.0}};
+  return train::Updater(train::make_adam(std::move(groups), ctx.optimizer), ctx.precision,
+                        ctx.device);
 }
 
 }  // namespace gpubench::models

@@ -1,9 +1,12 @@
 // What the model files share: the registry entry (Architecture) of a step type with its
-// parameter count, and the count's two shapes.
+// parameter count, the count's two shapes, and the Adam updater of a network trained alone.
 #pragma once
 
 #include "gpubench/base/params.h"
+#include "gpubench/train/update.h"
 #include "gpubench/train/workload.h"
+
+#include <torch/nn/module.h>
 
 #include <cstdint>
 #include <functional>
@@ -50,5 +53,9 @@ std::map<std::string, int64_t> gan_parameters(const Generator& generator,
   return {{"generator", count_trainable(generator->parameters())},
           {"discriminator", count_trainable(discriminator->parameters())}};
 }
+
+/// Adam (train::adam_options of ctx.optimizer) over every parameter of `module`, without weight
+/// decay, clipping or schedule: each GAN network's own updater.
+train::Updater adam_updater(const torch::nn::Module& module, const StepContext& ctx);
 
 }  // namespace gpubench::models
