@@ -79,6 +79,22 @@ std::vector<WeightNormLinear> residual_projections(torch::nn::Module& owner,
   return projections;
 }
 
+/// What the encoder and the decoder (`Impl`) register first, alike and in this order: the
+/// token embeddings of `vocab` words, the position embeddings, fc1, the residual projections
+/// and the convolution list, still empty.
+template <typename Impl>
+void register_fconv_input(Impl& self, const FConvOptions& o, int64_t vocab) {
+  const auto& convs = o.convolutions();
+  TORCH_CHECK(!convs.empty(), "fconv needs at least one convolution");
+  self.embed_tokens = self.register_module("embed_tokens", fconv_embedding(vocab, o.embed_dim()));
+  self.embed_positions =
+      self.register_module("embed_positions", fconv_embedding(o.max_positions(), o.embed_dim()));
+  self.fc1 = self.register_module(
+      "fc1", WeightNormLinear(o.embed_dim(), convs.front().channels, o.dropout()));
+  self.projections = residual_projections(self, convs);
+  self.convolutions = self.register_module("convolutions", torch::nn::ModuleList());
+}
+
 }  // namespace
 
 torch::Tensor grad_multiply(const torch::Tensor& x, double scale) {
@@ -127,15 +143,8 @@ torch::Tensor WeightNormConvTbcImpl::forward(const torch::Tensor& x) {
 
 FConvEncoderImpl::FConvEncoderImpl(const FConvOptions& o, int64_t attention_layers)
     : options(o), grad_scale(1.0 / (2.0 * static_cast<double>(attention_layers))) {
+  register_fconv_input(*this, o, o.src_vocab());
   const auto& convs = o.convolutions();
-  TORCH_CHECK(!convs.empty(), "fconv needs at least one convolution");
-  embed_tokens = register_module("embed_tokens", fconv_embedding(o.src_vocab(), o.embed_dim()));
-  embed_positions =
-      register_module("embed_positions", fconv_embedding(o.max_positions(), o.embed_dim()));
-  fc1 =
-      register_module("fc1", WeightNormLinear(o.embed_dim(), convs.front().channels, o.dropout()));
-  projections = residual_projections(*this, convs);
-  convolutions = register_module("convolutions", torch::nn::ModuleList());
   int64_t in = convs.front().channels;
   for (const auto& c : convs) {
     // Odd kernels pad inside conv_tbc; even ones are padded explicitly in forward().
@@ -202,15 +211,8 @@ torch::Tensor FConvAttentionImpl::forward(const torch::Tensor& x,
 // ---- Decoder ----
 
 FConvDecoderImpl::FConvDecoderImpl(const FConvOptions& o) : options(o) {
+  register_fconv_input(*this, o, o.tgt_vocab());
   const auto& convs = o.convolutions();
-  TORCH_CHECK(!convs.empty(), "fconv needs at least one convolution");
-  embed_tokens = register_module("embed_tokens", fconv_embedding(o.tgt_vocab(), o.embed_dim()));
-  embed_positions =
-      register_module("embed_positions", fconv_embedding(o.max_positions(), o.embed_dim()));
-  fc1 =
-      register_module("fc1", WeightNormLinear(o.embed_dim(), convs.front().channels, o.dropout()));
-  projections = residual_projections(*this, convs);
-  convolutions = register_module("convolutions", torch::nn::ModuleList());
   attention = register_module("attention", torch::nn::ModuleList());
   int64_t in = convs.front().channels;
   for (const auto& c : convs) {
