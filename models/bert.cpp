@@ -5,6 +5,7 @@
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/runtime.h"
 #include "models/attention.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -79,13 +80,8 @@ ParamSchema bert_optimizer_schema() {
 
 train::Updater make_bert_updater(const torch::nn::Module& module, const Params& o,
                                  Precision precision, const torch::Device& device) {
-  train::AdamOptions adam;
-  adam.lr = o.f64("lr");
-  adam.beta1 = o.f64("beta1");
-  adam.beta2 = o.f64("beta2");
-  adam.eps = o.f64("eps");
+  auto adam = train::adam_options(o, train::WeightDecayMode::kDecoupled);
   adam.bias_correction = o.str("name") == "adamw";
-  adam.weight_decay_mode = train::WeightDecayMode::kDecoupled;
   // google-research/bert excludes variables named LayerNorm or bias from decay; our names for
   // those contain "norm" and "bias".
   auto groups = train::decay_groups(module, o.f64("weight_decay"), {"norm", "bias"});
@@ -366,19 +362,13 @@ class BertPretrainingStep final : public train::RuntimeStep {
 }  // namespace
 
 Architecture bert_pretraining_architecture() {
-  Architecture a;
-  a.name = "bert-pretraining";
-  a.summary = "BERT pretraining: masked LM (+ next sentence), google-research/bert or HF layout";
-  a.model_schema = pretraining_schema();
-  a.optimizer_schema = bert_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<BertPretrainingStep>(ctx);
-  };
-  a.count_parameters = [](const Params& model) {
-    BertForPretraining m(bert_options(model), model.flag("next_sentence"));
-    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
-  };
-  return a;
+  return make_architecture<BertPretrainingStep>(
+      "bert-pretraining",
+      "BERT pretraining: masked LM (+ next sentence), google-research/bert or HF layout",
+      pretraining_schema(), bert_optimizer_schema(), [](const Params& model) {
+        return total_parameters(
+            BertForPretraining(bert_options(model), model.flag("next_sentence")));
+      });
 }
 
 }  // namespace gpubench::models

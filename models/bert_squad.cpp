@@ -3,6 +3,7 @@
 #include "gpubench/config/config.h"
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/runtime.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -166,19 +167,11 @@ class BertSquadStep final : public train::RuntimeStep {
 }  // namespace
 
 Architecture bert_squad_architecture() {
-  Architecture a;
-  a.name = "bert-squad";
-  a.summary = "BERT fine-tuning on SQuAD 1.1: span head, (start CE + end CE) / 2";
-  a.model_schema = squad_schema();
-  a.optimizer_schema = bert_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<BertSquadStep>(ctx);
-  };
-  a.count_parameters = [](const Params& model) {
-    BertForQuestionAnswering m(bert_options(model));
-    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
-  };
-  return a;
+  return make_architecture<BertSquadStep>(
+      "bert-squad", "BERT fine-tuning on SQuAD 1.1: span head, (start CE + end CE) / 2",
+      squad_schema(), bert_optimizer_schema(), [](const Params& model) {
+        return total_parameters(BertForQuestionAnswering(bert_options(model)));
+      });
 }
 
 }  // namespace gpubench::models

@@ -1,6 +1,7 @@
 #include "models/deeplab.h"
 
 #include "gpubench/train/runtime.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -647,20 +648,13 @@ class SegmentationStep final : public train::RuntimeStep {
 template <typename Model, typename Options>
 Architecture segmentation_architecture(std::string name, std::string summary, ParamSchema schema,
                                        Options (*options)(const Params&), InputRange range) {
-  Architecture a;
-  a.name = std::move(name);
-  a.summary = std::move(summary);
-  a.model_schema = std::move(schema);
-  a.optimizer_schema = deeplab_optimizer_schema();
-  a.prepare = [options, range](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    torch::manual_seed(ctx.seed);
-    return std::make_unique<SegmentationStep<Model>>(ctx, Model(options(ctx.model)), range);
-  };
-  a.count_parameters = [options](const Params& model) {
-    Model m(options(model));
-    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
-  };
-  return a;
+  return make_architecture(
+      std::move(name), std::move(summary), std::move(schema), deeplab_optimizer_schema(),
+      [options, range](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
+        torch::manual_seed(ctx.seed);
+        return std::make_unique<SegmentationStep<Model>>(ctx, Model(options(ctx.model)), range);
+      },
+      [options](const Params& model) { return total_parameters(Model(options(model))); });
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "gpubench/train/update.h"
 #include "models/token_batching.h"
 #include "models/translation_step.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -78,6 +79,22 @@ std::vector<WeightNormLinear> residual_projections(torch::nn::Module& owner,
   return projections;
 }
 
+/// What the encoder and the decoder (`Impl`) register first, alike and in this order: the
+/// token embeddings of `vocab` words, the position embeddings, fc1, the residual projections
+/// and the convolution list, still empty.
+template <typename Impl>
+void register_fconv_input(Impl& self, const FConvOptions& o, int64_t vocab) {
+  const auto& convs = o.convolutions();
+  TORCH_CHECK(!convs.empty(), "fconv needs at least one convolution");
+  self.embed_tokens = self.register_module("embed_tokens", fconv_embedding(vocab, o.embed_dim()));
+  self.embed_positions =
+      self.register_module("embed_positions", fconv_embedding(o.max_positions(), o.embed_dim()));
+  self.fc1 = self.register_module(
+      "fc1", WeightNormLinear(o.embed_dim(), convs.front().channels, o.dropout()));
+  self.projections = residual_projections(self, convs);
+  self.convolutions = self.register_module("convolutions", torch::nn::ModuleList());
+}
+
 }  // namespace
 
 torch::Tensor grad_multiply(const torch::Tensor& x, double scale) {
@@ -126,15 +143,8 @@ torch::Tensor WeightNormConvTbcImpl::forward(const torch::Tensor& x) {
 
 FConvEncoderImpl::FConvEncoderImpl(const FConvOptions& o, int64_t attention_layers)
     : options(o), grad_scale(1.0 / (2.0 * static_cast<double>(attention_layers))) {
+  register_fconv_input(*this, o, o.src_vocab());
   const auto& convs = o.convolutions();
-  TORCH_CHECK(!convs.empty(), "fconv needs at least one convolution");
-  embed_tokens = register_module("embed_tokens", fconv_embedding(o.src_vocab(), o.embed_dim()));
-  embed_positions =
-      register_module("embed_positions", fconv_embedding(o.max_positions(), o.embed_dim()));
-  fc1 =
-      register_module("fc1", WeightNormLinear(o.embed_dim(), convs.front().channels, o.dropout()));
-  projections = residual_projections(*this, convs);
-  convolutions = register_module("convolutions", torch::nn::ModuleList());
   int64_t in = convs.front().channels;
   for (const auto& c : convs) {
     // Odd kernels pad inside conv_tbc; even ones are padded explicitly in forward().
@@ -201,15 +211,8 @@ torch::Tensor FConvAttentionImpl::forward(const torch::Tensor& x,
 // ---- Decoder ----
 
 FConvDecoderImpl::FConvDecoderImpl(const FConvOptions& o) : options(o) {
+  register_fconv_input(*this, o, o.tgt_vocab());
   const auto& convs = o.convolutions();
-  TORCH_CHECK(!convs.empty(), "fconv needs at least one convolution");
-  embed_tokens = register_module("embed_tokens", fconv_embedding(o.tgt_vocab(), o.embed_dim()));
-  embed_positions =
-      register_module("embed_positions", fconv_embedding(o.max_positions(), o.embed_dim()));
-  fc1 =
-      register_module("fc1", WeightNormLinear(o.embed_dim(), convs.front().channels, o.dropout()));
-  projections = residual_projections(*this, convs);
-  convolutions = register_module("convolutions", torch::nn::ModuleList());
   attention = register_module("attention", torch::nn::ModuleList());
   int64_t in = convs.front().channels;
   for (const auto& c : convs) {
@@ -341,44 +344,40 @@ FConvOptions fconv_options(const Params& m) {
       .dropout(m.f64("dropout"));
 }
 
+/// The fconv training step: NAG at a constant rate over token-budget batches.
+std::unique_ptr<TrainStep> prepare_fconv_step(const StepContext& ctx) {
+  const auto shapes = plan_token_batches(length_profile(ctx.model),
+                                         token_batch_options(ctx.model, ctx.batch), ctx.seed);
+  for (const auto& shape : shapes) {
+    // Learned positions run up to length + pad, inside the table.
+    TORCH_CHECK(
+        std::max(shape.src_max(), shape.tgt_max()) + kFairseqPad < ctx.model.i64("max_positions"),
+        "a sentence is longer than the position table");
+  }
+  auto model = train::build_model<FConvModel>(
+      train::reuse_key("fairseq-fconv", ctx.model.json().dump(), ctx.seed), ctx.device, ctx.seed,
+      [&] { return FConvModel(fconv_options(ctx.model)); });
+  TokenBatches batches(shapes, ctx.model.i64("src_vocab"), ctx.model.i64("tgt_vocab"), ctx.device,
+                       ctx.seed + 1);
+  train::SgdOptions nag;
+  nag.lr = ctx.optimizer.f64("lr");
+  nag.momentum = ctx.optimizer.f64("momentum");
+  nag.nesterov = true;
+  std::vector<train::ParamGroup> groups{{model->parameters(), 0.0}};
+  train::Updater updater(std::make_unique<train::Sgd>(std::move(groups), nag), ctx.precision,
+                         ctx.device, ctx.optimizer.f64("clip_norm"), train::constant(nag.lr));
+  return std::make_unique<TranslationStep<FConvModel>>(std::move(model), std::move(batches),
+                                                       std::move(updater), ctx,
+                                                       ctx.model.f64("label_smoothing"));
+}
+
 }  // namespace
 
 Architecture fairseq_fconv_architecture() {
-  Architecture a;
-  a.name = "fairseq-fconv";
-  a.summary = "fairseq convolutional seq2seq (fconv), weight-normed GLU convolutions, NAG";
-  a.model_schema = fconv_model_schema();
-  a.optimizer_schema = fconv_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    const auto shapes = plan_token_batches(length_profile(ctx.model),
-                                           token_batch_options(ctx.model, ctx.batch), ctx.seed);
-    for (const auto& shape : shapes) {
-      // Learned positions run up to length + pad, inside the table.
-      TORCH_CHECK(
-          std::max(shape.src_max(), shape.tgt_max()) + kFairseqPad < ctx.model.i64("max_positions"),
-          "a sentence is longer than the position table");
-    }
-    auto model = train::build_model<FConvModel>(
-        train::reuse_key("fairseq-fconv", ctx.model.json().dump(), ctx.seed), ctx.device, ctx.seed,
-        [&] { return FConvModel(fconv_options(ctx.model)); });
-    TokenBatches batches(shapes, ctx.model.i64("src_vocab"), ctx.model.i64("tgt_vocab"), ctx.device,
-                         ctx.seed + 1);
-    train::SgdOptions nag;
-    nag.lr = ctx.optimizer.f64("lr");
-    nag.momentum = ctx.optimizer.f64("momentum");
-    nag.nesterov = true;
-    std::vector<train::ParamGroup> groups{{model->parameters(), 0.0}};
-    train::Updater updater(std::make_unique<train::Sgd>(std::move(groups), nag), ctx.precision,
-                           ctx.device, ctx.optimizer.f64("clip_norm"), train::constant(nag.lr));
-    return std::make_unique<TranslationStep<FConvModel>>(std::move(model), std::move(batches),
-                                                         std::move(updater), ctx,
-                                                         ctx.model.f64("label_smoothing"));
-  };
-  a.count_parameters = [](const Params& model) {
-    FConvModel m(fconv_options(model));
-    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
-  };
-  return a;
+  return make_architecture(
+      "fairseq-fconv", "fairseq convolutional seq2seq (fconv), weight-normed GLU convolutions, NAG",
+      fconv_model_schema(), fconv_optimizer_schema(), &prepare_fconv_step,
+      [](const Params& model) { return total_parameters(FConvModel(fconv_options(model))); });
 }
 
 }  // namespace gpubench::models

@@ -2,6 +2,7 @@
 
 #include "gpubench/config/config.h"
 #include "gpubench/train/runtime.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -525,15 +526,22 @@ void MaskRcnnImpl::calibrate_frozen_batchnorm(const torch::Tensor& images) {
   for (auto* layer : layers) layer->calibrating = false;
 }
 
-MaskRcnnLosses MaskRcnnImpl::forward(const DetectionBatch& batch, const DetectionPlan& plan) {
-  const MaskRcnnOptions& o = options;
-  const int64_t images = batch.images.size(0);
-  const int64_t anchors_per_cell = static_cast<int64_t>(o.aspect_ratios().size());
-  const auto features = fpn->forward(backbone->forward(batch.images));  // P2..P6
-  MaskRcnnLosses losses;
+namespace {
 
-  // RPN head on every level, flattened in the anchors' order (level, y, x, anchor) as
-  // concat_box_prediction_layers does.
+// The stages of MaskRcnnImpl::forward, in the order it runs them. Two of them draw random
+// numbers (the RPN's and the RoI heads' balanced samples), so the order is the reference's and
+// must stay so for the losses to stay the same.
+
+/// The RPN head's outputs on every level, flattened in the anchors' order (level, y, x, anchor)
+/// as concat_box_prediction_layers does, in fp32.
+struct RpnOutputs {
+  torch::Tensor objectness;  ///< [N, A]
+  torch::Tensor deltas;      ///< [N, A, 4]
+};
+
+RpnOutputs run_rpn_head(RpnHead& rpn, const std::vector<torch::Tensor>& features,
+                        int64_t anchors_per_cell) {
+  const int64_t images = features.front().size(0);
   std::vector<torch::Tensor> objectness_levels, delta_levels;
   for (const auto& f : features) {
     const auto [logits, deltas] = rpn->forward(f);
@@ -542,11 +550,16 @@ MaskRcnnLosses MaskRcnnImpl::forward(const DetectionBatch& batch, const Detectio
                                .permute({0, 3, 4, 1, 2})
                                .reshape({images, -1, 4}));
   }
-  const auto objectness = torch::cat(objectness_levels, 1).to(torch::kFloat);  // [N, A]
-  const auto deltas = torch::cat(delta_levels, 1).to(torch::kFloat);           // [N, A, 4]
+  return {torch::cat(objectness_levels, 1).to(torch::kFloat),
+          torch::cat(delta_levels, 1).to(torch::kFloat)};
+}
 
-  // RPN losses (RPNLossComputation): anchors matched at 0.7 / 0.3 with low-quality matches,
-  // crossing anchors ignored, 256 sampled per image with at most half positive.
+/// The RPN losses (RPNLossComputation) into `losses`: anchors matched at 0.7 / 0.3 with
+/// low-quality matches, crossing anchors ignored, 256 sampled per image with at most half
+/// positive.
+void add_rpn_losses(const RpnOutputs& rpn, const DetectionBatch& batch, const DetectionPlan& plan,
+                    const MaskRcnnOptions& o, MaskRcnnLosses& losses) {
+  const int64_t images = batch.images.size(0);
   const det::Matcher anchor_matcher{o.rpn_fg_iou(), o.rpn_bg_iou(), true};
   const auto anchor_match = anchor_matcher(det::box_iou(batch.boxes, plan.anchors));  // [N, A]
   const auto rpn_sample = det::balanced_sample(
@@ -554,7 +567,7 @@ MaskRcnnLosses MaskRcnnImpl::forward(const DetectionBatch& batch, const Detectio
       o.rpn_batch_per_image(), o.rpn_positive_fraction());
   const auto rpn_sampled = rpn_sample.valid.sum().to(torch::kFloat).clamp_min(1);
   const auto objectness_bce = F::binary_cross_entropy_with_logits(
-      objectness.gather(1, rpn_sample.index), rpn_sample.positive.to(torch::kFloat),
+      rpn.objectness.gather(1, rpn_sample.index), rpn_sample.positive.to(torch::kFloat),
       F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(torch::kNone));
   losses.objectness =
       objectness_bce.masked_fill(rpn_sample.valid.logical_not(), 0).sum() / rpn_sampled;
@@ -564,60 +577,86 @@ MaskRcnnLosses MaskRcnnImpl::forward(const DetectionBatch& batch, const Detectio
           .encode(
               gather_boxes(batch.boxes, anchor_match.gather(1, positive_anchors).clamp_min(0)),
               plan.anchors.index_select(0, positive_anchors.reshape({-1})).view({images, -1, 4}));
-  losses.rpn_box_reg = masked_smooth_l1_sum(gather_boxes(deltas, positive_anchors), anchor_targets,
-                                            rpn_sample.positive_valid, 1.0 / 9) /
+  losses.rpn_box_reg = masked_smooth_l1_sum(gather_boxes(rpn.deltas, positive_anchors),
+                                            anchor_targets, rpn_sample.positive_valid, 1.0 / 9) /
                        rpn_sampled;
+}
 
-  // Proposals (no gradient), then the ground truth appended (add_gt_proposals).
-  auto [proposals, proposal_valid] = rpn_proposals(objectness.detach(), deltas.detach(), plan, o);
-  const auto candidates = torch::cat({proposals, batch.boxes}, 1);  // [N, K + G, 4]
+/// The RoIs the heads train on: the proposals with the ground truth appended, their matches and
+/// the balanced sample of them.
+struct SampledRois {
+  int64_t proposals_per_image = 0;  ///< rpn_proposals' K
+  torch::Tensor candidates;         ///< [N, K + G, 4]
+  torch::Tensor match;              ///< [N, K + G] matched ground truth, or below 0
+  det::BalancedSample sample;
+};
+
+/// Proposals (no gradient), the ground truth appended (add_gt_proposals), then RoI sampling
+/// (FastRCNNLossComputation.subsample): matched at 0.5, 512 per image with at most a quarter
+/// foreground.
+SampledRois sample_rois(const RpnOutputs& rpn, const DetectionBatch& batch,
+                        const DetectionPlan& plan, const MaskRcnnOptions& o) {
+  SampledRois s;
+  auto [proposals, proposal_valid] =
+      rpn_proposals(rpn.objectness.detach(), rpn.deltas.detach(), plan, o);
+  s.proposals_per_image = proposals.size(1);
+  s.candidates = torch::cat({proposals, batch.boxes}, 1);
   const auto candidate_valid =
       torch::cat({proposal_valid, torch::ones_like(batch.labels).to(torch::kBool)}, 1);
-
-  // RoI sampling (FastRCNNLossComputation.subsample): matched at 0.5, 512 per image with at
-  // most a quarter foreground.
   const det::Matcher roi_matcher{o.roi_fg_iou(), o.roi_bg_iou(), false};
-  const auto roi_match = roi_matcher(det::box_iou(batch.boxes, candidates));  // [N, K + G]
-  const auto roi_sample = det::balanced_sample(
-      candidate_valid & roi_match.ge(0), candidate_valid & roi_match.eq(det::kBelowLowThreshold),
-      o.roi_batch_per_image(), o.roi_positive_fraction());
-  losses.positive_rois = roi_sample.positive.sum();
+  s.match = roi_matcher(det::box_iou(batch.boxes, s.candidates));
+  s.sample = det::balanced_sample(candidate_valid & s.match.ge(0),
+                                  candidate_valid & s.match.eq(det::kBelowLowThreshold),
+                                  o.roi_batch_per_image(), o.roi_positive_fraction());
+  return s;
+}
 
-  // The heads' RoIs as flat lists of slots over the batch: per_batch packs the sampled RoIs of
-  // all images into the batch-wide bound, fixed_max gives every image its most.
-  const RoiSlots slots = roi_slots(images, batch.boxes.size(1), plan);
+/// The RoIs of one head's slots: each slot's image, box and matched ground truth (flat over the
+/// batch).
+struct SlotRois {
+  torch::Tensor image, rois, gt;
+};
+
+/// The box and mask heads' RoIs as flat lists of slots over the batch.
+struct HeadRois {
+  SlotRois box, mask;
+  torch::Tensor box_source;  ///< each box slot's entry of the sample, n * per_image + s
+  torch::Tensor box_valid, mask_valid;
+};
+
+/// Lays the sampled RoIs out in the heads' slots: per_batch packs those of all images into the
+/// batch-wide bound, fixed_max gives every image its most.
+HeadRois head_rois(const SampledRois& sampled, const RoiSlots& slots, const DetectionBatch& batch,
+                   const MaskRcnnOptions& o) {
+  const auto& roi_sample = sampled.sample;
+  const int64_t images = batch.images.size(0);
   const int64_t per_image = roi_sample.index.size(1);
-  TORCH_CHECK(
-      per_image == slots.samples_per_image && proposals.size(1) == slots.proposals_per_image,
-      "mask-rcnn: the RoI sets differ from roi_slots'");
+  TORCH_CHECK(per_image == slots.samples_per_image &&
+                  sampled.proposals_per_image == slots.proposals_per_image,
+              "mask-rcnn: the RoI sets differ from roi_slots'");
   const auto longs = torch::TensorOptions().dtype(torch::kLong).device(batch.images.device());
   // The mask head takes the first mask_per_image positives of each image (the sample lists its
   // positives first, in random order): all of them unless mask_rois_per_image is smaller.
   const auto mask_keep =
       roi_sample.positive & torch::arange(per_image, longs).lt(slots.mask_per_image).unsqueeze(0);
-  torch::Tensor box_source, box_valid, mask_source, mask_valid;  // flat n * per_image + s
+  HeadRois h;
+  torch::Tensor mask_source;  // flat n * per_image + s
   if (o.roi_heads() == RoiHeadSlots::kPerBatch) {
-    std::tie(box_source, box_valid) = det::pack_slots(roi_sample.valid, slots.box);
-    std::tie(mask_source, mask_valid) = det::pack_slots(mask_keep, slots.mask);
+    std::tie(h.box_source, h.box_valid) = det::pack_slots(roi_sample.valid, slots.box);
+    std::tie(mask_source, h.mask_valid) = det::pack_slots(mask_keep, slots.mask);
   } else {
-    box_source = torch::arange(images * per_image, longs);
-    box_valid = roi_sample.valid.reshape({-1});
+    h.box_source = torch::arange(images * per_image, longs);
+    h.box_valid = roi_sample.valid.reshape({-1});
     mask_source = (torch::arange(images, longs).unsqueeze(1) * per_image +
                    torch::arange(slots.mask_per_image, longs).unsqueeze(0))
                       .reshape({-1});
-    mask_valid = mask_keep.narrow(1, 0, slots.mask_per_image).reshape({-1});
+    h.mask_valid = mask_keep.narrow(1, 0, slots.mask_per_image).reshape({-1});
   }
-  const int64_t candidates_per_image = candidates.size(1);
+  const int64_t candidates_per_image = sampled.candidates.size(1);
   const int64_t gt_per_image = batch.boxes.size(1);
-  const auto flat_candidates = candidates.reshape({-1, 4});
-  const auto flat_match = roi_match.reshape({-1});
+  const auto flat_candidates = sampled.candidates.reshape({-1, 4});
+  const auto flat_match = sampled.match.reshape({-1});
   const auto flat_sample = roi_sample.index.reshape({-1});
-  const auto flat_gt_boxes = batch.boxes.reshape({-1, 4});
-  const auto flat_labels = batch.labels.reshape({-1});
-  // A slot's image, candidate (flat over the batch) and matched ground truth (flat).
-  struct SlotRois {
-    torch::Tensor image, rois, gt;
-  };
   const auto slot_rois = [&](const torch::Tensor& source) {
     SlotRois r;
     r.image = source.div(per_image, "floor");
@@ -626,54 +665,95 @@ MaskRcnnLosses MaskRcnnImpl::forward(const DetectionBatch& batch, const Detectio
     r.gt = r.image * gt_per_image + flat_match.index_select(0, candidate).clamp_min(0);
     return r;
   };
-  const SlotRois box = slot_rois(box_source), mask = slot_rois(mask_source);
+  h.box = slot_rois(h.box_source);
+  h.mask = slot_rois(mask_source);
+  return h;
+}
 
-  // RoIAlign for both heads from one table of the P2..P5 pixels in their own dtype, released
-  // before the heads run (RoIAlign's backward does not keep it).
+/// RoIAlign for both heads (box, mask) from one table of the P2..P5 pixels in their own dtype,
+/// released before the heads run (RoIAlign's backward does not keep it).
+std::pair<torch::Tensor, torch::Tensor> align_head_rois(const std::vector<torch::Tensor>& features,
+                                                        const DetectionPlan& plan,
+                                                        const HeadRois& heads,
+                                                        const MaskRcnnOptions& o) {
   auto rows =
       plan.rows->pack(std::vector<torch::Tensor>(features.begin(), features.begin() + kRoiLevels));
-  const auto box_features = det::roi_align(rows, *plan.rows, box.rois, box.image,
-                                           det::roi_levels(box.rois, kFirstRoiLevel, kLastRoiLevel),
-                                           o.box_resolution(), o.sampling_ratio());
-  const auto mask_features =
-      det::roi_align(rows, *plan.rows, mask.rois, mask.image,
-                     det::roi_levels(mask.rois, kFirstRoiLevel, kLastRoiLevel), o.mask_resolution(),
-                     o.sampling_ratio());
+  const auto& box = heads.box;
+  const auto& mask = heads.mask;
+  auto box_features = det::roi_align(rows, *plan.rows, box.rois, box.image,
+                                     det::roi_levels(box.rois, kFirstRoiLevel, kLastRoiLevel),
+                                     o.box_resolution(), o.sampling_ratio());
+  auto mask_features = det::roi_align(rows, *plan.rows, mask.rois, mask.image,
+                                      det::roi_levels(mask.rois, kFirstRoiLevel, kLastRoiLevel),
+                                      o.mask_resolution(), o.sampling_ratio());
   rows.reset();
-  losses.box_slots = box_features.size(0);
-  losses.mask_slots = mask_features.size(0);
-  losses.box_rois = box_valid.sum();
-  losses.mask_rois = mask_valid.sum();
+  return {std::move(box_features), std::move(mask_features)};
+}
 
-  // Box head on the sampled RoIs: cross-entropy over them, smooth L1 on the foreground's own
-  // class deltas, both divided by the number sampled.
-  const auto positive =
-      roi_sample.positive.reshape({-1}).index_select(0, box_source).logical_and(box_valid);
-  const auto labels = flat_labels.index_select(0, box.gt).masked_fill(positive.logical_not(), 0);
+/// The box head's losses into `losses`: cross-entropy over the sampled RoIs, smooth L1 on the
+/// foreground's own class deltas, both divided by the number sampled.
+void add_box_head_losses(BoxHead& box_head, const torch::Tensor& box_features,
+                         const HeadRois& heads, const det::BalancedSample& roi_sample,
+                         const DetectionBatch& batch, const MaskRcnnOptions& o,
+                         MaskRcnnLosses& losses) {
+  const auto& box = heads.box;
+  const auto positive = roi_sample.positive.reshape({-1})
+                            .index_select(0, heads.box_source)
+                            .logical_and(heads.box_valid);
+  const auto labels =
+      batch.labels.reshape({-1}).index_select(0, box.gt).masked_fill(positive.logical_not(), 0);
   const auto [class_logits, box_deltas] = box_head->forward(box_features);
   const auto class_ce = F::cross_entropy(class_logits.to(torch::kFloat), labels,
                                          F::CrossEntropyFuncOptions().reduction(torch::kNone));
-  losses.classifier = masked_mean(class_ce, box_valid);
+  losses.classifier = masked_mean(class_ce, heads.box_valid);
   const auto own_deltas = box_deltas.to(torch::kFloat)
                               .view({labels.numel(), o.num_classes(), 4})
                               .gather(1, labels.view({-1, 1, 1}).expand({-1, 1, 4}))
                               .view({-1, 4});
   const auto& w = o.bbox_reg_weights();
-  const auto box_targets = det::BoxCoder({w[0], w[1], w[2], w[3]})
-                               .encode(flat_gt_boxes.index_select(0, box.gt), box.rois);
+  const auto box_targets =
+      det::BoxCoder({w[0], w[1], w[2], w[3]})
+          .encode(batch.boxes.reshape({-1, 4}).index_select(0, box.gt), box.rois);
   losses.box_reg = masked_smooth_l1_sum(own_deltas, box_targets, positive, 1.0) /
-                   box_valid.sum().to(torch::kFloat).clamp_min(1);
+                   heads.box_valid.sum().to(torch::kFloat).clamp_min(1);
+}
 
-  // Mask head on the sampled foreground (keep_only_positive_boxes), empty slots masked out.
+/// The mask head's loss on the sampled foreground (keep_only_positive_boxes), empty slots
+/// masked out.
+torch::Tensor mask_head_loss(MaskHead& mask_head, const torch::Tensor& mask_features,
+                             const HeadRois& heads, const DetectionBatch& batch) {
+  const auto& mask = heads.mask;
   const auto mask_logits =
-      mask_head->class_logits(mask_features, flat_labels.index_select(0, mask.gt))
+      mask_head->class_logits(mask_features, batch.labels.reshape({-1}).index_select(0, mask.gt))
           .to(torch::kFloat);  // [slots, M, M]
-  const auto mask_targets =
-      ellipse_mask_targets(flat_gt_boxes.index_select(0, mask.gt), mask.rois, mask_logits.size(-1));
+  const auto mask_targets = ellipse_mask_targets(
+      batch.boxes.reshape({-1, 4}).index_select(0, mask.gt), mask.rois, mask_logits.size(-1));
   const auto mask_bce = F::binary_cross_entropy_with_logits(
       mask_logits, mask_targets,
       F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(torch::kNone));
-  losses.mask = masked_mean(mask_bce.mean({1, 2}), mask_valid);
+  return masked_mean(mask_bce.mean({1, 2}), heads.mask_valid);
+}
+
+}  // namespace
+
+MaskRcnnLosses MaskRcnnImpl::forward(const DetectionBatch& batch, const DetectionPlan& plan) {
+  const MaskRcnnOptions& o = options;
+  const auto features = fpn->forward(backbone->forward(batch.images));  // P2..P6
+  MaskRcnnLosses losses;
+  const auto rpn_outputs =
+      run_rpn_head(rpn, features, static_cast<int64_t>(o.aspect_ratios().size()));
+  add_rpn_losses(rpn_outputs, batch, plan, o, losses);
+  const auto sampled = sample_rois(rpn_outputs, batch, plan, o);
+  losses.positive_rois = sampled.sample.positive.sum();
+  const auto heads =
+      head_rois(sampled, roi_slots(batch.images.size(0), batch.boxes.size(1), plan), batch, o);
+  const auto [box_features, mask_features] = align_head_rois(features, plan, heads, o);
+  losses.box_slots = box_features.size(0);
+  losses.mask_slots = mask_features.size(0);
+  losses.box_rois = heads.box_valid.sum();
+  losses.mask_rois = heads.mask_valid.sum();
+  add_box_head_losses(box_head, box_features, heads, sampled.sample, batch, o, losses);
+  losses.mask = mask_head_loss(mask_head, mask_features, heads, batch);
   return losses;
 }
 
@@ -998,19 +1078,10 @@ class MaskRcnnStep final : public train::RuntimeStep {
 }  // namespace
 
 Architecture mask_rcnn_architecture() {
-  Architecture a;
-  a.name = "mask-rcnn";
-  a.summary = "maskrcnn-benchmark Mask R-CNN R-50-FPN: RPN, box and mask heads, SGD";
-  a.model_schema = mask_rcnn_model_schema();
-  a.optimizer_schema = mask_rcnn_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<MaskRcnnStep>(ctx);
-  };
-  a.count_parameters = [](const Params& model) {
-    MaskRcnn m(mask_rcnn_options(model));
-    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
-  };
-  return a;
+  return make_architecture<MaskRcnnStep>(
+      "mask-rcnn", "maskrcnn-benchmark Mask R-CNN R-50-FPN: RPN, box and mask heads, SGD",
+      mask_rcnn_model_schema(), mask_rcnn_optimizer_schema(),
+      [](const Params& model) { return total_parameters(MaskRcnn(mask_rcnn_options(model))); });
 }
 
 }  // namespace gpubench::models

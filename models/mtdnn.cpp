@@ -3,6 +3,7 @@
 #include "gpubench/config/config.h"
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/runtime.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -514,20 +515,12 @@ class MtDnnStep final : public train::RuntimeStep {
 }  // namespace
 
 Architecture mtdnn_architecture() {
-  Architecture a;
-  a.name = "mt-dnn";
-  a.summary = "MT-DNN: BERT-Large shared encoder, 8 GLUE heads (SAN on 5), tasks drawn per batch";
-  a.model_schema = mtdnn_schema();
-  a.optimizer_schema = adamax_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<MtDnnStep>(ctx);
-  };
-  a.count_parameters = [](const Params& model) {
-    MtDnn m(bert_options(model), glue_tasks(model), model.i64("san_turns"),
-            model.f64("san_memory_dropout"));
-    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
-  };
-  return a;
+  return make_architecture<MtDnnStep>(
+      "mt-dnn", "MT-DNN: BERT-Large shared encoder, 8 GLUE heads (SAN on 5), tasks drawn per batch",
+      mtdnn_schema(), adamax_schema(), [](const Params& model) {
+        return total_parameters(MtDnn(bert_options(model), glue_tasks(model),
+                                      model.i64("san_turns"), model.f64("san_memory_dropout")));
+      });
 }
 
 }  // namespace gpubench::models

@@ -1,6 +1,7 @@
 #include "models/nasnet.h"
 
 #include "gpubench/train/runtime.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -562,19 +563,10 @@ class NasNetStep final : public train::RuntimeStep {
 }  // namespace
 
 Architecture nasnet_architecture() {
-  Architecture a;
-  a.name = "nasnet";
-  a.summary = "NASNet-A ImageNet classifier (TF-slim graph, Cadene/timm port), TF RMSProp";
-  a.model_schema = nasnet_model_schema();
-  a.optimizer_schema = nasnet_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<NasNetStep>(ctx);
-  };
-  a.count_parameters = [](const Params& model) {
-    NasNet m(nasnet_options(model));
-    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
-  };
-  return a;
+  return make_architecture<NasNetStep>(
+      "nasnet", "NASNet-A ImageNet classifier (TF-slim graph, Cadene/timm port), TF RMSProp",
+      nasnet_model_schema(), nasnet_optimizer_schema(),
+      [](const Params& model) { return total_parameters(NasNet(nasnet_options(model))); });
 }
 
 }  // namespace gpubench::models

@@ -3,6 +3,7 @@
 #include "gpubench/config/config.h"
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/runtime.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -451,17 +452,6 @@ PatchDiscriminatorOptions discriminator_options(const Params& m) {
       .intermediate_features(m.flag("feature_matching"));
 }
 
-train::Updater make_adam_updater(const torch::nn::Module& module, const Params& o,
-                                 Precision precision, const torch::Device& device) {
-  train::AdamOptions adam;
-  adam.lr = o.f64("lr");
-  adam.beta1 = o.f64("beta1");
-  adam.beta2 = o.f64("beta2");
-  adam.eps = o.f64("eps");
-  std::vector<train::ParamGroup> groups{{module.parameters(), 0.0}};
-  return train::Updater(std::make_unique<train::Adam>(std::move(groups), adam), precision, device);
-}
-
 class Pix2PixHDStep final : public train::RuntimeStep {
  public:
   explicit Pix2PixHDStep(const StepContext& ctx)
@@ -474,10 +464,8 @@ class Pix2PixHDStep final : public train::RuntimeStep {
         vgg_(build_vgg(ctx)),
         batch_(ctx.batch, ctx.model.i64("height"), ctx.model.i64("width"), classes_,
                ctx.model.i64("regions"), ctx.device, ctx.seed),
-        g_updater_(runtime_.add(
-            "generator", make_adam_updater(*generator_, ctx.optimizer, ctx.precision, ctx.device))),
-        d_updater_(runtime_.add("discriminator", make_adam_updater(*discriminator_, ctx.optimizer,
-                                                                   ctx.precision, ctx.device))) {}
+        g_updater_(runtime_.add("generator", adam_updater(*generator_, ctx))),
+        d_updater_(runtime_.add("discriminator", adam_updater(*discriminator_, ctx))) {}
 
   double run() override {
     return runtime_.run([&] {
@@ -588,23 +576,15 @@ class Pix2PixHDStep final : public train::RuntimeStep {
 }  // namespace
 
 Architecture pix2pixhd_architecture() {
-  Architecture a;
-  a.name = "pix2pixhd";
-  a.summary =
-      "NVIDIA pix2pixHD: LocalEnhancer G + multiscale PatchGAN D, LSGAN + feature "
-      "matching + VGG19 loss";
-  a.model_schema = pix2pixhd_schema();
-  a.optimizer_schema = pix2pixhd_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<Pix2PixHDStep>(ctx);
-  };
-  a.count_parameters = [](const Params& model) {
-    LocalEnhancer g(generator_options(model));
-    MultiscaleDiscriminator d(discriminator_options(model));
-    return std::map<std::string, int64_t>{{"generator", count_trainable(g->parameters())},
-                                          {"discriminator", count_trainable(d->parameters())}};
-  };
-  return a;
+  return make_architecture<Pix2PixHDStep>(
+      "pix2pixhd",
+      "NVIDIA pix2pixHD: LocalEnhancer G + multiscale PatchGAN D, LSGAN + feature matching + "
+      "VGG19 loss",
+      pix2pixhd_schema(), pix2pixhd_optimizer_schema(), [](const Params& model) {
+        LocalEnhancer g(generator_options(model));
+        MultiscaleDiscriminator d(discriminator_options(model));
+        return gan_parameters(g, d);
+      });
 }
 
 }  // namespace gpubench::models

@@ -1,10 +1,11 @@
 #include "models/stylegan.h"
 
 #include "gpubench/base/compat.h"
-#include "gpubench/config/config.h"
 #include "gpubench/base/errors.h"
+#include "gpubench/config/config.h"
 #include "gpubench/train/runtime.h"
 #include "models/conv_gradfix.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -12,8 +13,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -62,79 +61,6 @@ torch::Tensor fp32_if(const torch::Tensor& x, bool fp32) {
   return fp32 && x.scalar_type() != torch::kFloat ? x.to(torch::kFloat) : x;
 }
 
-// ---- The activation trace (diagnosis only: host reads, never in a timed run) ----
-
-struct TraceState {
-  bool enabled = false;    // the environment asked, or a test sink is installed
-  int64_t iterations = 6;  // traced step iterations
-  int64_t iteration = 0;   // the current step's, from 1
-  std::string pass;        // what the step is running
-  std::function<void(const ActivationTraceRecord&)> sink;  // tests; else stderr
-};
-
-TraceState& trace_state() {
-  static TraceState state = [] {
-    TraceState t;
-    const char* v = std::getenv("GPUBENCH_TRACE_ACTIVATIONS");
-    if (v != nullptr && *v != '\0' && std::string(v) != "0") {
-      t.enabled = true;
-      const long n = std::strtol(v, nullptr, 10);
-      if (n > 1) t.iterations = n;  // "1" turns it on for the default 6
-    }
-    return t;
-  }();
-  return state;
-}
-
-/// Once per step iteration, before it runs: counts it and says so.
-void trace_iteration_begins() {
-  auto& t = trace_state();
-  if (!t.enabled) return;
-  ++t.iteration;
-  t.pass.clear();
-  if (!t.sink && t.iteration <= t.iterations) {
-    std::fprintf(stderr, "activation trace: iteration %lld\n", static_cast<long long>(t.iteration));
-  }
-}
-
-void trace_pass(const char* pass) {
-  if (activation_trace_active()) trace_state().pass = pass;
-}
-
-/// After an update: the largest |p| of the network (and which), its non-finite values (and
-/// the first parameter holding one), and its loss scale.
-void trace_parameters(const char* network, const torch::nn::Module& module,
-                      const train::Updater& updater) {
-  torch::NoGradGuard no_grad;
-  double max_abs = 0;
-  int64_t nonfinite = 0;
-  std::string largest, first_bad;
-  for (const auto& item : module.named_parameters()) {
-    const auto p = item.value().detach();
-    const auto finite = torch::isfinite(p);
-    const auto stats = torch::stack({p.abs().masked_fill(~finite, 0).max().to(torch::kDouble),
-                                     (~finite).sum().to(torch::kDouble)})
-                           .cpu();
-    const double m = stats[0].item<double>();
-    const auto bad = static_cast<int64_t>(stats[1].item<double>());
-    if (m > max_abs) max_abs = m, largest = item.key();
-    if (bad > 0 && first_bad.empty()) first_bad = item.key();
-    nonfinite += bad;
-  }
-  const auto& scaler = updater.scaler();
-  const std::string scale =
-      scaler.enabled()
-          ? fmt::format("loss scale {:.6g}, skipped {} of {} updates", scaler.current_scale(),
-                        scaler.updates_skipped(), scaler.updates_checked())
-          : std::string("no loss scaling");
-  std::fprintf(stderr,
-               "activation trace: it %lld | after %s update | max|p| %.4g (%s) | nonfinite %lld%s "
-               "| %s\n",
-               static_cast<long long>(trace_state().iteration), network, max_abs, largest.c_str(),
-               static_cast<long long>(nonfinite),
-               first_bad.empty() ? "" : (" (first in " + first_bad + ")").c_str(), scale.c_str());
-}
-
 /// The four 1-pixel shifts of the zero-padded kernel, summed: [..., k, k] -> [..., k+1, k+1].
 /// This is how the reference turns the 3x3 kernel of a resampling conv into the 4x4 kernel of
 /// its fused stride-2 form.
@@ -172,45 +98,6 @@ bool StyleGanOptions::fused_at(int64_t res) const {
 bool StyleGanOptions::fp16_at(int64_t res) const {
   if (fp16_everywhere()) return true;
   return res >= std::max<int64_t>(resolution_log2() + 1 - fp16_resolutions_, 3);
-}
-
-bool activation_trace_active() {
-  static TraceState& t = trace_state();
-  return t.enabled && t.iteration <= t.iterations;
-}
-
-void set_activation_trace_sink(std::function<void(const ActivationTraceRecord&)> sink,
-                               int64_t iterations) {
-  auto& t = trace_state();
-  t.enabled = static_cast<bool>(sink);
-  t.sink = std::move(sink);
-  t.iterations = iterations;
-  t.iteration = 0;
-  t.pass.clear();
-}
-
-void trace_activation(const std::string& layer, const torch::Tensor& x) {
-  torch::NoGradGuard no_grad;
-  const auto& t = trace_state();
-  const auto d = x.detach();
-  const auto finite = torch::isfinite(d);
-  const auto stats = torch::stack({d.abs().masked_fill(~finite, 0).max().to(torch::kDouble),
-                                   (~finite).sum().to(torch::kDouble)})
-                         .cpu();
-  ActivationTraceRecord r;
-  r.iteration = t.iteration;
-  r.pass = t.pass;
-  r.layer = layer;
-  r.dtype = d.scalar_type();
-  r.max_abs = stats[0].item<double>();
-  r.nonfinite = static_cast<int64_t>(stats[1].item<double>());
-  if (t.sink) return t.sink(r);
-  std::string shape;
-  for (const auto s : d.sizes()) shape += (shape.empty() ? "" : "x") + std::to_string(s);
-  std::fprintf(
-      stderr, "activation trace: it %lld | %s | %s | %s | max|x| %.4g | nonfinite %lld | %s\n",
-      static_cast<long long>(r.iteration), r.pass.c_str(), layer.c_str(), c10::toString(r.dtype),
-      r.max_abs, static_cast<long long>(r.nonfinite), shape.c_str());
 }
 
 StyleGanOptions stylegan_options(const Params& m, Precision precision) {
@@ -717,17 +604,6 @@ ParamSchema stylegan_optimizer_schema() {
   };
 }
 
-train::Updater make_adam(const torch::nn::Module& module, const Params& o, Precision precision,
-                         const torch::Device& device) {
-  train::AdamOptions adam;
-  adam.lr = o.f64("lr");
-  adam.beta1 = o.f64("beta1");
-  adam.beta2 = o.f64("beta2");
-  adam.eps = o.f64("eps");
-  std::vector<train::ParamGroup> groups{{module.parameters(), 0.0}};
-  return train::Updater(std::make_unique<train::Adam>(std::move(groups), adam), precision, device);
-}
-
 /// Turns requires_grad off for a network's parameters while it lives, so that backward runs
 /// through the network to its input without computing its weight gradients (TF's
 /// tf.gradients(G_loss, G.trainables) does the same).
@@ -758,10 +634,8 @@ class StyleGanStep final : public train::RuntimeStep {
         discriminator_(build<StyleGanDiscriminator>(ctx, options_, 1)),
         reals_(ctx.batch, options_.num_channels(), options_.resolution(),
                ctx.model.flag("mirror_augment"), ctx.device, ctx.seed),
-        d_updater_(runtime_.add(
-            "discriminator", make_adam(*discriminator_, ctx.optimizer, ctx.precision, ctx.device))),
-        g_updater_(runtime_.add("generator",
-                                make_adam(*generator_, ctx.optimizer, ctx.precision, ctx.device))) {
+        d_updater_(runtime_.add("discriminator", adam_updater(*discriminator_, ctx))),
+        g_updater_(runtime_.add("generator", adam_updater(*generator_, ctx))) {
     // Gs, the moving average of G that the reference keeps for evaluation: every parameter and
     // buffer (dlatent_avg) of G. Not trained, so not among parameters().
     torch::NoGradGuard no_grad;
@@ -926,22 +800,15 @@ class StyleGanStep final : public train::RuntimeStep {
 }  // namespace
 
 Architecture stylegan_architecture() {
-  Architecture a;
-  a.name = "stylegan";
-  a.summary = "StyleGAN v1 (NVlabs): style-based G and D_basic at full resolution, logistic + R1";
-  a.model_schema = stylegan_schema();
-  a.optimizer_schema = stylegan_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<StyleGanStep>(ctx);
-  };
-  a.count_parameters = [](const Params& model) {
-    const auto options = stylegan_options(model);
-    StyleGanGenerator g(options);
-    StyleGanDiscriminator d(options);
-    return std::map<std::string, int64_t>{{"generator", count_trainable(g->parameters())},
-                                          {"discriminator", count_trainable(d->parameters())}};
-  };
-  return a;
+  return make_architecture<StyleGanStep>(
+      "stylegan",
+      "StyleGAN v1 (NVlabs): style-based G and D_basic at full resolution, logistic + R1",
+      stylegan_schema(), stylegan_optimizer_schema(), [](const Params& model) {
+        const auto options = stylegan_options(model);
+        StyleGanGenerator g(options);
+        StyleGanDiscriminator d(options);
+        return gan_parameters(g, d);
+      });
 }
 
 }  // namespace gpubench::models

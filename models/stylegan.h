@@ -9,11 +9,11 @@
 #include "gpubench/base/params.h"
 #include "gpubench/train/update.h"
 #include "gpubench/train/workload.h"
+#include "models/activation_trace.h"
 
 #include <torch/nn.h>
 
 #include <cstdint>
-#include <functional>
 #include <string>
 
 namespace gpubench::models {
@@ -97,27 +97,6 @@ struct StyleGanOptions {
 /// resolutions. The fp16 recipe (fp16_resolutions, conv_clamp) applies under amp-fp16 only:
 /// at any other precision the options say every layer, no clamp (the reference's math).
 StyleGanOptions stylegan_options(const Params& model, Precision precision = Precision::kFp32);
-
-/// Diagnosis (GPUBENCH_TRACE_ACTIVATIONS): one traced tensor of a G or D forward, or a
-/// network's parameters after an update.
-struct ActivationTraceRecord {
-  int64_t iteration = 0;      ///< the step's iteration, from 1 (0 outside a step)
-  std::string pass;           ///< "d-step G(z)", "g-step D(G(z))", ...; "" outside a step
-  std::string layer;          ///< "G.mapping", "G.1024.conv1.norm", "D.mbstd", ...
-  torch::ScalarType dtype{};  ///< the tensor's
-  double max_abs = 0;         ///< largest |x| among its finite values
-  int64_t nonfinite = 0;      ///< inf and NaN values
-};
-
-/// Whether the activation trace is on now: GPUBENCH_TRACE_ACTIVATIONS set (or a test sink
-/// installed) and the step still within its first traced iterations. One static flag.
-bool activation_trace_active();
-/// Sends the activation trace to `sink` for the next `iterations` step iterations (tests);
-/// an empty sink turns it off again.
-void set_activation_trace_sink(std::function<void(const ActivationTraceRecord&)> sink,
-                               int64_t iterations);
-/// Traces `x` as `layer` (a host read); call only when activation_trace_active().
-void trace_activation(const std::string& layer, const torch::Tensor& x);
 
 /// Fully connected layer with equalized learning rate (the reference's dense + apply_bias with
 /// use_wscale): the weight is stored with std 1/lrmul and multiplied by

@@ -7,6 +7,7 @@
 #include "models/attention.h"
 #include "models/token_batching.h"
 #include "models/translation_step.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -252,16 +253,11 @@ FairseqTransformerOptions transformer_options(const Params& m) {
 
 train::Updater transformer_updater(const torch::nn::Module& model, const Params& o,
                                    Precision precision, const torch::Device& device) {
-  train::AdamOptions adam;
-  adam.lr = o.f64("lr");
-  adam.beta1 = o.f64("beta1");
-  adam.beta2 = o.f64("beta2");
-  adam.eps = o.f64("eps");
-  adam.weight_decay_mode = train::WeightDecayMode::kDecoupled;  // fairseq's Adam
   std::vector<train::ParamGroup> groups{{model.parameters(), o.f64("weight_decay")}};
   return train::Updater(
-      std::make_unique<train::Adam>(std::move(groups), adam), precision, device, o.f64("clip_norm"),
-      train::inverse_sqrt(adam.lr, o.i64("warmup_updates"), o.f64("warmup_init_lr")));
+      train::make_adam(std::move(groups), o, train::WeightDecayMode::kDecoupled),  // fairseq's
+      precision, device, o.f64("clip_norm"),
+      train::inverse_sqrt(o.f64("lr"), o.i64("warmup_updates"), o.f64("warmup_init_lr")));
 }
 
 }  // namespace
@@ -290,36 +286,40 @@ ActivationModel transformer_activation_model(const FairseqTransformerOptions& o,
   return m;
 }
 
+namespace {
+
+/// The transformer training step: Adam with the inverse square root schedule over token-budget
+/// batches.
+std::unique_ptr<TrainStep> prepare_transformer_step(const StepContext& ctx) {
+  const int64_t vocab = ctx.model.i64("vocab_size");
+  const auto shapes = plan_token_batches(length_profile(ctx.model),
+                                         token_batch_options(ctx.model, ctx.batch), ctx.seed);
+  for (const auto& shape : shapes) {
+    TORCH_CHECK(std::max(shape.src_max(), shape.tgt_max()) <= ctx.model.i64("max_positions"),
+                "a sentence is longer than max_positions");
+  }
+  const auto options = transformer_options(ctx.model);
+  auto model = train::build_model<FairseqTransformer>(
+      train::reuse_key("fairseq-transformer", ctx.model.json().dump(), ctx.seed), ctx.device,
+      ctx.seed, [&] { return FairseqTransformer(options); });
+  TokenBatches batches(shapes, vocab, vocab, ctx.device, ctx.seed + 1,
+                       transformer_activation_model(options, ctx.precision));
+  auto updater = transformer_updater(*model, ctx.optimizer, ctx.precision, ctx.device);
+  return std::make_unique<TranslationStep<FairseqTransformer>>(std::move(model), std::move(batches),
+                                                               std::move(updater), ctx,
+                                                               ctx.model.f64("label_smoothing"));
+}
+
+}  // namespace
+
 Architecture fairseq_transformer_architecture() {
-  Architecture a;
-  a.name = "fairseq-transformer";
-  a.summary = "fairseq encoder-decoder Transformer, all embeddings shared, token-budget batches";
-  a.model_schema = transformer_model_schema();
-  a.optimizer_schema = transformer_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    const int64_t vocab = ctx.model.i64("vocab_size");
-    const auto shapes = plan_token_batches(length_profile(ctx.model),
-                                           token_batch_options(ctx.model, ctx.batch), ctx.seed);
-    for (const auto& shape : shapes) {
-      TORCH_CHECK(std::max(shape.src_max(), shape.tgt_max()) <= ctx.model.i64("max_positions"),
-                  "a sentence is longer than max_positions");
-    }
-    const auto options = transformer_options(ctx.model);
-    auto model = train::build_model<FairseqTransformer>(
-        train::reuse_key("fairseq-transformer", ctx.model.json().dump(), ctx.seed), ctx.device,
-        ctx.seed, [&] { return FairseqTransformer(options); });
-    TokenBatches batches(shapes, vocab, vocab, ctx.device, ctx.seed + 1,
-                         transformer_activation_model(options, ctx.precision));
-    auto updater = transformer_updater(*model, ctx.optimizer, ctx.precision, ctx.device);
-    return std::make_unique<TranslationStep<FairseqTransformer>>(
-        std::move(model), std::move(batches), std::move(updater), ctx,
-        ctx.model.f64("label_smoothing"));
-  };
-  a.count_parameters = [](const Params& model) {
-    FairseqTransformer m(transformer_options(model));
-    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
-  };
-  return a;
+  return make_architecture(
+      "fairseq-transformer",
+      "fairseq encoder-decoder Transformer, all embeddings shared, token-budget batches",
+      transformer_model_schema(), transformer_optimizer_schema(), &prepare_transformer_step,
+      [](const Params& model) {
+        return total_parameters(FairseqTransformer(transformer_options(model)));
+      });
 }
 
 }  // namespace gpubench::models

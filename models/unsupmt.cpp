@@ -4,6 +4,7 @@
 #include "gpubench/config/config.h"
 #include "gpubench/train/model_reuse.h"
 #include "models/attention.h"
+#include "models/workload_common.h"
 #include "models/xlm_batching.h"
 
 #include <torch/torch.h>
@@ -519,11 +520,8 @@ UnsupMtStep::UnsupMtStep(const StepContext& ctx)
   train::ParamGroup group;
   for (const auto& p : encoder_->parameters()) group.params.push_back(p);
   for (const auto& p : decoder_->parameters()) group.params.push_back(p);
-  train::AdamOptions adam;
+  auto adam = train::adam_options(o);
   adam.lr = o.f64("warmup_init_lr");
-  adam.beta1 = o.f64("beta1");
-  adam.beta2 = o.f64("beta2");
-  adam.eps = o.f64("eps");
   // XLM's AdamInverseSqrtWithWarmup sets the rate of update n + 1 from the n updates done, so
   // the first update runs at warmup_init_lr: the shared schedule, one step behind.
   auto schedule = [base = train::inverse_sqrt(o.f64("lr"), o.i64("warmup_steps"),
@@ -693,20 +691,13 @@ Json UnsupMtStep::batch_info() const {
 }
 
 Architecture unsupmt_architecture() {
-  Architecture a;
-  a.name = "xlm-unsupmt";
-  a.summary = "XLM unsupervised MT: denoising auto-encoding + greedy on-the-fly back-translation";
-  a.model_schema = unsupmt_model_schema();
-  a.optimizer_schema = unsupmt_optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<UnsupMtStep>(ctx);
-  };
-  a.count_parameters = [](const Params& model) {
-    XlmTransformer encoder(xlm_options(model, false)), decoder(xlm_options(model, true));
-    return std::map<std::string, int64_t>{
-        {"total", count_trainable(encoder->parameters()) + count_trainable(decoder->parameters())}};
-  };
-  return a;
+  return make_architecture<UnsupMtStep>(
+      "xlm-unsupmt",
+      "XLM unsupervised MT: denoising auto-encoding + greedy on-the-fly back-translation",
+      unsupmt_model_schema(), unsupmt_optimizer_schema(), [](const Params& model) {
+        XlmTransformer encoder(xlm_options(model, false)), decoder(xlm_options(model, true));
+        return total_parameters(encoder, decoder);
+      });
 }
 
 }  // namespace gpubench::models

@@ -1,6 +1,7 @@
 #include "models/yolov3.h"
 
 #include "gpubench/train/runtime.h"
+#include "models/workload_common.h"
 
 #include <torch/torch.h>
 
@@ -532,19 +533,10 @@ class YoloV3Step final : public train::RuntimeStep {
 }  // namespace
 
 Architecture yolov3_architecture() {
-  Architecture a;
-  a.name = "yolov3";
-  a.summary = "darknet yolov3.cfg: Darknet-53 + three YOLO layers, forward_yolo_layer's loss";
-  a.model_schema = model_schema();
-  a.optimizer_schema = optimizer_schema();
-  a.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
-    return std::make_unique<YoloV3Step>(ctx);
-  };
-  a.count_parameters = [](const Params& model) {
-    YoloV3 m(yolov3_options(model));
-    return std::map<std::string, int64_t>{{"total", count_trainable(m->parameters())}};
-  };
-  return a;
+  return make_architecture<YoloV3Step>(
+      "yolov3", "darknet yolov3.cfg: Darknet-53 + three YOLO layers, forward_yolo_layer's loss",
+      model_schema(), optimizer_schema(),
+      [](const Params& model) { return total_parameters(YoloV3(yolov3_options(model))); });
 }
 
 }  // namespace gpubench::models

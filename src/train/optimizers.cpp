@@ -1,6 +1,7 @@
 #include "gpubench/train/optimizers.h"
 
 #include "gpubench/base/compat.h"
+#include "gpubench/base/params.h"
 
 #include <torch/torch.h>
 
@@ -108,6 +109,21 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
     : Optimizer(std::move(groups), options.lr), options_(options) {
   exp_avg_.resize(groups_.size());
   exp_avg_sq_.resize(groups_.size());
+}
+
+AdamOptions adam_options(const Params& optimizer, WeightDecayMode weight_decay_mode) {
+  AdamOptions adam;
+  adam.lr = optimizer.f64("lr");
+  adam.beta1 = optimizer.f64("beta1");
+  adam.beta2 = optimizer.f64("beta2");
+  adam.eps = optimizer.f64("eps");
+  adam.weight_decay_mode = weight_decay_mode;
+  return adam;
+}
+
+std::unique_ptr<Adam> make_adam(std::vector<ParamGroup> groups, const Params& optimizer,
+                                WeightDecayMode weight_decay_mode) {
+  return std::make_unique<Adam>(std::move(groups), adam_options(optimizer, weight_decay_mode));
 }
 
 namespace {

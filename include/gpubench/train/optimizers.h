@@ -18,6 +18,10 @@
 #include <string>
 #include <vector>
 
+namespace gpubench {
+class Params;
+}
+
 namespace gpubench::train {
 
 /// Parameters that share a weight decay.
@@ -153,6 +157,15 @@ class Adam : public Optimizer {
   AdamOptions options_;
   std::vector<std::vector<torch::Tensor>> exp_avg_, exp_avg_sq_;  // per group, per parameter
 };
+
+/// Adam's settings from an `optimizer:` section's "lr", "beta1", "beta2" and "eps", with bias
+/// correction and `weight_decay_mode`: the Adam of every workload that has one, which changes the
+/// rest itself where its reference's Adam differs (BERT's has no bias correction).
+AdamOptions adam_options(const Params& optimizer,
+                         WeightDecayMode weight_decay_mode = WeightDecayMode::kL2);
+/// Adam over `groups` with adam_options(optimizer, weight_decay_mode).
+std::unique_ptr<Adam> make_adam(std::vector<ParamGroup> groups, const Params& optimizer,
+                                WeightDecayMode weight_decay_mode = WeightDecayMode::kL2);
 
 struct AdamaxOptions {
   double lr = 2e-3;
