@@ -326,8 +326,9 @@ std::vector<std::pair<double, double>> read_points(const nlohmann::json& points)
 
 /// The searches of the measured set `name` (tests/data/NAME), in the order they ran.
 std::vector<MeasuredSearch> measured_searches(const std::string& name) {
+  const nlohmann::json data = read_test_data(name);
   std::vector<MeasuredSearch> set;
-  for (const auto& j : read_test_data(name).at("searches")) {
+  for (const auto& j : data.at("searches")) {
     MeasuredSearch m;
     m.model = j.at("model").get<std::string>();
     m.min_batch = j.at("min_batch").get<int64_t>();
@@ -341,6 +342,7 @@ std::vector<MeasuredSearch> measured_searches(const std::string& name) {
     m.allocated = read_points(j.at("allocated"));
     set.push_back(std::move(m));
   }
+  if (set.empty()) throw std::runtime_error("no searches in the test data " + name);
   return set;
 }
 
@@ -812,8 +814,9 @@ struct MeasuredTier {
 /// The memory tiers the H200 measured on 2026-12-04, in the order they ran
 /// (tests/data/h200-memory-tiers-2026-12-04.json).
 std::vector<MeasuredTier> measured_tiers() {
+  const nlohmann::json data = read_test_data("h200-memory-tiers-2026-12-04.json");
   std::vector<MeasuredTier> tiers;
-  for (const auto& j : read_test_data("h200-memory-tiers-2026-12-04.json").at("tiers")) {
+  for (const auto& j : data.at("tiers")) {
     MeasuredTier t;
     t.model = j.at("model").get<std::string>();
     t.cap_gib = j.at("cap_gib").get<int>();
@@ -831,6 +834,7 @@ std::vector<MeasuredTier> measured_tiers() {
     }
     tiers.push_back(std::move(t));
   }
+  if (tiers.empty()) throw std::runtime_error("no tiers in h200-memory-tiers-2026-12-04.json");
   return tiers;
 }
 
