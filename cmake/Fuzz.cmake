@@ -6,7 +6,7 @@
 #     -DGPUBENCH_UNITY_BUILD=OFF -DCMAKE_BUILD_TYPE=None
 #   ninja -C build-fuzz gpubench_fuzz_targets gpubench_sanitize_tests
 #
-# (scripts/fuzz.sh and scripts/sanitize.sh do this.) gpubench_readers is the core library
+# (scripts/dev/fuzz.sh and scripts/dev/sanitize.sh do this.) gpubench_readers is the core library
 # without the model code: every source of src/ (configs, results, journals, reports, the CLI,
 # the runner and the training runtime), instrumented with AddressSanitizer and
 # UndefinedBehaviorSanitizer (and libFuzzer's coverage with GPUBENCH_FUZZ). The models are left
@@ -67,10 +67,12 @@ endif()
 
 if(GPUBENCH_SANITIZE)
   # The CPU tests of everything but the models (GPUBENCH_CORE_TEST_SOURCES, CMakeLists.txt),
-  # under ASan and UBSan (scripts/sanitize.sh).
+  # under ASan and UBSan (scripts/dev/sanitize.sh).
   find_package(GTest REQUIRED)
   find_library(GPUBENCH_LIBUTIL util)
   add_executable(gpubench_sanitize_tests ${GPUBENCH_CORE_TEST_SOURCES})
+  target_compile_definitions(gpubench_sanitize_tests PRIVATE
+                             GPUBENCH_TEST_DATA_DIR="${GPUBENCH_TEST_DATA_DIR}")
   target_link_libraries(gpubench_sanitize_tests PRIVATE gpubench_readers GTest::gtest
                         $<$<BOOL:${GPUBENCH_LIBUTIL}>:${GPUBENCH_LIBUTIL}>)
 endif()

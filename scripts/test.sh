@@ -19,6 +19,6 @@ ctest --test-dir "$build_dir" --output-on-failure -j "${GPUBENCH_JOBS:-$(nproc)}
 # cores, most of it building build-fuzz once (docs/reliability.md, "CI");
 # GPUBENCH_SKIP_SANITIZE=1 skips both, GPUBENCH_SKIP_FUZZ=1 the fuzzing alone.
 if [ "${GPUBENCH_SKIP_SANITIZE:-0}" != 1 ]; then
-  scripts/sanitize.sh
-  GPUBENCH_FUZZ_OUT=build-fuzz/ci scripts/fuzz.sh "${GPUBENCH_FUZZ_CI_SECONDS:-20}"
+  scripts/dev/sanitize.sh
+  GPUBENCH_FUZZ_OUT=build-fuzz/ci scripts/dev/fuzz.sh "${GPUBENCH_FUZZ_CI_SECONDS:-20}"
 fi

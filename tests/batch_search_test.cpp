@@ -13,13 +13,15 @@
 #include <c10/util/Exception.h>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
+#include <fstream>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 
@@ -226,7 +228,7 @@ Device measured(std::vector<std::pair<double, double>> points, int64_t limit) {
   return d;
 }
 
-TEST(BatchSearchTest, FindsTheH200LimitsOfBertWithinEightProbes) {
+TEST(BatchSearchTest, FindsALimitTheScoutsMissByAFewBatchesWithinEightProbes) {
   // 2026-11-30 on one H200 (docs/results): the allocator had 139.3 GiB; bert-base fp32 fitted
   // 1669 and bert-finetune fp32 609, where the line through the scouts predicted 1673 and 603.
   Device base = measured({{16, 2.84}, {975, 81.8}, {1668, 138.9}, {1669, 139.0}, {1700, 141.6}},
@@ -245,7 +247,7 @@ TEST(BatchSearchTest, FindsTheH200LimitsOfBertWithinEightProbes) {
   EXPECT_LE(b.probes.size(), 8u) << trace(b);
 }
 
-TEST(BatchSearchTest, ConvergesWhenTheReservedPeaksSitAtTheCapacityLikeNasnetOnTheH200) {
+TEST(BatchSearchTest, ConvergesWhenTheReservedPeaksArePinnedAtTheCapacity) {
   // 2026-12-01, nasnet-large fp32 on one H200 (docs/results/2026-12-01-h200-fp32-suite-partial):
   // from batch 208 on, the reserved peaks sat at 136-139 GiB of 139.3 whatever the batch, while
   // the allocated peaks grew 0.59 GiB an image up to 224 (the largest probed; it fitted). The
@@ -269,7 +271,7 @@ TEST(BatchSearchTest, ConvergesWhenTheReservedPeaksSitAtTheCapacityLikeNasnetOnT
   }
 }
 
-TEST(BatchSearchTest, ConvergesThroughTheWorkspacesOfDeeplabOnTheH200) {
+TEST(BatchSearchTest, ConvergesWhenWorkspacesMakeThePeaksRiseAndFallWithTheBatch) {
   // 2026-12-01, deeplabv3 fp32 on one H200 under cuDNN heuristics: the reserved peaks rose and
   // fell with the algorithms the heuristics picked (137.5 GiB at 62, 131.6 at 64, 117.4 at 72,
   // 139.0 at 87), batch 87 fitted and 89 did not (88 was not probed). Neither line is a model
@@ -296,15 +298,54 @@ TEST(BatchSearchTest, ConvergesThroughTheWorkspacesOfDeeplabOnTheH200) {
   }
 }
 
-/// One search of the H200's fp32 suite: its settings, the answer, the probes it took there, and
-/// the peaks (GiB) of the probes that fitted.
+/// One search an H200 ran: its settings, the answer, the probes it took there, and the peaks
+/// (GiB) of the probes that fitted.
 struct MeasuredSearch {
-  const char* model;
+  std::string model;
   int64_t min_batch, max_batch, granularity, first_probe, limit;
   std::size_t h200_probes;
   double resident_gib;
   std::vector<std::pair<double, double>> reserved, allocated;
 };
+
+/// A measured set in tests/data/ (GPUBENCH_TEST_DATA_DIR, set by the build): one JSON file per
+/// set, whose "measured" field names the card, the day and the docs/results records it came
+/// from. The numbers are kept as the records printed them, so the replays probe as they did.
+nlohmann::json read_test_data(const std::string& name) {
+  const std::string path = std::string(GPUBENCH_TEST_DATA_DIR) + "/" + name;
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read the test data " + path);
+  return nlohmann::json::parse(in);
+}
+
+/// (batch, GiB) points as the data files list them: [[batch, GiB], ...].
+std::vector<std::pair<double, double>> read_points(const nlohmann::json& points) {
+  std::vector<std::pair<double, double>> out;
+  for (const auto& p : points) out.emplace_back(p.at(0).get<double>(), p.at(1).get<double>());
+  return out;
+}
+
+/// The searches of the measured set `name` (tests/data/NAME), in the order they ran.
+std::vector<MeasuredSearch> measured_searches(const std::string& name) {
+  const nlohmann::json data = read_test_data(name);
+  std::vector<MeasuredSearch> set;
+  for (const auto& j : data.at("searches")) {
+    MeasuredSearch m;
+    m.model = j.at("model").get<std::string>();
+    m.min_batch = j.at("min_batch").get<int64_t>();
+    m.max_batch = j.at("max_batch").get<int64_t>();
+    m.granularity = j.at("granularity").get<int64_t>();
+    m.first_probe = j.at("first_probe").get<int64_t>();
+    m.limit = j.at("limit").get<int64_t>();
+    m.h200_probes = j.at("h200_probes").get<std::size_t>();
+    m.resident_gib = j.at("resident_gib").get<double>();
+    m.reserved = read_points(j.at("reserved"));
+    m.allocated = read_points(j.at("allocated"));
+    set.push_back(std::move(m));
+  }
+  if (set.empty()) throw std::runtime_error("no searches in the test data " + name);
+  return set;
+}
 
 /// The device `m` measured: its peaks interpolated between the batches it probed, out of memory
 /// above its answer.
@@ -346,11 +387,11 @@ std::map<std::string, SearchRecord> replay_set(const std::vector<MeasuredSearch>
                                                bool expandable) {
   std::map<std::string, SearchRecord> records;
   std::size_t width = 0, total = 0, h200_total = 0;
-  for (const auto& m : set) width = std::max(width, std::strlen(m.model));
+  for (const auto& m : set) width = std::max(width, m.model.size());
   for (const auto& m : set) {
     const SearchRecord r = replay(m, expandable);
     EXPECT_LE(r.probes.size(), m.h200_probes) << m.model << ": " << trace(r);
-    std::printf("  %-*s %2zu probes (H200: %2zu): %s\n", static_cast<int>(width), m.model,
+    std::printf("  %-*s %2zu probes (H200: %2zu): %s\n", static_cast<int>(width), m.model.c_str(),
                 r.probes.size(), m.h200_probes, trace(r).c_str());
     total += r.probes.size();
     h200_total += m.h200_probes;
@@ -360,46 +401,7 @@ std::map<std::string, SearchRecord> replay_set(const std::vector<MeasuredSearch>
   return records;
 }
 
-// Generated from docs/results/2026-12-01-h200-fp32-suite/journal.jsonl: per search, the
-// settings, the limit, the probe count the H200 took, and the reserved and allocated peaks
-// (GiB) of the probes that fitted.
-const std::vector<MeasuredSearch> kH200Fp32Searches = {
-    {"nasnet-large", 1, 65536, 1, 16, 228, 8, 1.68,
-     {{16, 11.88}, {105, 69.28}, {208, 138.22}, {219, 137.52}, {225, 138.98}, {228, 138.81}},
-     {{16, 10.63}, {105, 63.60}, {208, 124.90}, {219, 131.43}, {225, 134.96}, {228, 136.74}}},
-    {"deeplabv3", 2, 4096, 1, 8, 87, 12, 0.89,
-     {{8, 14.12}, {40, 102.63}, {52, 121.70}, {62, 137.54}, {64, 131.57}, {69, 139.15}, {74, 120.67}, {81, 130.19}, {85, 137.86}, {87, 138.99}},
-     {{8, 12.78}, {40, 96.60}, {52, 114.13}, {62, 128.57}, {64, 131.29}, {69, 138.46}, {74, 115.47}, {81, 126.31}, {85, 132.73}, {87, 135.82}}},
-    {"yolov3", 1, 4096, 1, 8, 180, 8, 1.45,
-     {{8, 8.03}, {75, 60.35}, {171, 137.13}, {173, 138.56}, {177, 138.31}, {179, 138.66}, {180, 139.15}},
-     {{8, 6.64}, {75, 57.76}, {171, 130.99}, {173, 132.51}, {177, 135.58}, {179, 137.09}, {180, 137.86}}},
-    {"pix2pixhd", 1, 256, 1, 2, 8, 5, 3.28,
-     {{2, 133.13}, {3, 134.28}, {7, 111.34}, {8, 127.15}},
-     {{2, 133.04}, {3, 134.16}, {7, 103.28}, {8, 117.73}}},
-    {"stylegan", 1, 4096, 4, 8, 92, 5, 1.18,
-     {{8, 13.47}, {44, 67.81}, {88, 132.23}, {92, 137.13}},
-     {{8, 12.31}, {44, 66.12}, {88, 123.05}, {92, 128.22}}},
-    {"mask-rcnn", 1, 4096, 1, 2, 103, 11, 1.80,
-     {{2, 3.82}, {43, 84.15}, {69, 115.22}, {88, 122.04}, {99, 136.90}, {101, 138.17}, {102, 138.81}, {103, 137.28}},
-     {{2, 3.25}, {43, 54.32}, {69, 86.71}, {88, 111.25}, {99, 123.91}, {101, 126.41}, {102, 127.65}, {103, 128.54}}},
-    {"transformer-big", 256, 1048576, 128, 4096, 114816, 11, 3.22,
-     {{4096, 6.91}, {74880, 91.00}, {113536, 137.34}, {114688, 138.72}, {114816, 138.96}},
-     {{4096, 6.82}, {74880, 83.01}, {113536, 126.37}, {114688, 127.72}, {114816, 127.88}}},
-    {"conv-seq2seq", 256, 1048576, 128, 4096, 129280, 13, 2.46,
-     {{4096, 6.37}, {71040, 77.70}, {126080, 137.06}, {127616, 138.63}, {128896, 138.51}, {129152, 138.40}, {129280, 138.74}},
-     {{4096, 5.94}, {71040, 67.16}, {126080, 117.62}, {127616, 118.94}, {128896, 120.26}, {129152, 120.27}, {129280, 120.59}}},
-    {"unsupmt", 100, 1048576, 100, 2000, 69300, 11, 4.70,
-     {{2000, 8.72}, {33400, 78.71}, {59300, 138.54}, {66900, 135.40}, {68800, 137.38}, {69200, 138.19}, {69300, 138.39}},
-     {{2000, 7.20}, {33400, 64.15}, {59300, 111.16}, {66900, 124.96}, {68800, 128.37}, {69200, 129.10}, {69300, 129.28}}},
-    {"bert-base", 1, 65536, 1, 16, 1669, 11, 1.72,
-     {{16, 2.93}, {906, 76.04}, {1640, 137.18}, {1659, 138.87}, {1665, 138.74}, {1668, 138.91}, {1669, 138.96}},
-     {{16, 2.61}, {906, 74.27}, {1640, 133.37}, {1659, 134.83}, {1665, 135.33}, {1668, 135.58}, {1669, 135.65}}},
-    {"bert-finetune", 1, 65536, 1, 8, 609, 7, 1.69,
-     {{8, 3.39}, {324, 75.58}, {589, 134.32}, {608, 138.52}, {609, 138.84}},
-     {{8, 3.10}, {324, 74.01}, {589, 133.47}, {608, 137.74}, {609, 138.03}}},
-};
-
-TEST(BatchSearchTest, ReplaysTheH200Fp32SuiteExactlyInNoMoreProbesThanItTook) {
+TEST(BatchSearchTest, ReplaysMeasuredSearchesUnderTheReservedLineInNoMoreProbesThanTheyTook) {
   // Each search of the 2026-12-01 fp32 suite replayed against its measured peaks (interpolated
   // between the batches it probed; out of memory above its answer): exact every time, and in no
   // more probes than the H200 search took with the rules of that day. bert-base shows the open
@@ -408,63 +410,23 @@ TEST(BatchSearchTest, ReplaysTheH200Fp32SuiteExactlyInNoMoreProbesThanItTook) {
   // a bisection of 5 follows (11 probes, where the 8 of the target need the reserved line's
   // edge). A rule that tells nasnet-large's case (reserved line wrong) from this one (right) is
   // open: docs/search.md, "What the H200 measured".
-  replay_set(kH200Fp32Searches, false);
+  replay_set(measured_searches("h200-fp32-suite-2026-12-01.json"), false);
 }
 
-// Generated from docs/results/2026-12-01-h200-bf16-suite-partial/journal.jsonl and
-// docs/results/2026-12-01-h200-expandable-segments/*.jsonl: searches with expandable segments,
-// where the allocated peak at the limit sat 0.2-0.6% below the capacity and the reserved peaks in
-// mid-range ran 5-12 GiB above the allocated ones (cached blocks, given back near the limit).
-const std::vector<MeasuredSearch> kH200ExpandableSearches = {
-    {"nasnet-large amp-bf16", 1, 65536, 1, 16, 456, 7, 1.94,
-     {{16, 6.16}, {232, 71.65}, {444, 135.89}, {453, 138.68}, {455, 138.83}, {456, 138.99}},
-     {{16, 6.05}, {232, 71.08}, {444, 134.91}, {453, 137.62}, {455, 138.22}, {456, 138.52}}},
-    {"deeplabv3 amp-bf16", 2, 4096, 1, 8, 170, 8, 1.26,
-     {{8, 7.04}, {84, 70.06}, {163, 135.51}, {166, 138.01}, {170, 138.68}},
-     {{8, 6.88}, {84, 68.65}, {163, 132.85}, {166, 135.28}, {170, 138.53}}},
-    {"yolov3 amp-bf16", 1, 4096, 1, 8, 349, 9, 2.08,
-     {{8, 3.82}, {179, 72.80}, {336, 138.40}, {348, 138.66}, {349, 139.09}},
-     {{8, 3.75}, {179, 71.56}, {336, 133.81}, {348, 138.57}, {349, 138.96}}},
-    {"pix2pixhd amp-bf16", 1, 256, 1, 2, 14, 5, 3.51,
-     {{2, 21.84}, {7, 70.09}, {13, 127.84}, {14, 137.43}},
-     {{2, 21.72}, {7, 69.61}, {13, 127.07}, {14, 136.65}}},
-    {"stylegan amp-bf16", 1, 4096, 4, 8, 212, 7, 1.49,
-     {{8, 6.45}, {100, 70.11}, {192, 130.01}, {204, 137.59}, {208, 138.26}, {212, 138.86}},
-     {{8, 6.18}, {100, 66.88}, {192, 124.59}, {204, 132.32}, {208, 134.90}, {212, 137.48}}},
-    {"mask-rcnn amp-bf16", 1, 4096, 1, 2, 184, 8, 2.49,
-     {{2, 2.17}, {87, 74.27}, {160, 135.85}, {163, 138.39}, {184, 138.74}},
-     {{2, 2.01}, {87, 65.76}, {160, 120.51}, {163, 122.75}, {184, 138.50}}},
-    {"transformer-big amp-bf16", 256, 1048576, 128, 4096, 167552, 11, 3.22,
-     {{4096, 6.44}, {85888, 78.42}, {151808, 138.05}, {167296, 138.74}, {167424, 138.89}, {167552, 139.01}},
-     {{4096, 6.05}, {85888, 71.56}, {151808, 125.99}, {167296, 138.58}, {167424, 138.71}, {167552, 138.83}}},
-    {"conv-seq2seq amp-bf16", 256, 1048576, 128, 4096, 191488, 13, 2.44,
-     {{4096, 5.30}, {96640, 79.75}, {167168, 135.32}, {171392, 135.65}, {175488, 138.86}, {183680, 136.63}, {187776, 136.33}, {189824, 137.84}, {190848, 138.68}, {191360, 138.93}, {191488, 138.83}},
-     {{4096, 4.80}, {96640, 70.82}, {167168, 120.26}, {171392, 124.31}, {175488, 127.14}, {183680, 133.05}, {187776, 135.88}, {189824, 137.43}, {190848, 138.20}, {191360, 138.46}, {191488, 138.46}}},
-    {"mask-rcnn fp32", 1, 4096, 1, 2, 111, 8, 1.84,
-     {{2, 3.42}, {48, 65.09}, {100, 130.27}, {106, 138.08}, {110, 138.04}, {111, 138.90}},
-     {{2, 3.24}, {48, 60.54}, {100, 125.32}, {106, 132.79}, {110, 137.77}, {111, 138.48}}},
-    {"transformer-big fp32", 256, 1048576, 128, 4096, 125312, 10, 3.21,
-     {{4096, 6.91}, {75008, 84.54}, {122624, 138.45}, {124800, 138.61}, {125312, 138.96}},
-     {{4096, 6.78}, {75008, 83.00}, {122624, 136.34}, {124800, 138.50}, {125312, 138.83}}},
-    {"yolov3 amp-fp16", 1, 4096, 1, 8, 349, 9, 1.85,
-     {{8, 3.59}, {179, 72.59}, {336, 135.97}, {342, 138.39}, {349, 138.86}},
-     {{8, 3.52}, {179, 71.32}, {336, 133.58}, {342, 135.96}, {349, 138.73}}},
-};
-
-TEST(BatchSearchTest, WithExpandableSegmentsTheAllocatedLineFindsEachH200LimitInEightProbes) {
+TEST(BatchSearchTest, WithExpandableSegmentsTheAllocatedLineFindsEachMeasuredLimitInEightProbes) {
   // The same searches under the reserved line (the rules the H200 ran) take what they took there
   // (5-13 probes; the replay differs from the H200 by one probe in all, where the interpolated
   // peaks differ from the measured ones); under the allocated line every one is exact in at most
   // 8, 69 in all against 94.
   std::size_t live_total = 0, reserved_total = 0, h200_total = 0;
-  for (const auto& m : kH200ExpandableSearches) {
+  for (const auto& m : measured_searches("h200-expandable-segments-2026-12-01.json")) {
     const SearchRecord live = replay(m, true);
     const SearchRecord reserved = replay(m, false);
     EXPECT_EQ(live.memory_line, "allocated");
     EXPECT_EQ(reserved.memory_line, "reserved");
     EXPECT_LE(live.probes.size(), 8u) << m.model << ": " << trace(live);
     EXPECT_LE(live.probes.size(), reserved.probes.size()) << m.model << ": " << trace(live);
-    std::printf("  %-24s allocated %2zu, reserved %2zu (H200: %2zu): %s\n", m.model,
+    std::printf("  %-24s allocated %2zu, reserved %2zu (H200: %2zu): %s\n", m.model.c_str(),
                 live.probes.size(), reserved.probes.size(), m.h200_probes, trace(live).c_str());
     live_total += live.probes.size();
     reserved_total += reserved.probes.size();
@@ -474,90 +436,14 @@ TEST(BatchSearchTest, WithExpandableSegmentsTheAllocatedLineFindsEachH200LimitIn
               h200_total);
 }
 
-// Generated from docs/results/2026-12-01-h200-allocated-line/*.jsonl: the searches the H200 ran
-// with the allocated line (expandable segments), their probe counts there.
-const std::vector<MeasuredSearch> kH200AllocatedLineSearches = {
-    {"bert-base-amp-bf16", 1, 65536, 1, 16, 2767, 10, 1.71,
-     {{16, 2.45}, {1864, 97.94}, {2720, 136.69}, {2754, 138.38}, {2765, 138.97}, {2766, 138.95}, {2767, 139.03}},
-     {{16, 2.29}, {1864, 94.02}, {2720, 136.51}, {2754, 138.20}, {2765, 138.75}, {2766, 138.80}, {2767, 138.84}}},
-    {"bert-finetune-amp-bf16", 1, 65536, 1, 8, 1047, 8, 1.69,
-     {{8, 2.58}, {666, 89.10}, {1027, 136.58}, {1041, 138.71}, {1046, 138.84}, {1047, 139.00}},
-     {{8, 2.51}, {666, 88.89}, {1027, 136.29}, {1041, 138.13}, {1046, 138.78}, {1047, 138.91}}},
-    {"conv-seq2seq-amp-bf16", 256, 1048576, 128, 4096, 191488, 8, 2.44,
-     {{4096, 5.30}, {116736, 96.41}, {187776, 136.33}, {190976, 138.60}, {191360, 138.93}, {191488, 138.83}},
-     {{4096, 4.80}, {116736, 85.34}, {187776, 135.88}, {190976, 138.20}, {191360, 138.46}, {191488, 138.46}}},
-    {"deeplabv3-amp-bf16-deeplab-nchw", 2, 4096, 1, 8, 170, 6, 1.27,
-     {{8, 7.04}, {86, 71.70}, {166, 138.05}, {169, 137.82}, {170, 138.64}},
-     {{8, 6.88}, {86, 70.27}, {166, 135.28}, {169, 137.72}, {170, 138.53}}},
-    {"mask-rcnn-amp-fp16", 1, 4096, 1, 2, 184, 6, 2.73,
-     {{2, 2.15}, {97, 82.49}, {180, 135.58}, {183, 137.87}, {184, 138.62}},
-     {{2, 1.85}, {97, 73.09}, {180, 135.34}, {183, 137.59}, {184, 138.34}}},
-    {"mt-dnn-amp-bf16", 1, 65536, 1, 8, 433, 7, 5.27,
-     {{8, 8.08}, {210, 70.01}, {423, 136.30}, {430, 138.37}, {433, 138.94}},
-     {{8, 7.81}, {210, 69.85}, {423, 135.75}, {430, 138.04}, {433, 138.91}}},
-    {"nasnet-large-amp-bf16-nasnet-nchw", 1, 65536, 1, 16, 456, 7, 1.94,
-     {{16, 6.16}, {236, 72.74}, {446, 136.57}, {454, 138.84}, {455, 138.74}, {456, 138.95}},
-     {{16, 6.05}, {236, 72.29}, {446, 135.51}, {454, 137.92}, {455, 138.22}, {456, 138.52}}},
-    {"nasnet-large-fp32-nasnet-nchw", 1, 65536, 1, 16, 231, 6, 1.66,
-     {{16, 10.85}, {119, 72.57}, {226, 136.61}, {230, 138.88}, {231, 139.03}},
-     {{16, 10.59}, {119, 71.85}, {226, 135.48}, {230, 137.86}, {231, 138.46}}},
-    {"transformer-big-amp-bf16", 256, 1048576, 128, 4096, 167552, 12, 3.22,
-     {{4096, 6.44}, {97024, 86.04}, {133632, 121.90}, {151936, 138.19}, {161152, 133.83}, {165760, 137.53}, {166912, 138.46}, {167424, 138.89}, {167552, 139.01}},
-     {{4096, 6.05}, {97024, 78.59}, {133632, 111.30}, {151936, 126.12}, {161152, 133.65}, {165760, 137.35}, {166912, 138.34}, {167424, 138.71}, {167552, 138.83}}},
-    {"yolov3-amp-fp16", 1, 4096, 1, 8, 349, 6, 1.87,
-     {{8, 3.59}, {182, 73.80}, {341, 137.98}, {347, 138.86}, {349, 138.86}},
-     {{8, 3.52}, {182, 72.51}, {341, 135.56}, {347, 137.94}, {349, 138.73}}},
-};
-
-TEST(BatchSearchTest, ReplaysTheH200SearchesOfTheAllocatedLineInNoMoreProbesThanTheyTook) {
+TEST(BatchSearchTest, ReplaysMeasuredSearchesOfTheAllocatedLineInNoMoreProbesThanTheyTook) {
   // transformer-big's scouts at 4096 and 97024 tokens gave 0.78 GB per thousand tokens where
   // 0.85 held from there to the limit (curvature: longer sentences at larger token batches), so
   // the first prediction, 1.7% under the line, failed 1.7% above the limit and a bisection of
   // nine followed (12 probes). With one more prediction 2% under a failed one it takes 8. The
   // others took 6-10 there.
-  replay_set(kH200AllocatedLineSearches, true);
+  replay_set(measured_searches("h200-allocated-line-2026-12-01.json"), true);
 }
-
-// Generated from docs/results/2026-12-02-h200-fp32-suite/journal.jsonl: the fp32 suite's
-// searches with one-step probes and the allocated line, their probe counts on the H200.
-const std::vector<MeasuredSearch> kH200OneStepFp32Searches = {
-    {"nasnet-large-fp32", 1, 65536, 1, 16, 231, 6, 1.67,
-     {{16, 10.81}, {119, 72.51}, {226, 136.61}, {230, 138.86}, {231, 139.04}},
-     {{16, 10.59}, {119, 71.85}, {226, 135.48}, {230, 137.86}, {231, 138.46}}},
-    {"deeplabv3-fp32", 2, 4096, 1, 8, 89, 14, 0.90,
-     {{8, 12.91}, {45, 105.35}, {58, 124.65}, {68, 137.24}, {70, 110.48}, {71, 112.07}, {73, 115.21}, {77, 121.52}, {85, 134.06}, {89, 138.82}},
-     {{8, 12.75}, {45, 103.81}, {58, 122.65}, {68, 137.14}, {70, 109.19}, {71, 110.74}, {73, 113.85}, {77, 120.08}, {85, 132.52}, {89, 138.74}}},
-    {"yolov3-fp32", 1, 4096, 1, 8, 181, 6, 1.44,
-     {{8, 6.60}, {94, 73.57}, {177, 138.12}, {180, 139.15}, {181, 138.68}},
-     {{8, 6.57}, {94, 72.20}, {177, 135.54}, {180, 137.83}, {181, 138.60}}},
-    {"pix2pixhd-fp32", 1, 256, 1, 2, 9, 7, 3.32,
-     {{2, 135.26}, {3, 136.76}, {4, 138.28}, {6, 139.12}, {8, 124.01}, {9, 134.73}},
-     {{2, 135.24}, {3, 136.75}, {4, 138.26}, {6, 139.10}, {8, 117.71}, {9, 132.15}}},
-    {"stylegan-fp32", 1, 4096, 4, 8, 104, 6, 1.20,
-     {{8, 12.39}, {48, 71.41}, {88, 123.13}, {96, 133.64}, {104, 136.65}},
-     {{8, 12.29}, {48, 71.28}, {88, 123.03}, {96, 133.39}, {104, 136.59}}},
-    {"mask-rcnn-fp32", 1, 4096, 1, 2, 111, 6, 1.90,
-     {{2, 3.38}, {52, 69.80}, {108, 138.04}, {110, 138.00}, {111, 138.74}},
-     {{2, 3.24}, {52, 65.52}, {108, 135.28}, {110, 137.77}, {111, 138.48}}},
-    {"transformer-big-fp32", 256, 1048576, 128, 4096, 125312, 7, 3.21,
-     {{4096, 6.83}, {77952, 87.51}, {124288, 137.94}, {125184, 138.78}, {125312, 138.94}},
-     {{4096, 6.75}, {77952, 86.27}, {124288, 137.84}, {125184, 138.67}, {125312, 138.83}}},
-    {"conv-seq2seq-fp32", 256, 1048576, 128, 4096, 149376, 8, 2.43,
-     {{4096, 5.99}, {80512, 77.27}, {146176, 136.24}, {148480, 138.19}, {149248, 138.90}, {149376, 138.90}},
-     {{4096, 5.87}, {80512, 75.71}, {146176, 136.06}, {148480, 138.04}, {149248, 138.70}, {149376, 138.70}}},
-    {"unsupmt-fp32", 100, 1048576, 100, 2000, 74600, 7, 4.69,
-     {{2000, 7.22}, {53500, 100.89}, {73400, 137.06}, {74200, 138.54}, {74600, 138.99}},
-     {{2000, 7.19}, {53500, 100.62}, {73400, 136.70}, {74200, 138.17}, {74600, 138.93}}},
-    {"bert-base-fp32", 1, 65536, 1, 16, 1711, 9, 1.71,
-     {{16, 2.71}, {1227, 100.72}, {1683, 137.66}, {1701, 138.27}, {1708, 138.85}, {1710, 138.99}, {1711, 139.05}},
-     {{16, 2.60}, {1227, 100.05}, {1683, 136.75}, {1701, 138.20}, {1708, 138.76}, {1710, 138.93}, {1711, 139.01}}},
-    {"bert-finetune-fp32", 1, 65536, 1, 8, 613, 7, 1.69,
-     {{8, 3.15}, {392, 89.41}, {601, 136.38}, {610, 138.41}, {613, 138.91}},
-     {{8, 3.08}, {392, 89.25}, {601, 136.15}, {610, 138.17}, {613, 138.85}}},
-    {"mt-dnn-fp32", 1, 65536, 1, 8, 254, 6, 5.50,
-     {{8, 8.59}, {178, 98.74}, {249, 136.48}, {252, 138.07}, {254, 139.04}},
-     {{8, 8.48}, {178, 98.63}, {249, 136.31}, {252, 137.88}, {254, 139.00}}},
-};
 
 TEST(BatchSearchTest, ALineDrawnUnderTheWorkspaceSpikesFindsDeeplabFp32InNineProbes) {
   // deeplabv3 in strict fp32 took 14 probes on the H200: the fits at 45, 58 and 68 held
@@ -566,58 +452,13 @@ TEST(BatchSearchTest, ALineDrawnUnderTheWorkspaceSpikesFindsDeeplabFp32InNinePro
   // through the lower hull of the fits once 70 exposes the spike, the line predicts the limit
   // again: 87 and 88 fit, 89 fits, 90 does not (9 probes; issue 10's target is 8). The rest of
   // the suite takes no more probes than it took there.
-  const auto records = replay_set(kH200OneStepFp32Searches, true);
+  const auto records =
+      replay_set(measured_searches("h200-fp32-suite-one-step-2026-12-02.json"), true);
   EXPECT_LE(records.at("deeplabv3-fp32").probes.size(), 9u)
       << trace(records.at("deeplabv3-fp32"));
 }
 
-// Generated from docs/results/2026-12-04-h200-fp32-suite-host-bound/fp32/journal.jsonl: the fp32
-// suite in the tree of 2026-12-04 (one-step probes, the allocated line drawn under workspace
-// spikes, a ballast of 0.25% of the capacity in every probe, its peaks included), with the probe
-// counts the H200 took. The resident memory is the first probe's, the one the scout sized its
-// step by: mask-rcnn's grew from 0.93 GiB at batch 2 to 2.75 GiB at 120, and with the largest the
-// replay scouted from 2 to 206 where the H200 went to 55; the others' moved by 0.7 GiB at most.
-// With the first, every replayed scout lands where the H200's did or within 0.5% of it.
-const std::vector<MeasuredSearch> kH200BallastFp32Searches = {
-    {"nasnet-large-fp32", 1, 65536, 1, 16, 230, 6, 1.76,
-     {{16, 11.14}, {119, 72.86}, {225, 136.20}, {229, 138.76}, {230, 139.05}},
-     {{16, 10.94}, {119, 72.20}, {225, 135.24}, {229, 137.62}, {230, 138.21}}},
-    {"deeplabv3-fp32", 2, 4096, 1, 8, 89, 10, 0.85,
-     {{8, 13.26}, {45, 105.70}, {58, 124.98}, {68, 137.60}, {69, 139.04}, {70, 110.84}, {87, 137.55}, {88, 139.14}, {89, 139.16}},
-     {{8, 13.10}, {45, 104.16}, {58, 123.00}, {68, 137.49}, {69, 138.94}, {70, 109.54}, {87, 135.98}, {88, 137.53}, {89, 139.09}}},
-    {"yolov3-fp32", 1, 4096, 1, 8, 181, 7, 1.07,
-     {{8, 6.95}, {94, 73.92}, {176, 137.69}, {179, 138.72}, {180, 138.27}, {181, 139.03}},
-     {{8, 6.92}, {94, 72.55}, {176, 135.13}, {179, 137.42}, {180, 138.18}, {181, 138.95}}},
-    {"pix2pixhd-fp32", 1, 256, 1, 2, 9, 6, 3.34,
-     {{2, 135.61}, {3, 137.11}, {4, 138.62}, {6, 93.91}, {9, 135.08}},
-     {{2, 135.59}, {3, 137.10}, {4, 138.61}, {6, 89.17}, {9, 132.49}}},
-    {"stylegan-fp32", 1, 4096, 4, 8, 104, 7, 1.27,
-     {{8, 12.74}, {48, 71.76}, {88, 123.48}, {96, 133.99}, {100, 138.99}, {104, 137.02}},
-     {{8, 12.64}, {48, 71.63}, {88, 123.38}, {96, 133.73}, {100, 138.91}, {104, 136.93}}},
-    {"mask-rcnn-fp32", 1, 4096, 1, 2, 153, 11, 0.93,
-     {{2, 3.83}, {55, 68.24}, {120, 129.17}, {129, 134.38}, {133, 136.01}, {135, 137.06}, {138, 138.82}, {140, 134.95}, {152, 137.90}, {153, 138.78}},
-     {{2, 3.41}, {55, 62.64}, {120, 128.61}, {129, 133.35}, {133, 135.46}, {135, 136.51}, {138, 138.09}, {140, 126.87}, {152, 137.66}, {153, 138.56}}},
-    {"transformer-big-fp32", 256, 1048576, 128, 4096, 122112, 6, 3.54,
-     {{4096, 7.51}, {74752, 86.21}, {121856, 138.66}, {122112, 139.00}},
-     {{4096, 7.24}, {74752, 84.58}, {121856, 138.12}, {122112, 138.46}}},
-    {"conv-seq2seq-fp32", 256, 1048576, 128, 4096, 148992, 8, 2.75,
-     {{4096, 6.34}, {80384, 77.70}, {145536, 138.86}, {148096, 138.27}, {148864, 138.90}, {148992, 138.90}},
-     {{4096, 6.22}, {80384, 76.06}, {145536, 135.75}, {148096, 138.06}, {148864, 138.72}, {148992, 138.72}}},
-    {"unsupmt-fp32", 100, 1048576, 100, 2000, 72000, 7, 5.03,
-     {{2000, 7.81}, {51200, 103.47}, {71000, 137.01}, {71800, 138.54}, {72000, 138.87}},
-     {{2000, 7.64}, {51200, 99.58}, {71000, 136.60}, {71800, 138.09}, {72000, 138.44}}},
-    {"bert-base-fp32", 1, 65536, 1, 16, 1370, 9, 2.05,
-     {{16, 3.39}, {900, 93.29}, {1345, 138.59}, {1363, 138.30}, {1369, 138.88}, {1370, 138.98}},
-     {{16, 3.27}, {900, 91.82}, {1345, 136.40}, {1363, 138.21}, {1369, 138.81}, {1370, 138.91}}},
-    {"bert-finetune-fp32", 1, 65536, 1, 8, 340, 6, 2.03,
-     {{8, 4.95}, {192, 79.71}, {332, 136.65}, {338, 138.35}, {340, 138.88}},
-     {{8, 4.87}, {192, 79.11}, {332, 135.61}, {338, 138.03}, {340, 138.84}}},
-    {"mt-dnn-fp32", 1, 65536, 1, 8, 147, 6, 5.84,
-     {{8, 11.98}, {88, 84.75}, {145, 136.66}, {147, 138.30}},
-     {{8, 11.84}, {88, 84.34}, {145, 136.01}, {147, 137.78}}},
-};
-
-TEST(BatchSearchTest, ReplaysTheH200Fp32SuiteOfDecember4InNoMoreProbesThanItTook) {
+TEST(BatchSearchTest, ReplaysMeasuredFp32SearchesWithABallastInNoMoreProbesThanTheyTook) {
   // Exact every time, and in no more probes than the H200 took. Three searches took more than
   // issue 10's eight there: mask-rcnn 11 (its allocated peaks grew by 1.0 GiB a batch up to 120
   // and by 0.53 above, so each prediction through the long lever from 55 fitted a few batches
@@ -629,54 +470,12 @@ TEST(BatchSearchTest, ReplaysTheH200Fp32SuiteOfDecember4InNoMoreProbesThanItTook
   // and saved no probe in this replay (10 again), so the rule was not kept. With the aimed
   // probes (Search::aim) bert-base takes 8: 1369 fits past the line, 1370 fits where the line
   // reaches 0.2% under the capacity, 1373 (the line's crossing of the capacity) and 1371 fail.
-  const auto records = replay_set(kH200BallastFp32Searches, true);
+  const auto records =
+      replay_set(measured_searches("h200-fp32-suite-ballast-2026-12-04.json"), true);
   EXPECT_LE(records.at("bert-base-fp32").probes.size(), 8u) << trace(records.at("bert-base-fp32"));
 }
 
-// Generated from docs/results/2026-12-04-h200-bf16-suite-tiers-repeats/bf16/journal.jsonl: the
-// amp-bf16 suite in the same tree as the fp32 one above (one-step probes, the ballast in every
-// probe's peaks), resident memory from each search's first probe, with the probe counts the H200
-// took (84 in all; mask-rcnn 10, bert-base 9).
-const std::vector<MeasuredSearch> kH200BallastBf16Searches = {
-    {"nasnet-large-amp-bf16", 1, 65536, 1, 16, 455, 7, 1.76,
-     {{16, 6.51}, {236, 73.04}, {445, 136.36}, {453, 138.93}, {454, 139.01}, {455, 138.91}},
-     {{16, 6.40}, {236, 72.63}, {445, 135.56}, {453, 137.97}, {454, 138.27}, {455, 138.57}}},
-    {"deeplabv3-amp-bf16", 2, 4096, 1, 8, 170, 6, 0.85,
-     {{8, 7.37}, {86, 72.04}, {165, 137.52}, {169, 138.17}, {170, 138.99}},
-     {{8, 7.23}, {86, 70.62}, {165, 134.82}, {169, 138.07}, {170, 138.88}}},
-    {"yolov3-amp-bf16", 1, 4096, 1, 8, 348, 6, 1.07,
-     {{8, 4.17}, {182, 74.38}, {339, 137.76}, {346, 139.03}, {348, 139.01}},
-     {{8, 4.10}, {182, 73.09}, {339, 135.35}, {346, 138.12}, {348, 138.92}}},
-    {"pix2pixhd-amp-bf16", 1, 256, 1, 2, 14, 5, 3.34,
-     {{2, 22.16}, {7, 70.37}, {13, 128.18}, {14, 137.71}},
-     {{2, 22.07}, {7, 69.96}, {13, 127.42}, {14, 137.00}}},
-    {"stylegan-amp-bf16", 1, 4096, 4, 8, 212, 5, 1.27,
-     {{8, 6.79}, {104, 73.13}, {200, 135.66}, {212, 138.37}},
-     {{8, 6.43}, {104, 69.77}, {200, 130.07}, {212, 137.80}}},
-    {"mask-rcnn-amp-bf16", 1, 4096, 1, 2, 290, 10, 0.93,
-     {{2, 2.19}, {123, 70.16}, {249, 129.97}, {271, 137.72}, {272, 138.21}, {274, 134.21}, {288, 137.88}, {289, 138.37}, {290, 138.84}},
-     {{2, 2.05}, {123, 67.18}, {249, 127.18}, {271, 137.64}, {272, 138.12}, {274, 131.12}, {288, 137.78}, {289, 138.26}, {290, 138.73}}},
-    {"transformer-big-amp-bf16", 256, 1048576, 128, 4096, 154880, 8, 3.54,
-     {{4096, 7.06}, {90624, 91.38}, {151296, 136.16}, {154624, 139.05}, {154752, 139.01}, {154880, 139.01}},
-     {{4096, 6.59}, {90624, 82.67}, {151296, 135.26}, {154624, 137.99}, {154752, 137.99}, {154880, 137.99}}},
-    {"conv-seq2seq-amp-bf16", 256, 1048576, 128, 4096, 191104, 8, 2.75,
-     {{4096, 5.60}, {118016, 97.54}, {187520, 136.26}, {190592, 138.62}, {190848, 138.89}, {190976, 138.89}, {191104, 138.89}},
-     {{4096, 5.11}, {118016, 86.51}, {187520, 135.98}, {190592, 138.29}, {190848, 138.55}, {190976, 138.55}, {191104, 138.55}}},
-    {"unsupmt-amp-bf16", 100, 1048576, 100, 2000, 95300, 7, 5.03,
-     {{2000, 7.78}, {62600, 102.91}, {93800, 136.79}, {95000, 138.58}, {95200, 138.86}, {95300, 139.04}},
-     {{2000, 7.17}, {62600, 92.50}, {93800, 136.46}, {95000, 138.17}, {95200, 138.44}, {95300, 138.60}}},
-    {"bert-base-amp-bf16", 1, 65536, 1, 16, 2109, 9, 2.05,
-     {{16, 2.96}, {1312, 90.60}, {2069, 136.94}, {2099, 138.91}, {2108, 138.89}, {2109, 138.99}},
-     {{16, 2.89}, {1312, 87.06}, {2069, 136.23}, {2099, 138.18}, {2108, 138.76}, {2109, 138.82}}},
-    {"bert-finetune-amp-bf16", 1, 65536, 1, 8, 502, 7, 2.03,
-     {{8, 4.07}, {281, 81.34}, {490, 137.64}, {499, 138.87}, {501, 139.03}, {502, 139.06}},
-     {{8, 3.98}, {281, 78.59}, {490, 135.72}, {499, 138.18}, {501, 138.73}, {502, 139.00}}},
-    {"mt-dnn-amp-bf16", 1, 65536, 1, 8, 222, 6, 5.84,
-     {{8, 10.11}, {128, 83.54}, {217, 137.36}, {220, 138.24}, {222, 139.04}},
-     {{8, 9.98}, {128, 82.34}, {217, 135.96}, {220, 137.70}, {222, 138.89}}},
-};
-
-TEST(BatchSearchTest, ReplaysTheH200Bf16SuiteOfDecember4InNoMoreProbesThanItTook) {
+TEST(BatchSearchTest, ReplaysMeasuredBf16SearchesWithABallastInNoMoreProbesThanTheyTook) {
   // Exact every time, and in no more probes than the H200 took. Two searches took more than
   // issue 10's eight there: mask-rcnn 10 (its peaks drop by 4 GiB from 272 to 274, so the
   // search drew its line under the fits and predicted again up to 290) and bert-base 9 (its edge
@@ -687,7 +486,8 @@ TEST(BatchSearchTest, ReplaysTheH200Bf16SuiteOfDecember4InNoMoreProbesThanItTook
   // 30000), so it was not kept. The aimed probes (Search::aim) take bert-base to 8 without
   // that cost: 2108 fits past the line, 2111 (where the line reaches 0.2% under the capacity)
   // fails, and the bisection closes on 2109 in two.
-  const auto records = replay_set(kH200BallastBf16Searches, true);
+  const auto records =
+      replay_set(measured_searches("h200-bf16-suite-ballast-2026-12-04.json"), true);
   EXPECT_LE(records.at("bert-base-amp-bf16").probes.size(), 8u)
       << trace(records.at("bert-base-amp-bf16"));
 }
@@ -933,9 +733,10 @@ TEST(BatchSearchTest, ARetryThatBreaksItsWorkerIsRetriedInTheFreshOne) {
   // transformer-big amp-bf16 as the H200 measured it: the first prediction fails, the retry 2%
   // under it is the next probe. When that probe leaves its worker unusable, the fresh worker
   // decides as the first would and probes it again; the search ends as an unbroken one does.
+  const std::vector<MeasuredSearch> set = measured_searches("h200-allocated-line-2026-12-01.json");
   const MeasuredSearch* m = nullptr;
-  for (const auto& s : kH200AllocatedLineSearches) {
-    if (std::string(s.model) == "transformer-big-amp-bf16") m = &s;
+  for (const auto& s : set) {
+    if (s.model == "transformer-big-amp-bf16") m = &s;
   }
   ASSERT_NE(m, nullptr);
   const SearchRecord whole = replay(*m, true);
@@ -1002,7 +803,7 @@ SearchSettings default_budget() {
 /// made of, in bytes), the probes it took there, and the peaks (GiB: allocated, reserved) of the
 /// probes that fitted, with the resident memory of the first.
 struct MeasuredTier {
-  const char* model;
+  std::string model;
   int cap_gib;
   int64_t capacity, headroom, max_batch, peak_at_max, resident_at_max;
   double fixed, per_sample;
@@ -1011,48 +812,34 @@ struct MeasuredTier {
   std::vector<std::tuple<int64_t, double, double>> fits;
 };
 
-// Generated from docs/results/2026-12-04-h200-bf16-suite-tiers-repeats/tiers/tiers.jsonl
-// (`--memory-tiers 6,8,11,24,48` for bert-base, nasnet-large and transformer-big, fp32): 64
-// probes in all.
-const std::vector<MeasuredTier> kH200Tiers = {
-    {"bert-base", 6, 5715984384, 14289960, 39, 5689573376, 1844289536, 1403734357.3,
-     107581667.556, 8, 1.718, {{16, 2.932, 3.037}, {30, 4.313, 4.381}, {37, 5.014, 5.084},
-      {38, 5.115, 5.182}, {39, 5.215, 5.299}}},
-    {"bert-base", 8, 7863468032, 19658670, 59, 7828668416, 1849725440, 1409098638.2,
-     107581667.556, 2, 1.723, {{59, 7.224, 7.291}}},
-    {"bert-base", 11, 11084693504, 27711733, 89, 11039408128, 1857880576, 1417212416.0,
-     107580928.000, 3, 1.730, {{88, 10.137, 10.262}, {89, 10.237, 10.281}}},
-    {"bert-base", 24, 25043337216, 62608343, 218, 24968691712, 1893216256, 1451739136.0,
-     107582976.000, 3, 1.763, {{217, 23.094, 23.156}, {218, 23.194, 23.254}}},
-    {"bert-base", 48, 50813140992, 127032852, 457, 50767855616, 1958453248, 1516515328.0,
-     107581440.000, 5, 1.824, {{453, 46.800, 46.871}, {454, 46.900, 47.008},
-      {457, 47.201, 47.281}}},
-    {"nasnet-large", 6, 5715984384, 14289960, 7, 5714739200, 1513724416, 1166304256.0,
-     638625792.000, 4, 1.406, {{4, 3.465, 3.680}, {7, 5.250, 5.322}}},
-    {"nasnet-large", 8, 7863468032, 19658670, 10, 7767851008, 1523037184, 1171644416.0,
-     638625792.000, 2, 1.418, {{10, 7.039, 7.234}}},
-    {"nasnet-large", 11, 11084693504, 27711733, 15, 10997465088, 1537664000, 1179488256.0,
-     638625792.000, 2, 1.432, {{15, 10.020, 10.242}}},
-    {"nasnet-large", 24, 25043337216, 62608343, 37, 25042092032, 1601484288, 1207405056.0,
-     638800896.000, 3, 1.490, {{36, 22.542, 22.840}, {37, 23.137, 23.322}}},
-    {"nasnet-large", 48, 50813140992, 127032852, 77, 50811895808, 1718499328, 1263633920.0,
-     638801408.000, 3, 1.599, {{76, 46.392, 46.824}, {77, 46.986, 47.322}}},
-    {"transformer-big", 6, 5715984384, 14289960, 2688, 5584715776, 3445655552, 2509201959.4,
-     1119874.462, 5, 3.209, {{1024, 3.405, 3.605}, {2560, 5.081, 5.162}, {2688, 5.140, 5.201}}},
-    {"transformer-big", 8, 7863468032, 19658670, 4608, 7765753856, 3451374080, 2497728433.2,
-     1119874.462, 2, 3.214, {{4608, 7.132, 7.232}}},
-    {"transformer-big", 11, 11084693504, 27711733, 7168, 11081351168, 3459887104, 2459902836.4,
-     1177357.091, 6, 3.222, {{4096, 6.922, 7.193}, {5760, 8.607, 8.756}, {7040, 10.044, 10.223},
-      {7168, 10.151, 10.320}}},
-    {"transformer-big", 24, 25043337216, 62608343, 18816, 24884805632, 3496776704, 2703115820.5,
-     1163173.739, 8, 3.254, {{4096, 6.955, 7.213}, {11008, 14.639, 14.930}, {18304, 22.447, 22.922},
-      {18560, 22.674, 23.156}, {18688, 22.582, 23.039}, {18816, 22.901, 23.176}}},
-    {"transformer-big", 48, 50813140992, 127032852, 40576, 50541363200, 3564950528, 3304426668.0,
-     1153351.781, 8, 3.314, {{4096, 7.015, 7.271}, {24192, 29.063, 29.662}, {39808, 45.824, 46.836},
-      {40320, 46.341, 46.797}, {40576, 46.662, 47.070}}},
-};
+/// The memory tiers the H200 measured on 2026-12-04, in the order they ran
+/// (tests/data/h200-memory-tiers-2026-12-04.json).
+std::vector<MeasuredTier> measured_tiers() {
+  const nlohmann::json data = read_test_data("h200-memory-tiers-2026-12-04.json");
+  std::vector<MeasuredTier> tiers;
+  for (const auto& j : data.at("tiers")) {
+    MeasuredTier t;
+    t.model = j.at("model").get<std::string>();
+    t.cap_gib = j.at("cap_gib").get<int>();
+    t.capacity = j.at("capacity").get<int64_t>();
+    t.headroom = j.at("headroom").get<int64_t>();
+    t.max_batch = j.at("max_batch").get<int64_t>();
+    t.peak_at_max = j.at("peak_at_max").get<int64_t>();
+    t.resident_at_max = j.at("resident_at_max").get<int64_t>();
+    t.fixed = j.at("fixed").get<double>();
+    t.per_sample = j.at("per_sample").get<double>();
+    t.h200_probes = j.at("h200_probes").get<std::size_t>();
+    t.resident_gib = j.at("resident_gib").get<double>();
+    for (const auto& f : j.at("fits")) {
+      t.fits.emplace_back(f.at(0).get<int64_t>(), f.at(1).get<double>(), f.at(2).get<double>());
+    }
+    tiers.push_back(std::move(t));
+  }
+  if (tiers.empty()) throw std::runtime_error("no tiers in h200-memory-tiers-2026-12-04.json");
+  return tiers;
+}
 
-TEST(BatchSearchTest, ReplaysTheH200TiersOfDecember4WithTheirHintsInNoMoreProbesThanTheyTook) {
+TEST(BatchSearchTest, ReplaysMeasuredMemoryTiersWithTheSuitesHintsInNoMoreProbesThanTheyTook) {
   // Each tier's search replayed against the peaks it measured (interpolated from the resident
   // memory at batch 0 through its fits; out of memory above its answer), hinted as the suite
   // hints it (suite.cpp's hint_for: the answer of the tier below, the line of the first, cold,
@@ -1063,8 +850,9 @@ TEST(BatchSearchTest, ReplaysTheH200TiersOfDecember4WithTheirHintsInNoMoreProbes
   // first tier's line was tried here: 59 probes, three fewer for transformer-big at 24 and at 48
   // GiB (0.5-2.3 s each), one more for nasnet-large at 11 GiB (about 9 s): no time saved, not
   // kept.
+  const std::vector<MeasuredTier> all_tiers = measured_tiers();
   std::map<std::string, std::vector<const MeasuredTier*>> chains;
-  for (const auto& t : kH200Tiers) chains[t.model].push_back(&t);
+  for (const auto& t : all_tiers) chains[t.model].push_back(&t);
   const auto record = [](const MeasuredTier& t) {
     SearchRecord r;
     r.capacity_bytes = t.capacity;

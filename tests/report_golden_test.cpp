@@ -9,7 +9,7 @@
 //
 //   GPUBENCH_UPDATE_GOLDEN=1 build/gpubench_tests --gtest_filter='ReportGoldenTest.*'
 //
-// scripts/check_html.sh renders the same inputs in headless Chromium (ctest
+// scripts/dev/check_html.sh renders the same inputs in headless Chromium (ctest
 // HtmlReportRendersInChromium).
 #include "gpubench/config/config.h"
 #include "gpubench/records/journal.h"

@@ -181,7 +181,7 @@ TEST(TokenBatchingTest, AProbeTrainsTheBatchesWithinTheEstimatesUncertaintyOfThe
 }
 
 TEST(TokenBatchingTest, PlanMatchesThePythonTwin) {
-  // scripts/python/transformer_big_reference.py --tokens 16000 --plan-only (seed 0) printed
+  // tools/twins/transformer_big_reference.py --tokens 16000 --plan-only (seed 0) printed
   // these; the twin must train on the same batches.
   TokenBatchOptions options;
   options.max_tokens = 16000;

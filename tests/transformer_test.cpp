@@ -203,7 +203,7 @@ TEST(TransformerTest, AProbePeaksAsHighAsTheBatchThatPeaksHighest) {
 // through the probes. Under autocast the model puts it first by about that much, so the probe
 // trains it. (Strict fp32 keeps the probabilities alone, in the activations' own width; the
 // fp32 ranking is what AProbePeaksAsHighAsTheBatchThatPeaksHighest measures on the CPU.)
-TEST(TransformerTest, TheActivationModelRanksTheBatchesAsTheH200Measured) {
+TEST(TransformerTest, UnderAutocastTheActivationModelRanksTheLongestSentencesHeaviest) {
   const auto store = ConfigStore::load_builtin(builtin_registry());
   const ModelConfig& config = store.model("transformer-big");
   const auto shapes = plan_token_batches(length_profile(config.model),

@@ -342,7 +342,8 @@ TEST(UnsupMtTest, AProbePeaksAsHighAsWholeIterationsAndHardlyHigher) {
 }
 
 // The same on the device, from the caching allocator's peaks, in fp32 and amp-bf16 (the smoke
-// model; scripts/gpu/unsupmt_probe_check.sh compares the full size near the H200's limit).
+// model; unsupmt_probe_check.sh in docs/results/2026-12-04-h200-bf16-suite-tiers-repeats/
+// compares the full size near the H200's limit).
 TEST(UnsupMtTest, AProbePeaksAsHighAsWholeIterationsOnTheDevice_CUDA) {
   const torch::Device device(torch::kCUDA, 0);
   for (const Precision precision : {Precision::kFp32, Precision::kAmpBf16}) {

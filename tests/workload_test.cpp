@@ -46,7 +46,7 @@ constexpr int kSmokeSteps = 20;
 /// Steps under CPU bf16 autocast: the CPU has no bf16 convolution kernels worth the name (20
 /// steps of deeplabv3 took 47 minutes on a loaded 2-core machine), so the bf16 smoke run checks
 /// that autocast trains a few steps; full-size bf16 and fp16 health is measured on the GPU
-/// (scripts/gpu/health_check.sh) and checked by the runner in every record.
+/// (scripts/dev/gpu/health_check.sh) and checked by the runner in every record.
 constexpr int kBf16SmokeSteps = 3;
 
 /// Architectures that use layer_norm, which libtorch 1.13's CPU autocast rejects in bf16.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures the fuzz + sanitizer build folder (cmake/Fuzz.cmake) once: clang, ASan + UBSan,
-# libFuzzer coverage, no models. Used by scripts/fuzz.sh and scripts/sanitize.sh.
+# libFuzzer coverage, no models. Used by scripts/dev/fuzz.sh and scripts/dev/sanitize.sh.
 #   scripts/dev/configure_fuzz.sh [DIR]   (default build-fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

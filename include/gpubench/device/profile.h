@@ -1,7 +1,7 @@
 // A developer's window into a step: with GPUBENCH_PROFILE_TRACE=PATH set, the timed phase
 // profiles a few extra steps after its warm-up with libtorch's Kineto profiler (CPU operators
 // and CUDA kernels) and saves a Chrome trace to PATH, before the timed window (so the numbers
-// of the record are not touched). scripts/gpu/trace_summary.py turns the trace into a table of
+// of the record are not touched). scripts/dev/gpu/trace_summary.py turns the trace into a table of
 // where the device time goes. CUDA builds only: the CPU libtorch has no CUDA activity to trace.
 #pragma once
 
