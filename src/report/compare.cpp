@@ -1,8 +1,9 @@
 #include "gpubench/report/compare.h"
 
 #include "gpubench/base/errors.h"
-#include "gpubench/report/reporter.h"
 #include "gpubench/base/strings.h"
+#include "gpubench/report/reporter.h"
+#include "src/report/sections.h"
 
 #include <fmt/format.h>
 
@@ -47,11 +48,6 @@ const Json* member(const Json& json, const char* key) {
   return it == json.end() ? nullptr : &*it;
 }
 
-int64_t world_size_of(const JobRecord& r) {
-  const Json* size = member(r.data_parallel, "world_size");
-  return size && size->is_number_integer() ? size->get<int64_t>() : 1;
-}
-
 /// The model's `attention` setting ("stored", "fused"); empty for a model without one.
 std::string attention_of(const JobRecord& r) {
   const Json* model = member(r.config, "model");
@@ -87,7 +83,8 @@ std::vector<IdentityDifference> identity_differences(const JobRecord& a, const J
   auto or_none = [](const std::string& s) { return s.empty() ? std::string("none") : s; };
   if (a.ok() && b.ok()) differ("batch", std::to_string(a.batch), std::to_string(b.batch));
   differ("batch source", or_none(a.batch_source), or_none(b.batch_source));
-  differ("world size", std::to_string(world_size_of(a)), std::to_string(world_size_of(b)));
+  differ("world size", std::to_string(report::world_size_of(a)),
+         std::to_string(report::world_size_of(b)));
   differ("attention", or_none(attention_of(a)), or_none(attention_of(b)));
   const std::pair<const char*, const char*> sections[] = {
       {"model", "model config"}, {"optimizer", "optimizer config"}, {"runtime", "runtime config"}};
