@@ -822,7 +822,7 @@ TEST(RunnerTest, RepeatedTimedRunsGiveTheMedianAndAnInterval) {
   EXPECT_EQ(r.throughput_stats->n, 3);
   EXPECT_EQ(r.throughput_stats->min, 10);
   EXPECT_EQ(r.throughput_stats->max, 14);
-  const double half = 4.303 * 2.0 / std::sqrt(3.0);  // t(0.975, 2) x sd / sqrt(n)
+  const double half = 4.302652729749464 * 2.0 / std::sqrt(3.0);  // t(0.975, 2) x sd / sqrt(n)
   EXPECT_NEAR(r.throughput_stats->ci95_low, 12 - half, 1e-9);
   EXPECT_NEAR(r.throughput_stats->ci95_high, 12 + half, 1e-9);
   ASSERT_EQ(r.repeats.size(), 3u);

@@ -237,9 +237,9 @@ TEST(TimingTest, WindowNeedsBothStepsAndSeconds) {
 }
 
 TEST(TimingTest, TheWindowsNoiseIsTheRelativeIntervalOfTheMeanCycleTime) {
-  // Steps of one shape: each step a cycle. 12 -+ 4.303 x 2 / sqrt(3) around a mean of 12.
+  // Steps of one shape: each step a cycle. 12 -+ 4.30265 x 2 / sqrt(3) around a mean of 12.
   ASSERT_TRUE(window_noise({14, 10, 12}, 1).has_value());
-  EXPECT_NEAR(*window_noise({14, 10, 12}, 1), 4.9687 / 12, 1e-4);
+  EXPECT_NEAR(*window_noise({14, 10, 12}, 1), 4.302652729749464 * 2 / std::sqrt(3.0) / 12, 1e-12);
   EXPECT_NEAR(*window_noise({100, 100, 100, 100}, 1), 0.0, 1e-12);
   // A cycle of two different steps: the cycles are equal, so the mean is known exactly; the
   // steps alone would look noisy.
@@ -276,14 +276,16 @@ TEST(TimingTest, TheWindowGoesOnWhileNoisyUpToItsTimeLimit) {
 }
 
 TEST(TimingTest, TheProjectedWindowHoldsTheCyclesSpreadAndShrinksTheirInterval) {
-  // Three cycles with a coefficient of variation of 1%: +-4.303 x 1% / sqrt(3) = +-2.48%. The
-  // interval reaches 0.5% at 18 cycles (2.110 x 1% / sqrt(18) = 0.497%; 17 give 0.514%), not at
-  // the 74 that the noise's square alone says (3 x (2.48 / 0.5)^2): t shrinks too.
-  const double noise = 4.303 * 0.01 / std::sqrt(3.0);
+  // Three cycles with a coefficient of variation of 1%: +-4.30265 x 1% / sqrt(3) = +-2.48%. The
+  // interval reaches 0.5% at 18 cycles (2.10982 x 1% / sqrt(18) = 0.497%; 17 give 0.514%), not
+  // at the 74 that the noise's square alone says (3 x (2.48 / 0.5)^2): t shrinks too.
+  const double noise = 4.302652729749464 * 0.01 / std::sqrt(3.0);
   EXPECT_NEAR(projected_window_seconds(noise, 3, 6.0, 0.005), 18 * 2.0, 1e-9);
-  // Many cycles (t = 1.96): about cycles x (noise / target)^2, at the mean cycle time so far.
-  EXPECT_NEAR(projected_window_seconds(0.01, 200, 10.0, 0.005), 4 * 10.0, 0.01 * 10.0);
-  EXPECT_NEAR(projected_window_seconds(0.02, 400, 8.0, 0.005), 16 * 8.0, 0.01 * 16 * 8.0);
+  // Many cycles: about cycles x (noise / target)^2, a little less as t still falls (1.97196 at
+  // 199 degrees of freedom, 1.96296 at 792), at the mean cycle time so far. The counts are
+  // mpmath's, searched cycle by cycle.
+  EXPECT_NEAR(projected_window_seconds(0.01, 200, 10.0, 0.005), 793 * 10.0 / 200, 1e-9);
+  EXPECT_NEAR(projected_window_seconds(0.02, 400, 8.0, 0.005), 6364 * 8.0 / 400, 1e-9);
   // Already within the target: the window so far.
   EXPECT_DOUBLE_EQ(projected_window_seconds(0.004, 5, 6.0, 0.005), 6.0);
   // Fewer than two cycles project nothing.
@@ -374,21 +376,53 @@ TEST(TimingTest, ASampleHasItsMedianRangeAndTheMeansNinetyFivePercentInterval) {
   EXPECT_EQ(s.min, 10);
   EXPECT_EQ(s.max, 14);
   EXPECT_DOUBLE_EQ(s.stddev, 2);
-  // t(0.975, 2) = 4.303: 12 -+ 4.303 x 2 / sqrt(3).
-  EXPECT_NEAR(s.ci95_low, 7.0313, 1e-4);
-  EXPECT_NEAR(s.ci95_high, 16.9687, 1e-4);
-  EXPECT_NEAR(s.relative_half_width(), 4.9687 / 12, 1e-4);
+  // t(0.975, 2) = 4.30265: 12 -+ 4.30265 x 2 / sqrt(3).
+  const double half = 4.302652729749464 * 2 / std::sqrt(3.0);
+  EXPECT_NEAR(s.ci95_low, 12 - half, 1e-9);
+  EXPECT_NEAR(s.ci95_high, 12 + half, 1e-9);
+  EXPECT_NEAR(s.relative_half_width(), half / 12, 1e-9);
   const SampleStats one = summarize_sample({5});
   EXPECT_EQ(one.ci95_low, 5);
   EXPECT_EQ(one.ci95_high, 5);
   EXPECT_EQ(one.relative_half_width(), 0);
   EXPECT_EQ(summarize_sample({}).n, 0);
   EXPECT_EQ(SampleStats::from_json(s.to_json()).to_json(), s.to_json());
-  EXPECT_DOUBLE_EQ(t_quantile_975(1), 12.706);
-  EXPECT_DOUBLE_EQ(t_quantile_975(10), 2.228);
-  EXPECT_DOUBLE_EQ(t_quantile_975(30), 2.042);
-  EXPECT_DOUBLE_EQ(t_quantile_975(100000), 1.960);
-  EXPECT_GT(t_quantile_975(31), t_quantile_975(100000));
+}
+
+// Reference values: mpmath at 30 digits, its regularized incomplete beta inverted (the first
+// ones are the textbook table's 12.706, 4.303, 2.571, 2.228, 2.042).
+TEST(TimingTest, StudentsTQuantilesAreExactForEveryDegreeOfFreedom) {
+  EXPECT_NEAR(t_quantile_975(1), 12.706204736174705, 1e-11);
+  EXPECT_NEAR(t_quantile_975(2), 4.3026527297494639, 1e-12);
+  EXPECT_NEAR(t_quantile_975(5), 2.5705818356363155, 1e-12);
+  EXPECT_NEAR(t_quantile_975(10), 2.2281388519862747, 1e-12);
+  EXPECT_NEAR(t_quantile_975(30), 2.0422724563012383, 1e-12);
+  EXPECT_NEAR(t_quantile_975(1000), 1.9623390808264085, 1e-12);
+  EXPECT_NEAR(t_quantile_975(10000), 1.9602012398906263, 1e-12);
+  EXPECT_NEAR(t_quantile_975(1000000), 1.959966356814107, 1e-12);
+  EXPECT_TRUE(std::isinf(t_quantile_975(0)));
+  // Between the old table's rows, df was rounded up to the next one (35 read as 40's 2.021):
+  // an interval 0.4% too narrow there.
+  EXPECT_NEAR(t_quantile_975(35), 2.0301079282503432, 1e-12);
+  EXPECT_NEAR(t_quantile_975(40), 2.0210753903062734, 1e-12);
+  // Welch's degrees of freedom are fractional; other levels and the lower tail.
+  EXPECT_NEAR(student_t_quantile(0.975, 2.5), 3.5746548420036832, 1e-11);
+  EXPECT_NEAR(student_t_quantile(0.995, 7.3), 3.4510316556221852, 1e-11);
+  EXPECT_NEAR(student_t_quantile(0.025, 5), -2.5705818356363155, 1e-12);
+  EXPECT_EQ(student_t_quantile(0.5, 3), 0);
+  EXPECT_TRUE(std::isinf(student_t_quantile(1, 3)));
+  EXPECT_TRUE(std::isnan(student_t_quantile(0.975, 0)));
+  // Both sides of the switch to the expansion at 1000 degrees of freedom agree.
+  EXPECT_NEAR(student_t_quantile(0.975, 999.999), student_t_quantile(0.975, 1000.001), 1e-12);
+  // The distribution function, and the quantile as its inverse.
+  EXPECT_NEAR(student_t_cdf(2, 3), 0.93033701572057841, 1e-14);
+  EXPECT_NEAR(student_t_cdf(-1.5, 4.5), 0.10010954282807676, 1e-14);
+  EXPECT_EQ(student_t_cdf(0, 7), 0.5);
+  for (const double df : {1.0, 2.0, 3.7, 12.0, 250.0}) {
+    for (const double p : {0.001, 0.2, 0.9, 0.975, 0.9999}) {
+      EXPECT_NEAR(student_t_cdf(student_t_quantile(p, df), df), p, 1e-13) << df << " " << p;
+    }
+  }
 }
 
 }  // namespace

@@ -38,18 +38,129 @@ TimingStats summarize_steps(const std::vector<double>& step_ms, double window_se
   return s;
 }
 
+namespace {
+
+constexpr double kLogPi = 1.1447298858494002;             // log(pi)
+constexpr double kInverseSqrtTwoPi = 0.3989422804014327;  // 1 / sqrt(2 pi)
+
+/// The continued fraction of the regularized incomplete beta function I_x(a, b), evaluated by
+/// the modified Lentz method (Numerical Recipes, betacf); it converges fast for
+/// x < (a + 1) / (a + b + 2).
+double beta_fraction(double a, double b, double x) {
+  constexpr double kTiny = 1e-300;  // keeps a denominator off zero
+  constexpr double kEpsilon = 1e-16;
+  // The terms needed grow as the square root of the larger parameter: 1e6 is far past any df.
+  constexpr int kMaxTerms = 1000000;
+  auto nonzero = [](double v) { return std::fabs(v) < kTiny ? kTiny : v; };
+  double c = 1;
+  double d = 1 / nonzero(1 - (a + b) * x / (a + 1));
+  double h = d;
+  for (int m = 1; m <= kMaxTerms; ++m) {
+    const double m2 = 2.0 * m;
+    const double even = m * (b - m) * x / ((a - 1 + m2) * (a + m2));
+    d = 1 / nonzero(1 + even * d);
+    c = nonzero(1 + even / c);
+    h *= d * c;
+    const double odd = -(a + m) * (a + b + m) * x / ((a + m2) * (a + 1 + m2));
+    d = 1 / nonzero(1 + odd * d);
+    c = nonzero(1 + odd / c);
+    h *= d * c;
+    if (std::fabs(d * c - 1) < kEpsilon) break;
+  }
+  return h;
+}
+
+/// I_x(a, b), with y = 1 - x passed apart so that neither loses digits near 0 or 1.
+double regularized_beta(double a, double b, double x, double y) {
+  if (x <= 0) return 0;
+  if (y <= 0) return 1;
+  const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) +
+                                a * std::log(x) + b * std::log(y));
+  if (x < (a + 1) / (a + b + 2)) return front * beta_fraction(a, b, x) / a;
+  return 1 - front * beta_fraction(b, a, y) / b;
+}
+
+/// P(T > t) for t >= 0: I_{df / (df + t^2)}(df / 2, 1 / 2) / 2, the small tails computed as
+/// they are (not as one minus the rest).
+double student_t_upper_tail(double t, double df) {
+  if (t == 0) return 0.5;
+  if (std::isinf(t)) return 0;
+  const double ratio = df / (t * t);  // 0 where t^2 overflows
+  return 0.5 * regularized_beta(0.5 * df, 0.5, ratio / (1 + ratio), 1 / (1 + ratio));
+}
+
+double student_t_density(double t, double df) {
+  return std::exp(std::lgamma(0.5 * (df + 1)) - std::lgamma(0.5 * df) -
+                  0.5 * (std::log(df) + kLogPi) - 0.5 * (df + 1) * std::log1p(t * t / df));
+}
+
+/// The x >= 0 with upper_tail(x) = q, for q in (0, 0.5) and a tail that falls from 0.5 at 0
+/// with slope -density: Newton steps, each kept inside a bracket that the values narrow (a
+/// step that would leave it bisects instead).
+template <typename Tail, typename Density>
+double solve_upper_tail(double q, Tail upper_tail, Density density) {
+  double low = 0, high = 1;
+  while (upper_tail(high) > q) {
+    low = high;
+    high *= 2;
+    if (std::isinf(high)) return high;
+  }
+  double x = 0.5 * (low + high);
+  for (int i = 0; i < 200; ++i) {
+    const double excess = upper_tail(x) - q;  // positive below the answer
+    if (excess == 0) return x;
+    (excess > 0 ? low : high) = x;
+    double next = x + excess / density(x);
+    if (!(next > low && next < high)) next = 0.5 * (low + high);
+    if (std::fabs(next - x) <= 1e-15 * next || high - low <= 1e-15 * high) return next;
+    x = next;
+  }
+  return x;
+}
+
+/// The standard normal's upper quantile: the z with P(Z > z) = q, q in (0, 0.5).
+double normal_upper_quantile(double q) {
+  return solve_upper_tail(
+      q, [](double z) { return 0.5 * std::erfc(z / std::sqrt(2.0)); },
+      [](double z) { return kInverseSqrtTwoPi * std::exp(-0.5 * z * z); });
+}
+
+}  // namespace
+
+double student_t_cdf(double t, double df) {
+  if (std::isnan(t) || !(df > 0)) return std::numeric_limits<double>::quiet_NaN();
+  const double tail = student_t_upper_tail(std::fabs(t), df);
+  return t < 0 ? tail : 1 - tail;
+}
+
+double student_t_quantile(double p, double df) {
+  if (!(p >= 0 && p <= 1) || !(df > 0)) return std::numeric_limits<double>::quiet_NaN();
+  if (p == 0) return -std::numeric_limits<double>::infinity();
+  if (p == 1) return std::numeric_limits<double>::infinity();
+  if (p == 0.5) return 0;
+  const double q = p < 0.5 ? p : 1 - p;  // the tail beyond the answer; 1 - p is exact here
+  const double sign = p < 0.5 ? -1 : 1;
+  // Past 1000 degrees of freedom the expansion is the more accurate: the first term it leaves
+  // out is of order df^-5 (below 1e-15 of t), while the incomplete beta function's gamma
+  // logarithms, about df in size, lose digits.
+  constexpr double kExpansionFrom = 1e3;
+  if (df > kExpansionFrom) {
+    const double z = normal_upper_quantile(q);
+    const double z2 = z * z;
+    const double g1 = z * (z2 + 1) / 4;
+    const double g2 = z * ((5 * z2 + 16) * z2 + 3) / 96;
+    const double g3 = z * (((3 * z2 + 19) * z2 + 17) * z2 - 15) / 384;
+    const double g4 = z * ((((79 * z2 + 776) * z2 + 1482) * z2 - 1920) * z2 - 945) / 92160;
+    return sign * (z + (g1 + (g2 + (g3 + g4 / df) / df) / df) / df);
+  }
+  return sign * solve_upper_tail(
+                    q, [df](double t) { return student_t_upper_tail(t, df); },
+                    [df](double t) { return student_t_density(t, df); });
+}
+
 double t_quantile_975(int df) {
-  // Two-sided 95%: the 0.975 quantile, df 1..30, then 40, 60, 120, and the normal's 1.96.
-  static const double kTable[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306,
-                                  2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120,
-                                  2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-                                  2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
   if (df < 1) return std::numeric_limits<double>::infinity();
-  if (df <= 30) return kTable[df - 1];
-  if (df <= 40) return 2.021;
-  if (df <= 60) return 2.000;
-  if (df <= 120) return 1.980;
-  return 1.960;
+  return student_t_quantile(0.975, df);
 }
 
 SampleStats summarize_sample(const std::vector<double>& values) {
@@ -188,18 +299,26 @@ double projected_window_seconds(double noise, int cycles, double elapsed_seconds
   if (noise <= target) return elapsed_seconds;
   // noise = t(n - 1) x cv / sqrt(n): the cycles' coefficient of variation, held as it is.
   const double cv = noise * std::sqrt(static_cast<double>(cycles)) / t_quantile_975(cycles - 1);
-  auto within = [&](int64_t m) {
-    return t_quantile_975(static_cast<int>(m - 1)) * cv / std::sqrt(static_cast<double>(m)) <=
-           target;
+  auto within = [&](double m) {
+    return student_t_quantile(0.975, m - 1) * cv / std::sqrt(m) <= target;
   };
-  // Past 121 cycles t is the normal's 1.96 and the count has a closed form.
-  constexpr int64_t kTableEnd = 121;
-  for (int64_t m = cycles; m <= kTableEnd; ++m) {
-    if (within(m)) return static_cast<double>(m) * per_cycle;
+  // t(m - 1) / sqrt(m) falls as m grows, so the answer is the first m within. The normal's
+  // quantile, below every t, gives a count no larger than it; t at that count, no smaller than t
+  // further on, gives one that is within. Bisect between the two (64 halvings close any range
+  // of counts a double holds).
+  constexpr double kNormal975 = 1.959963984540054;
+  double low = std::max<double>(cycles, std::ceil(std::pow(kNormal975 * cv / target, 2)));
+  double high =
+      std::max(low, std::ceil(std::pow(student_t_quantile(0.975, low - 1) * cv / target, 2)));
+  for (int i = 0; i < 64 && low < high; ++i) {
+    const double m = std::floor(0.5 * (low + high));
+    if (within(m)) {
+      high = m;
+    } else {
+      low = m + 1;
+    }
   }
-  const double m = std::max(static_cast<double>(std::max<int64_t>(cycles, kTableEnd + 1)),
-                            std::ceil(std::pow(t_quantile_975(kTableEnd) * cv / target, 2)));
-  return m * per_cycle;
+  return high * per_cycle;
 }
 
 std::string window_stop(const std::optional<double>& noise, int cycles, double elapsed_seconds,

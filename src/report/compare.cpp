@@ -1,8 +1,9 @@
 #include "gpubench/report/compare.h"
 
 #include "gpubench/base/errors.h"
-#include "gpubench/report/reporter.h"
 #include "gpubench/base/strings.h"
+#include "gpubench/report/reporter.h"
+#include "src/report/sections.h"
 
 #include <fmt/format.h>
 
@@ -15,7 +16,9 @@ namespace gpubench {
 
 namespace {
 
-std::string identity(const JobRecord& r) {
+/// Jobs pair by these: model, precision, memory cap. The rest of the identity decides whether a
+/// pair is comparable (identity_differences).
+std::string pairing_key(const JobRecord& r) {
   return fmt::format("{}|{}|{}", r.model, r.precision,
                      r.memory_cap_gib ? format_number(*r.memory_cap_gib) : std::string());
 }
@@ -37,35 +40,160 @@ std::vector<JobRecord> timed_jobs(const std::vector<JobRecord>& records) {
 
 bool has_interval(const JobRecord& r) { return r.throughput_stats && r.throughput_stats->n > 1; }
 
+/// `json[key]` where json is an object holding it; nullptr otherwise (records are read from
+/// files, so a field may have any shape).
+const Json* member(const Json& json, const char* key) {
+  if (!json.is_object()) return nullptr;
+  const auto it = json.find(key);
+  return it == json.end() ? nullptr : &*it;
+}
+
+/// The model's `attention` setting ("stored", "fused"); empty for a model without one.
+std::string attention_of(const JobRecord& r) {
+  const Json* model = member(r.config, "model");
+  const Json* attention = model ? member(*model, "attention") : nullptr;
+  return attention && attention->is_string() ? attention->get<std::string>() : std::string();
+}
+
+/// A digest of one section of the record's resolved config (8 hex digits of FNV-1a over its
+/// JSON with the keys sorted, so that the order they were written in does not count); none
+/// where the record holds no such section. The model's attention is left out: it is a field of
+/// its own, named in words.
+std::optional<std::string> config_digest(const JobRecord& r, const char* section) {
+  const Json* found = member(r.config, section);
+  if (!found || !found->is_object()) return std::nullopt;
+  Json kept = *found;
+  if (std::string(section) == "model") kept.erase("attention");
+  const std::string text = nlohmann::json::parse(dump_json(kept)).dump();
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a, 64 bits
+  for (const unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return fmt::format("{:08x}", static_cast<uint32_t>(hash >> 32));
+}
+
+/// The identity fields in which two records of one model, precision and memory cap differ,
+/// in the order compare_results lists them.
+std::vector<IdentityDifference> identity_differences(const JobRecord& a, const JobRecord& b) {
+  std::vector<IdentityDifference> out;
+  auto differ = [&out](const char* field, const std::string& x, const std::string& y) {
+    if (x != y) out.push_back({field, x, y});
+  };
+  auto or_none = [](const std::string& s) { return s.empty() ? std::string("none") : s; };
+  if (a.ok() && b.ok()) differ("batch", std::to_string(a.batch), std::to_string(b.batch));
+  differ("batch source", or_none(a.batch_source), or_none(b.batch_source));
+  differ("world size", std::to_string(report::world_size_of(a)),
+         std::to_string(report::world_size_of(b)));
+  differ("attention", or_none(attention_of(a)), or_none(attention_of(b)));
+  const std::pair<const char*, const char*> sections[] = {
+      {"model", "model config"}, {"optimizer", "optimizer config"}, {"runtime", "runtime config"}};
+  for (const auto& [section, field] : sections) {
+    const auto x = config_digest(a, section);
+    const auto y = config_digest(b, section);
+    if (x && y) differ(field, *x, *y);
+  }
+  return out;
+}
+
+/// A side's repeats as the tests need them: count, mean and the variance of the mean.
+struct Repeats {
+  int n = 0;
+  double mean = 0, mean_variance = 0;
+};
+
+Repeats repeats_of(const SampleStats& s) { return {s.n, s.mean, s.stddev * s.stddev / s.n}; }
+
+/// Welch's t-test of mean B = mean A (unequal variances): the two-sided p-value, with the
+/// Welch-Satterthwaite degrees of freedom.
+double welch_p_value(const Repeats& a, const Repeats& b) {
+  const double variance = a.mean_variance + b.mean_variance;
+  const double difference = b.mean - a.mean;
+  if (variance == 0) return difference == 0 ? 1.0 : 0.0;  // no spread: any difference is real
+  const double df = variance * variance /
+                    (a.mean_variance * a.mean_variance / (a.n - 1) +
+                     b.mean_variance * b.mean_variance / (b.n - 1));
+  return 2 * student_t_cdf(-std::fabs(difference) / std::sqrt(variance), df);
+}
+
+/// The 95% interval of mean B / mean A by Fieller's theorem: the rho for which
+/// (mean B - rho mean A)^2 <= t^2 (var B + rho^2 var A), the variances those of the means, t at
+/// the Welch-Satterthwaite degrees of freedom of var B + r^2 var A (r the ratio itself). Unlike
+/// a delta-method interval (r -+ t times a linearized standard error) it needs no symmetry and
+/// holds its coverage where A's mean is uncertain; where A's mean is not clear of zero
+/// (mean A^2 <= t^2 var A) the set is unbounded and there is none.
+std::optional<std::pair<double, double>> ratio_interval(const Repeats& a, const Repeats& b) {
+  const double r = b.mean / a.mean;
+  const double spread = b.mean_variance + r * r * a.mean_variance;
+  if (spread == 0) return std::make_pair(r, r);
+  const double df = spread * spread /
+                    (b.mean_variance * b.mean_variance / (b.n - 1) +
+                     std::pow(r, 4) * a.mean_variance * a.mean_variance / (a.n - 1));
+  const double t2 = std::pow(student_t_quantile(0.975, df), 2);
+  const double denominator = a.mean * a.mean - t2 * a.mean_variance;
+  if (!(denominator > 0)) return std::nullopt;
+  // Not negative once the denominator is positive: var B x denominator + mean B^2 var A.
+  const double root =
+      std::sqrt(t2 * (a.mean * a.mean * b.mean_variance + b.mean * b.mean * a.mean_variance -
+                      t2 * a.mean_variance * b.mean_variance));
+  return std::make_pair((a.mean * b.mean - root) / denominator,
+                        (a.mean * b.mean + root) / denominator);
+}
+
+/// "+9.90% past ±2% (--noise, 2% by default)": the relative difference against the threshold.
+std::string against_noise(double change, double noise) {
+  return fmt::format("{:+.2f}% {} ±{}% (--noise, {}% by default)", 100 * change,
+                     std::fabs(change) > noise ? "past" : "within", format_number(100 * noise),
+                     format_number(100 * kDefaultCompareNoise));
+}
+
+std::string p_text(double p) { return p < 1e-4 ? "p < 0.0001" : fmt::format("p = {:.2g}", p); }
+
 void judge(JobComparison& c, double noise) {
   const JobRecord& a = *c.a;
   const JobRecord& b = *c.b;
+  c.differences = identity_differences(a, b);
+  if (!c.differences.empty()) {
+    c.verdict = "not comparable";
+    return;
+  }
   if (!a.ok() || !b.ok()) {
     c.verdict = !a.ok() && !b.ok() ? "failed in both" : !a.ok() ? "failed in A" : "failed in B";
     return;
   }
-  c.ratio = a.throughput > 0 ? b.throughput / a.throughput : 0.0;
-  if (has_interval(a) && has_interval(b)) {
-    const SampleStats& x = *a.throughput_stats;
-    const SampleStats& y = *b.throughput_stats;
-    if (y.ci95_low > x.ci95_high) {
-      c.verdict = "faster";
-    } else if (y.ci95_high < x.ci95_low) {
-      c.verdict = "slower";
-    } else {
-      c.verdict = "within noise";
+  bool significant = true;  // without repeats on both sides, --noise alone decides
+  if (has_interval(a) && has_interval(b) && a.throughput_stats->mean > 0) {
+    const Repeats x = repeats_of(*a.throughput_stats);
+    const Repeats y = repeats_of(*b.throughput_stats);
+    c.ratio = y.mean / x.mean;
+    if (const auto interval = ratio_interval(x, y)) {
+      c.ratio_ci95_low = interval->first;
+      c.ratio_ci95_high = interval->second;
     }
-    c.basis = c.verdict == "within noise" ? "95% intervals overlap" : "95% intervals apart";
-    return;
+    c.p_value = welch_p_value(x, y);
+    significant = *c.p_value < 0.05;
+    c.basis = fmt::format("{}; Welch's t on {} and {} repeats: {}, {} at 5%",
+                          against_noise(*c.ratio - 1, noise), x.n, y.n, p_text(*c.p_value),
+                          significant ? "significant" : "not significant");
+  } else {
+    c.ratio = a.throughput > 0 ? b.throughput / a.throughput : 0.0;
+    c.basis = fmt::format("no interval (one timed run{}): {}",
+                          has_interval(a) || has_interval(b) ? " on one side" : " each",
+                          against_noise(*c.ratio - 1, noise));
   }
   const double change = *c.ratio - 1.0;
-  c.verdict = std::fabs(change) <= noise ? "within noise" : change > 0 ? "faster" : "slower";
-  c.basis = fmt::format("no interval (one timed run{}): the difference against ±{}%",
-                        has_interval(a) || has_interval(b) ? " on one side" : " each",
-                        format_number(100 * noise));
+  c.verdict = std::fabs(change) <= noise || !significant ? "within noise"
+              : change > 0                               ? "faster"
+                                                         : "slower";
 }
 
 }  // namespace
+
+std::string JobComparison::not_comparable() const {
+  std::vector<std::string> parts;
+  for (const auto& d : differences) parts.push_back(fmt::format("{} {} vs {}", d.field, d.a, d.b));
+  return join(parts, ", ");
+}
 
 CompareResult compare_results(const std::vector<JobRecord>& a_records,
                               const std::vector<JobRecord>& b_records, double noise) {
@@ -74,11 +202,10 @@ CompareResult compare_results(const std::vector<JobRecord>& a_records,
                  format_number(100 * noise));
   const std::vector<JobRecord> a = timed_jobs(a_records);
   const std::vector<JobRecord> b = timed_jobs(b_records);
-  std::set<std::string> in_a, in_b;
-  for (const auto& r : a) in_a.insert(identity(r));
-  for (const auto& r : b) in_b.insert(identity(r));
-  const bool shared = std::any_of(a.begin(), a.end(),
-                                  [&](const JobRecord& r) { return in_b.count(identity(r)) > 0; });
+  std::set<std::string> keys_b;
+  for (const auto& r : b) keys_b.insert(pairing_key(r));
+  const bool shared = std::any_of(
+      a.begin(), a.end(), [&](const JobRecord& r) { return keys_b.count(pairing_key(r)) > 0; });
   if (!shared) {
     auto names = [](const std::vector<JobRecord>& side) {
       std::vector<std::string> out;
@@ -89,6 +216,29 @@ CompareResult compare_results(const std::vector<JobRecord>& a_records,
         "A and B share no job (A: {}; B: {}); compare runs of the same workloads at the same "
         "precision",
         names(a), names(b)));
+  }
+  // Pairs: first the records that agree in every identity field, then each one left over with
+  // the free record of its model, precision and cap that it differs from in the fewest.
+  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> partner(a.size(), kNone);
+  std::vector<bool> taken(b.size(), false);
+  for (const bool exact : {true, false}) {
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (partner[i] != kNone) continue;
+      std::size_t best = kNone, fewest = 0;
+      for (std::size_t j = 0; j < b.size(); ++j) {
+        if (taken[j] || pairing_key(b[j]) != pairing_key(a[i])) continue;
+        const std::size_t count = identity_differences(a[i], b[j]).size();
+        if ((count == 0 || !exact) && (best == kNone || count < fewest)) {
+          best = j;
+          fewest = count;
+        }
+      }
+      if (best != kNone) {
+        partner[i] = best;
+        taken[best] = true;
+      }
+    }
   }
   CompareResult result;
   auto add = [&](const JobRecord* x, const JobRecord* y) {
@@ -107,13 +257,11 @@ CompareResult compare_results(const std::vector<JobRecord>& a_records,
     if (c.regressed()) result.regression = true;
     result.jobs.push_back(std::move(c));
   };
-  for (const auto& x : a) {
-    const auto y = std::find_if(b.begin(), b.end(),
-                                [&](const JobRecord& r) { return identity(r) == identity(x); });
-    add(&x, y == b.end() ? nullptr : &*y);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    add(&a[i], partner[i] == kNone ? nullptr : &b[partner[i]]);
   }
-  for (const auto& y : b) {
-    if (!in_a.count(identity(y))) add(nullptr, &y);
+  for (std::size_t j = 0; j < b.size(); ++j) {
+    if (!taken[j]) add(nullptr, &b[j]);
   }
   return result;
 }
@@ -139,16 +287,26 @@ std::string device_of(const std::optional<JobRecord>& r) {
 
 void print_comparison(std::ostream& out, const CompareResult& result, const std::string& format) {
   if (format == "json") {
+    auto optional = [](const std::optional<double>& v) { return v ? Json(*v) : Json(); };
     Json jobs = Json::array();
     for (const auto& c : result.jobs) {
+      Json differences = Json::array();
+      for (const auto& d : c.differences) {
+        differences.push_back({{"field", d.field}, {"a", d.a}, {"b", d.b}});
+      }
       jobs.push_back({{"model", c.model},
                       {"precision", c.precision},
-                      {"memory_cap_gib", c.memory_cap_gib ? Json(*c.memory_cap_gib) : Json()},
+                      {"memory_cap_gib", optional(c.memory_cap_gib)},
                       {"a_throughput", c.a && c.a->ok() ? Json(c.a->throughput) : Json()},
                       {"b_throughput", c.b && c.b->ok() ? Json(c.b->throughput) : Json()},
-                      {"ratio", c.ratio ? Json(*c.ratio) : Json()},
+                      {"ratio", optional(c.ratio)},
                       {"verdict", c.verdict},
-                      {"basis", c.basis}});
+                      {"basis", c.basis},
+                      {"ratio_ci95_low", optional(c.ratio_ci95_low)},
+                      {"ratio_ci95_high", optional(c.ratio_ci95_high)},
+                      {"p_value", optional(c.p_value)},
+                      {"not_comparable", c.differences.empty() ? Json() : Json(c.not_comparable())},
+                      {"differences", differences}});
     }
     out << dump_json(Json{{"regression", result.regression}, {"jobs", jobs}}, 2) << '\n';
     return;
@@ -164,8 +322,12 @@ void print_comparison(std::ostream& out, const CompareResult& result, const std:
     if (c.b) b_devices.insert(device_of(c.b));
     std::string name = c.model;
     if (c.memory_cap_gib) name += fmt::format(" @{}GiB", format_number(*c.memory_cap_gib));
-    rows.push_back({name, c.precision, throughput_cell(c.a), throughput_cell(c.b),
-                    c.ratio ? fmt::format("{:.3f}", *c.ratio) : "-", c.verdict});
+    std::string ratio = c.ratio ? fmt::format("{:.3f}", *c.ratio) : "-";
+    if (c.ratio_ci95_low && c.ratio_ci95_high) {
+      ratio += fmt::format(" ({:.3f}-{:.3f})", *c.ratio_ci95_low, *c.ratio_ci95_high);
+    }
+    rows.push_back({name, c.precision, throughput_cell(c.a), throughput_cell(c.b), ratio,
+                    c.differences.empty() ? c.verdict : c.verdict + ": " + c.not_comparable()});
     if (!c.basis.empty()) notes.push_back(fmt::format("{} {}: {}", name, c.precision, c.basis));
   }
   auto devices = [](const std::set<std::string>& names) {
