@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -150,6 +151,43 @@ TEST(ReportTest, MarkdownGolden) {
 )");
 }
 
+// The CSV's columns as schema 1 shipped them. Columns are only ever appended (docs/output.md,
+// "Versioning"): a column inserted or renamed among these breaks every reader that counts
+// columns, and fails here.
+constexpr const char* kCsvSchema1Columns =
+    "model,family,device,device_type,precision,emulated,search_only,memory_cap_gib,status,batch,"
+    "batch_unit,batch_source,max_batch,largest_pow2_batch,search_probes,search_seconds,"
+    "throughput,throughput_unit,throughput_runs,throughput_ci95_low,throughput_ci95_high,"
+    "normalized_score,rtx8000_2020_throughput,rtx8000_2020_max_batch,step_time_ms_median,"
+    "step_time_ms_mean,step_time_ms_min,step_time_ms_max,step_time_ms_stddev,timed_steps,"
+    "window_seconds,sm_clock_mhz_median,sm_clock_max_mhz,power_w_mean,power_limit_w,throttled,"
+    "joules_per_step,units_per_joule,flops_per_unit,tflops,peak_tflops,peak_share,"
+    "window_alloc_retries,outside_allocator_bytes,peak_memory_bytes,bytes_per_sample,"
+    "fixed_bytes,trainable_params,wall_seconds,gpubench_commit,created_utc,message";
+
+TEST(ReportTest, CsvColumnsAreOnlyAppendedAndTheSchemaVersionNamesTheRow) {
+  const std::string csv = render("csv", {sample()[0]});
+  const std::string header = csv.substr(0, csv.find('\n'));
+  const std::string schema1 = kCsvSchema1Columns;
+  ASSERT_EQ(header.substr(0, schema1.size()), schema1)
+      << "a CSV column was inserted, renamed or moved among schema 1's: append new columns at "
+         "the end and raise kCsvSchemaVersion";
+  // The sample's cells hold no quoted commas: a plain split reads them.
+  auto cells = [](const std::string& line) {
+    std::vector<std::string> out(1);
+    for (char ch : line) ch == ',' ? out.emplace_back() : out.back().push_back(ch);
+    return out;
+  };
+  const std::size_t row_start = header.size() + 1;
+  const auto columns = cells(header);
+  const auto values = cells(csv.substr(row_start, csv.find('\n', row_start) - row_start));
+  ASSERT_EQ(columns.size(), values.size());
+  const auto at = std::find(columns.begin(), columns.end(), "schema_version");
+  ASSERT_NE(at, columns.end());
+  EXPECT_EQ(values[static_cast<std::size_t>(at - columns.begin())],
+            std::to_string(kCsvSchemaVersion));
+}
+
 TEST(ReportTest, CsvGolden) {
   std::vector<JobRecord> jobs = {sample()[0]};
   jobs[0].message = "warning: a \"quoted\", message";
@@ -167,7 +205,7 @@ TEST(ReportTest, CsvGolden) {
             "joules_per_step,units_per_joule,flops_per_unit,tflops,peak_tflops,peak_share,"
             "window_alloc_retries,outside_allocator_bytes,peak_memory_bytes,"
             "bytes_per_sample,fixed_bytes,trainable_params,wall_seconds,gpubench_commit,"
-            "created_utc,message");
+            "created_utc,message,schema_version,host,os,driver,cuda_runtime,cudnn,libtorch");
   EXPECT_EQ(csv.substr(header.size() + 1),
             "bert-base,language,NVIDIA H200,cuda,fp32,false,false,,ok,1312,sequences,search,1312,"
             "1024,5,"

@@ -61,6 +61,16 @@ std::string raw_at(const Json& json, std::initializer_list<const char*> path) {
   return v ? number(*v) : std::string();
 }
 
+/// A text at `path` in a record's environment ("" where it has none or it is not text).
+std::string environment_text(const JobRecord& j, std::initializer_list<const char*> path) {
+  const Json* at = &j.environment;
+  for (const char* key : path) {
+    if (!at->is_object() || !at->contains(key)) return "";
+    at = &(*at)[key];
+  }
+  return at->is_string() ? at->get<std::string>() : std::string();
+}
+
 /// The per-unit singular of a throughput unit: "images/s" -> "images".
 std::string unit_of(const JobRecord& j) {
   return j.throughput_unit.substr(0, j.throughput_unit.find('/'));
@@ -244,6 +254,21 @@ const std::vector<ResultColumn>& result_columns() {
        nullptr},
       {"created_utc", "created", [](const JobRecord& j) { return j.created_utc; }, nullptr},
       {"message", "message", [](const JobRecord& j) { return j.message; }, nullptr},
+      // CSV schema 2 (docs/output.md): columns are only ever appended after this line.
+      {"schema_version", "schema", [](const JobRecord&) { return integer(kCsvSchemaVersion); },
+       nullptr},
+      {"host", "host", [](const JobRecord& j) { return environment_text(j, {"host"}); }, nullptr},
+      {"os", "os", [](const JobRecord& j) { return environment_text(j, {"os"}); }, nullptr},
+      {"driver", "driver",
+       [](const JobRecord& j) { return environment_text(j, {"software", "driver"}); }, nullptr},
+      {"cuda_runtime", "CUDA",
+       [](const JobRecord& j) { return environment_text(j, {"software", "cuda_runtime"}); },
+       nullptr},
+      {"cudnn", "cuDNN",
+       [](const JobRecord& j) { return environment_text(j, {"software", "cudnn"}); }, nullptr},
+      {"libtorch", "libtorch",
+       [](const JobRecord& j) { return environment_text(j, {"software", "libtorch"}); },
+       nullptr},
   };
   return columns;
 }

@@ -150,6 +150,10 @@ struct ResultColumn {
   std::function<std::string(const JobRecord&)> raw;     ///< CSV and JSON value
   std::function<std::string(const JobRecord&)> pretty;  ///< terminal value
 };
+/// Version of the CSV's columns (docs/output.md, "Versioning"): columns are only appended at the
+/// end of the row, and this goes up with each change. 1: the 52 columns up to `message`; 2: the
+/// schema version and the environment (host, os, driver, CUDA, cuDNN, libtorch) after them.
+constexpr int kCsvSchemaVersion = 2;
 /// The flat columns of a job record, in CSV order.
 const std::vector<ResultColumn>& result_columns();
 
