@@ -27,7 +27,7 @@ double SplitMix64::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p
 // ---- Length distribution ----
 //
 // Every floating-point step below is repeated operation for operation in the Python reference
-// (scripts/python/transformer_big_reference.py), so both draw the same corpus.
+// (tools/twins/transformer_big_reference.py), so both draw the same corpus.
 
 namespace {
 

@@ -26,7 +26,7 @@ constexpr int64_t kFairseqUnk = 3;
 constexpr int64_t kFairseqFirstWord = 4;
 
 /// SplitMix64 (Steele et al. 2014): a tiny generator whose output is fully specified, so the
-/// Python reference (scripts/python/transformer_big_reference.py) draws the same lengths.
+/// Python reference (tools/twins/transformer_big_reference.py) draws the same lengths.
 class SplitMix64 {
  public:
   explicit SplitMix64(uint64_t seed) : state_(seed) {}
@@ -150,7 +150,7 @@ struct TokenBatchOptions {
 /// place: a two-step search probe (with CUDA graphs) measures the second, the first having
 /// allocated the optimizer state. A one-step probe seeks to the heaviest under the workload's
 /// own model instead (TokenBatches::heaviest()), which counts stored attention. The order stays
-/// the linear one, which scripts/python/transformer_big_reference.py reproduces.
+/// the linear one, which tools/twins/transformer_big_reference.py reproduces.
 std::vector<BatchShape> plan_token_batches(const LengthProfile& profile,
                                            const TokenBatchOptions& options, uint64_t seed);
 
