@@ -110,7 +110,7 @@ struct RunSettings {
   double job_timeout_s = 1800;           ///< a worker running longer is killed [s]. Default: 1800
   /// Timed runs of each job, each in a fresh process at the job's batch (the first is the
   /// confirm); with two or more the record keeps each one, and the throughput is their median
-  /// with a 95% interval (docs/ARCHITECTURE.md, "Repetitions"). Default: 1
+  /// with a 95% interval (docs/internals.md, "Repetitions"). Default: 1
   int repeat = 1;
   uint64_t seed = 0;                     ///< weights and synthetic data. Default: 0
   bool cudnn_benchmark = true;  ///< cuDNN autotuning, as the references train. Default: true

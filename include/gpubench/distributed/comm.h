@@ -1,7 +1,7 @@
 // Data-parallel training's communication on PyTorch's distributed engine (c10d): the TCPStore
 // where ranks meet, a process group over NCCL (GPUs) or Gloo (the CPU), and a bucketed gradient
 // all-reduce that overlaps the backward pass as DistributedDataParallel's reducer does
-// (docs/ARCHITECTURE.md, "Data-parallel training"). src/distributed/comm.cpp is the only file
+// (docs/internals.md, "Data-parallel training"). src/distributed/comm.cpp is the only file
 // that includes c10d.
 #pragma once
 
