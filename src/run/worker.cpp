@@ -49,7 +49,7 @@ JobRecord base_record(const ModelConfig& config, const RunSettings& run) {
 
 /// The workload's `runtime:` section as this run applies it. cuDNN autotuning is on when both the
 /// run's switch (run.cudnn_benchmark, on by default) and the workload's are
-/// (runtime.cudnn_benchmark: off where its reference trains without it, docs/ARCHITECTURE.md
+/// (runtime.cudnn_benchmark: off where its reference trains without it, docs/internals.md
 /// "cuDNN autotuning"); the algorithms it tries per convolution are the workload's
 /// runtime.cudnn_benchmark_limit where it sets one (a twin of eager PyTorch tries PyTorch's 10),
 /// else the run's run.cudnn_benchmark_limit.
