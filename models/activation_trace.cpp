@@ -1,5 +1,6 @@
 #include "models/activation_trace.h"
 
+#include "gpubench/base/env.h"
 #include "gpubench/train/update.h"
 
 #include <torch/torch.h>
@@ -26,7 +27,7 @@ struct TraceState {
 TraceState& trace_state() {
   static TraceState state = [] {
     TraceState t;
-    const char* v = std::getenv("GPUBENCH_TRACE_ACTIVATIONS");
+    const char* v = env::get(env::Switch::kTraceActivations);
     if (v != nullptr && *v != '\0' && std::string(v) != "0") {
       t.enabled = true;
       const long n = std::strtol(v, nullptr, 10);

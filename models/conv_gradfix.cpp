@@ -1,6 +1,7 @@
 #include "models/conv_gradfix.h"
 
 #include "gpubench/base/compat.h"
+#include "gpubench/base/env.h"
 #include "gpubench/base/errors.h"
 
 #include <torch/torch.h>
@@ -17,7 +18,7 @@ namespace {
 
 std::atomic<int64_t>& split_elements() {
   static std::atomic<int64_t> limit{[] {
-    const char* env = std::getenv("GPUBENCH_CONV_SPLIT_ELEMENTS");
+    const char* env = env::get(env::Switch::kConvSplitElements);
     if (env == nullptr) return int64_t{std::numeric_limits<int32_t>::max()};
     char* end = nullptr;
     errno = 0;

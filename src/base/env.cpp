@@ -9,10 +9,10 @@ const std::vector<SwitchInfo>& switches() {
   static const std::vector<SwitchInfo> table = {
       {Switch::kQuiet, "GPUBENCH_QUIET",
        "1: workers print no progress lines (set by run --quiet for its workers)", false,
-       "src/run/runner.cpp (set by src/cli/cmd_run.cpp)"},
+       "src/run/worker_progress.cpp (set by src/cli/cmd_run.cpp)"},
       {Switch::kHeartbeatSeconds, "GPUBENCH_HEARTBEAT_S",
        "seconds of silence after which a worker says what it is doing (default 10)", false,
-       "src/run/runner.cpp"},
+       "src/run/worker_progress.cpp"},
       {Switch::kJournalDir, "GPUBENCH_JOURNAL_DIR",
        "the folder of the journal a run without --journal creates (before $XDG_STATE_HOME)", false,
        "src/cli/cmd_run.cpp"},
@@ -34,14 +34,14 @@ const std::vector<SwitchInfo>& switches() {
       {Switch::kTraceActivations, "GPUBENCH_TRACE_ACTIVATIONS",
        "1 or N: stylegan prints its activations' statistics for the first 6 (or N) step "
        "iterations",
-       true, "models/stylegan.cpp"},
+       true, "models/activation_trace.cpp"},
       {Switch::kConvSplitElements, "GPUBENCH_CONV_SPLIT_ELEMENTS",
        "N: the operand size in elements past which gradfix_conv2d splits a convolution's batch "
        "(default 2^31 - 1; 0 never splits)",
        true, "models/conv_gradfix.cpp"},
       {Switch::kFaultRank, "GPUBENCH_FAULT_RANK",
        "R:crash or R:hang: data-parallel rank R fails at its second update (the tests' hook)", true,
-       "src/distributed/distributed.cpp"},
+       "src/distributed/environment.cpp"},
   };
   return table;
 }

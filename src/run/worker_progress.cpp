@@ -1,5 +1,6 @@
 #include "src/run/worker_progress.h"
 
+#include "gpubench/base/env.h"
 #include "gpubench/base/strings.h"
 
 #include <fmt/format.h>
@@ -40,7 +41,7 @@ void set_progress_prefix(const std::string& label, double started_unix) {
 
 void worker_log(const std::string& model, const std::string& text) {
   g_last_log_ns = now_ns();
-  if (const char* quiet = std::getenv("GPUBENCH_QUIET"); quiet && *quiet == '1') return;
+  if (const char* quiet = env::get(env::Switch::kQuiet); quiet && *quiet == '1') return;
   const ProgressPrefix& p = progress_prefix();
   std::string prefix = p.label.empty() ? model : p.label;
   if (p.started_unix > 0) {
@@ -58,7 +59,7 @@ void worker_log(const std::string& model, const std::string& text) {
 }
 
 Heartbeat::Heartbeat(std::string model) : model_(std::move(model)) {
-  if (const char* s = std::getenv("GPUBENCH_HEARTBEAT_S"); s && *s) silence_s_ = std::atof(s);
+  if (const char* s = env::get(env::Switch::kHeartbeatSeconds); s && *s) silence_s_ = std::atof(s);
   if (!(silence_s_ > 0)) silence_s_ = 10;
   g_last_log_ns = now_ns();
   thread_ = std::thread([this] { loop(); });
