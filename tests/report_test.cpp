@@ -175,7 +175,13 @@ TEST(ReportTest, CsvColumnsAreOnlyAppendedAndTheSchemaVersionNamesTheRow) {
   // The sample's cells hold no quoted commas: a plain split reads them.
   auto cells = [](const std::string& line) {
     std::vector<std::string> out(1);
-    for (char ch : line) ch == ',' ? out.emplace_back() : out.back().push_back(ch);
+    for (char ch : line) {
+      if (ch == ',') {
+        out.emplace_back();
+      } else {
+        out.back().push_back(ch);
+      }
+    }
     return out;
   };
   const std::size_t row_start = header.size() + 1;
