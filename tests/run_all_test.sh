@@ -58,7 +58,7 @@ done
 grep -q ",fp32," "$dflt/results.csv" || fail "combined results.csv lacks the fp32 row"
 grep -q ",tf32," "$dflt/results.csv" || fail "combined results.csv lacks the tf32 row"
 default_run || fail "second run with the default folder failed"
-grep -q "continuing $dflt/fp32/journal.jsonl" "$tmp/default.err" ||
+grep -qF "continuing results/cpu-bert-base-fp32+tf32/fp32/journal.jsonl" "$tmp/default.err" ||
   fail "the same command did not find its folder again: $(cat "$tmp/default.err")"
 [ "$(grep -c "0 jobs run, 1 skipped" "$tmp/default.err")" -eq 2 ] ||
   fail "the same command ran jobs again: $(grep 'jobs run' "$tmp/default.err")"
