@@ -53,7 +53,7 @@ TEST(CompareTest, RepeatsDecideByWelchsTestAndTheNoiseTogether) {
   EXPECT_EQ(find(result, "a").verdict, "faster");
   EXPECT_EQ(find(result, "a").basis,
             "+9.90% past ±2% (--noise, 2% by default); Welch's t on 3 and 3 repeats: "
-            "p < 0.0001, significant at 5%");
+            "p = 0.00026, significant at 5%");
   EXPECT_NEAR(*find(result, "a").ratio, 111.0 / 101.0, 1e-12);  // of the means
   EXPECT_EQ(find(result, "b").verdict, "within noise");
   EXPECT_FALSE(result.regression);

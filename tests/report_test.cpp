@@ -217,7 +217,8 @@ TEST(ReportTest, CsvGolden) {
             "1024,5,"
             "21.5,1880,examples/s,,,,20,94,128,100,100,99,101,1,3,0.3,,,,,,,,,,,,,,139586437120,"
             "100000000,"
-            "2000000000,0,40.25,,2026-11-30T00:00:00Z,\"warning: a \"\"quoted\"\", message\"\n");
+            "2000000000,0,40.25,,2026-11-30T00:00:00Z,\"warning: a \"\"quoted\"\", message\","
+            "2,,,,,,\n");
 }
 
 TEST(ReportTest, JsonHasTheComparisonAndTheJobs) {

@@ -85,7 +85,11 @@ std::vector<IdentityDifference> identity_differences(const JobRecord& a, const J
   differ("batch source", or_none(a.batch_source), or_none(b.batch_source));
   differ("world size", std::to_string(report::world_size_of(a)),
          std::to_string(report::world_size_of(b)));
-  differ("attention", or_none(attention_of(a)), or_none(attention_of(b)));
+  // Attention and the config digests only where both records hold the config: one written by
+  // hand or cut is judged on the rest.
+  if (!attention_of(a).empty() && !attention_of(b).empty()) {
+    differ("attention", attention_of(a), attention_of(b));
+  }
   const std::pair<const char*, const char*> sections[] = {
       {"model", "model config"}, {"optimizer", "optimizer config"}, {"runtime", "runtime config"}};
   for (const auto& [section, field] : sections) {
