@@ -1,14 +1,15 @@
 // Data-parallel training (issue 15): the environment and --gpus parsing, the bucketed
 // gradient all-reduce against single-process training over Gloo, and `run --world-size` end to
 // end through the real executable (records, report, a rank that crashes or hangs, bad input).
+#include "gpubench/base/json.h"
 #include "gpubench/distributed/comm.h"
 #include "gpubench/distributed/environment.h"
-
-#include "gpubench/base/json.h"
+#include "src/report/sections.h"
 #include "tests/testing.h"
 
-#include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <gtest/gtest.h>
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -463,6 +464,114 @@ TEST(DataParallelCli, TwoProcessesWithTorchrunsVariablesTrainAsOneJob) {
   EXPECT_EQ(records0[0]["data_parallel"]["world_size"], 2);
   EXPECT_EQ(records0[0]["throughput"], records1[0]["throughput"]);
   EXPECT_EQ(records0[0]["data_parallel"]["ranks"].size(), 2u);
+}
+
+// ---- the ranks agree (issue 41) ----
+
+// Wall-clock windows where one rank is slower: each rank alone would end its warm-up and its
+// window at a different step, and the one that took a step more would wait in an all-reduce
+// without partners. Rank 0 decides for all: every rank runs the same steps and the job is ok.
+void expect_ranks_agree_with_a_slow_rank(int world_size) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const auto started = std::chrono::steady_clock::now();
+  const auto run = testing::run_gpubench(
+      fmt::format("run --model bert-base --device cpu --world-size {} --min-seconds 1 "
+                  "--max-seconds 2 --timeout 120 --format none --config '{}' --json '{}'",
+                  world_size, dir.file("smoke.json"), dir.file("out.json")),
+      "", fmt::format("GPUBENCH_TEST_RANK_DELAY_MS={}:15", world_size - 1));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(100));
+  const Json job = Json::parse(testing::read_file(dir.file("out.json")))["jobs"][0];
+  ASSERT_EQ(job["status"], "ok") << job.dump();
+  const Json& ranks = job["data_parallel"]["ranks"];
+  ASSERT_EQ(ranks.size(), static_cast<std::size_t>(world_size));
+  const int steps = ranks[0]["steps"].get<int>();
+  EXPECT_GT(steps, 0);
+  for (const auto& r : ranks) {
+    EXPECT_EQ(r["status"], "ok") << r.dump();
+    EXPECT_EQ(r["steps"].get<int>(), steps) << ranks.dump();
+  }
+  // The throughput is the sum over ranks; per GPU, their mean, and the FLOP/s are one GPU's.
+  const double total = job["throughput"].get<double>();
+  EXPECT_NEAR(job["data_parallel"]["throughput_per_gpu"].get<double>(), total / world_size,
+              1e-9 * total);
+  ASSERT_TRUE(job["compute"].contains("tflops")) << job["compute"].dump();
+  EXPECT_NEAR(job["compute"]["tflops_total"].get<double>(),
+              world_size * job["compute"]["tflops"].get<double>(),
+              1e-9 * job["compute"]["tflops_total"].get<double>());
+  EXPECT_NEAR(job["compute"]["tflops"].get<double>(),
+              total / world_size * job["compute"]["flops_per_unit"].get<double>() / 1e12,
+              1e-6 * job["compute"]["tflops"].get<double>());
+}
+
+TEST(DataParallelAgreement, TwoRanksWithASlowOneRunTheSameStepsInAWallClockWindow) {
+  expect_ranks_agree_with_a_slow_rank(2);
+}
+
+TEST(DataParallelAgreement, ThreeRanksWithASlowOneRunTheSameStepsInAWallClockWindow) {
+  expect_ranks_agree_with_a_slow_rank(3);
+}
+
+// ---- launch modes (issue 41) ----
+
+// torchrun's agent serves the store at MASTER_PORT and says so (TORCHELASTIC_USE_AGENT_STORE);
+// this test plays the agent: rank 0 must join that store as a client, not bind the port again.
+TEST(DataParallelLaunch, TorchrunsAgentServesTheStoreAndTheRanksJoinIt) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const distributed::StoreServer agent(60);
+  const std::string env = fmt::format(
+      "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT={} "
+      "TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RUN_ID=gpubench-test",
+      agent.port());
+  const std::string args =
+      "run --model bert-base --device cpu --format none --timeout 120 "
+      "--rendezvous-timeout 30 --config '" +
+      dir.file("smoke.json") + "' --journal '" + dir.file("j.jsonl") + "'";
+  testing::CommandResult rank1;
+  std::thread other([&] { rank1 = testing::run_gpubench(args, "", "RANK=1 LOCAL_RANK=1 " + env); });
+  const auto rank0 = testing::run_gpubench(args, "", "RANK=0 LOCAL_RANK=0 " + env);
+  other.join();
+  ASSERT_EQ(rank0.exit_code, 0) << rank0.err;
+  ASSERT_EQ(rank1.exit_code, 0) << rank1.err;
+  EXPECT_EQ(rank0.err.find("Address already in use"), std::string::npos) << rank0.err;
+  const auto records = journal_records(dir.file("j.jsonl"));
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0]["status"], "ok") << records[0].dump();
+  EXPECT_EQ(records[0]["data_parallel"]["world_size"], 2);
+}
+
+// ---- the scaling table (issue 41) ----
+
+JobRecord scaling_record(int world_size, int64_t batch, double throughput) {
+  JobRecord r;
+  r.model = "bert-base";
+  r.precision = "fp32";
+  r.device.name = "CPU";
+  r.status = "ok";
+  r.batch = batch;
+  r.throughput = throughput;
+  if (world_size > 1) r.data_parallel = {{"world_size", world_size}, {"backend", "gloo"}};
+  return r;
+}
+
+// A one-device run is the baseline only at the data-parallel job's per-rank batch; at another
+// batch the table shows both batches and no efficiency.
+TEST(DataParallelScaling, TheBaselineMustHaveTheSamePerRankBatch) {
+  report::ReportView view;
+  view.jobs = {scaling_record(1, 32, 100), scaling_record(2, 32, 190)};
+  ASSERT_TRUE(report::scaling_efficiency(view.jobs[1], view.jobs));
+  EXPECT_NEAR(*report::scaling_efficiency(view.jobs[1], view.jobs), 0.95, 1e-12);
+
+  view.jobs = {scaling_record(1, 16, 100), scaling_record(2, 32, 190)};
+  EXPECT_FALSE(report::scaling_efficiency(view.jobs[1], view.jobs));
+  const auto section = report::scaling_section(view);
+  ASSERT_TRUE(section);
+  ASSERT_EQ(section->rows.size(), 2u);
+  EXPECT_EQ(section->rows[1].back(), "- (one device at batch 16, 32 per rank)");
 }
 
 }  // namespace

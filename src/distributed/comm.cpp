@@ -136,6 +136,17 @@ class C10dCommunicator final : public Communicator {
     return values;
   }
 
+  std::string from_rank_zero(const std::string& key, const std::string& value) override {
+    // Host-side only: rank 0 does not wait for the others, which wait for it at their next
+    // all-reduce anyway.
+    if (spec_.rank == 0) {
+      store_->set(key, bytes(value));
+      return value;
+    }
+    wait_keys(*store_, {key}, spec_.timeout_s, fmt::format("rank 0's '{}'", key));
+    return text(store_->get(key));
+  }
+
  private:
   RankSpec spec_;
   torch::Device device_;
@@ -378,6 +389,7 @@ void BucketedGradientSync::synchronize(const std::string& updater,
   }
   ++s.updates;
   if (s.updates == 2) inject_fault_if_asked(s.comm->rank());
+  delay_if_asked(s.comm->rank());
 }
 
 std::string BucketedGradientSync::name() const {

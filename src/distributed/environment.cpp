@@ -75,6 +75,7 @@ std::optional<EnvironmentRank> rank_from_environment(
                  "{}={} of {}: MASTER_ADDR is not set (the host of rank 0, where the ranks meet)",
                  rank_name, env.rank, env.world_size);
   env.master_port = port.empty() ? 29500 : parse_int(port, "MASTER_PORT", 1, 65535);
+  env.agent_store = get("TORCHELASTIC_USE_AGENT_STORE") == "True";
   return env;
 }
 
@@ -151,7 +152,8 @@ Json DataParallelPlan::to_json() const {
                           {"local_rank", environment->local_rank},
                           {"master_addr", environment->master_addr},
                           {"master_port", environment->master_port},
-                          {"source", environment->source}};
+                          {"source", environment->source},
+                          {"agent_store", environment->agent_store}};
   }
   return out;
 }
@@ -171,6 +173,7 @@ DataParallelPlan DataParallelPlan::from_json(const Json& json) {
     env.master_addr = e.at("master_addr").get<std::string>();
     env.master_port = e.at("master_port").get<int>();
     env.source = e.value("source", std::string("torchrun"));
+    env.agent_store = e.value("agent_store", false);
     p.environment = env;
   }
   return p;
@@ -190,6 +193,19 @@ void inject_fault_if_asked(int rank) {
     std::fprintf(stderr, "gpubench: GPUBENCH_FAULT_RANK: rank %d stops answering\n", rank);
     while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
+}
+
+void delay_if_asked(int rank) {
+  // Read once: this runs at every update.
+  static const int delay_ms = [rank] {
+    const char* delay = std::getenv("GPUBENCH_TEST_RANK_DELAY_MS");
+    if (!delay || !*delay) return 0;
+    const std::string value = delay;
+    const auto colon = value.find(':');
+    if (colon == std::string::npos || value.substr(0, colon) != std::to_string(rank)) return 0;
+    return parse_int(value.substr(colon + 1), "GPUBENCH_TEST_RANK_DELAY_MS", 0, 600000);
+  }();
+  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
 }
 
 }  // namespace gpubench::distributed

@@ -279,9 +279,11 @@ DataParallelLauncher::DataParallelLauncher(DataParallelPlan plan, std::string ex
     const EnvironmentRank& env = *i.plan.environment;
     i.master_addr = env.master_addr;
     i.master_port = env.master_port;
-    // Rank 0 holds the suite's store; every rank checks in and waits for the others.
-    i.store = std::make_unique<Store>(env.master_addr, env.master_port, env.rank == 0,
-                                      i.plan.rendezvous_timeout_s);
+    // Rank 0 holds the suite's store, unless torchrun's agent already serves it there; every
+    // rank checks in and waits for the others.
+    i.store =
+        std::make_unique<Store>(env.master_addr, env.master_port, env.rank == 0 && !env.agent_store,
+                                i.plan.rendezvous_timeout_s);
     i.store->set(fmt::format("gpubench/rank/{}", env.rank), std::to_string(env.world_size));
     std::vector<std::string> keys;
     for (int r = 0; r < env.world_size; ++r) keys.push_back(fmt::format("gpubench/rank/{}", r));

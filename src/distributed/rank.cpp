@@ -67,9 +67,25 @@ void finish_timed_phase(JobRecord& record, Communicator& comm, const RankSpec& s
     return;
   }
   record.throughput = total;
+  record.data_parallel["throughput_per_gpu"] = total / static_cast<double>(all.size());
 }
 
 namespace {
+
+/// The ranks' agreement through the store: rank 0's decision at each look, under a key of its
+/// own ("agree/N"), so that every rank runs the same warm-up and window steps.
+class RankZeroDecides final : public StepAgreement {
+ public:
+  explicit RankZeroDecides(Communicator& communicator) : communicator_(communicator) {}
+  bool decide(bool local) override {
+    return communicator_.from_rank_zero(fmt::format("agree/{}", ++looks_), local ? "1" : "0") ==
+           "1";
+  }
+
+ private:
+  Communicator& communicator_;
+  int64_t looks_ = 0;
+};
 
 /// A rank of the process group, training with the bucketed all-reduce over it.
 class C10dRank final : public DataParallelRank {
@@ -77,9 +93,11 @@ class C10dRank final : public DataParallelRank {
   C10dRank(RankSpec spec, const torch::Device& device)
       : spec_(std::move(spec)),
         communicator_(connect(spec_, device)),
-        sync_(std::make_shared<BucketedGradientSync>(communicator_)) {}
+        sync_(std::make_shared<BucketedGradientSync>(communicator_)),
+        agreement_(*communicator_) {}
 
   std::shared_ptr<train::GradientSync> gradient_sync() const override { return sync_; }
+  StepAgreement& agreement() override { return agreement_; }
   void finish(JobRecord& record) override {
     finish_timed_phase(record, *communicator_, spec_, *sync_);
   }
@@ -88,6 +106,7 @@ class C10dRank final : public DataParallelRank {
   RankSpec spec_;
   std::shared_ptr<Communicator> communicator_;
   std::shared_ptr<BucketedGradientSync> sync_;
+  RankZeroDecides agreement_;
 };
 
 }  // namespace

@@ -18,10 +18,13 @@ int world_size_of(const JobRecord& job) {
   return job.data_parallel.is_object() ? value_int(job.data_parallel, "world_size", 1) : 1;
 }
 
-std::optional<double> scaling_efficiency(const JobRecord& job, const std::vector<JobRecord>& jobs) {
-  const int n = world_size_of(job);
-  if (!job.ok() || job.throughput <= 0) return std::nullopt;
-  if (n == 1 && job.data_parallel.empty()) return std::nullopt;
+namespace {
+
+/// The one-device records of `job`'s workload, precision, device and memory cap: its baselines
+/// when their batch is its per-rank batch.
+std::vector<const JobRecord*> one_device_peers(const JobRecord& job,
+                                               const std::vector<JobRecord>& jobs) {
+  std::vector<const JobRecord*> peers;
   for (const auto& one : jobs) {
     if (&one == &job || world_size_of(one) != 1 || !one.ok() || one.throughput <= 0) continue;
     if (one.model != job.model || one.precision != job.precision ||
@@ -29,7 +32,20 @@ std::optional<double> scaling_efficiency(const JobRecord& job, const std::vector
         !one.data_parallel.empty()) {
       continue;
     }
-    return job.throughput / (static_cast<double>(n) * one.throughput);
+    peers.push_back(&one);
+  }
+  return peers;
+}
+
+}  // namespace
+
+std::optional<double> scaling_efficiency(const JobRecord& job, const std::vector<JobRecord>& jobs) {
+  const int n = world_size_of(job);
+  if (!job.ok() || job.throughput <= 0) return std::nullopt;
+  if (n == 1 && job.data_parallel.empty()) return std::nullopt;
+  // Only at the same per-rank batch: a one-GPU run at another batch times another step.
+  for (const JobRecord* one : one_device_peers(job, jobs)) {
+    if (one->batch == job.batch) return job.throughput / (static_cast<double>(n) * one->throughput);
   }
   return std::nullopt;
 }
@@ -65,7 +81,17 @@ std::optional<Section> scaling_section(const ReportView& view) {
     const std::string interconnect =
         dp.empty() ? "-" : dp.value("interconnect", std::string("unknown"));
     const auto eff = scaling_efficiency(*j, view.jobs);
-    if (n > 1 && !eff && j->ok()) missing_baseline = true;
+    // A one-device run at another batch: both batches, and no efficiency.
+    std::string other_batch;
+    if (n > 1 && !eff && j->ok()) {
+      const auto peers = one_device_peers(*j, view.jobs);
+      if (peers.empty()) {
+        missing_baseline = true;
+      } else {
+        other_batch =
+            fmt::format("- (one device at batch {}, {} per rank)", peers.front()->batch, j->batch);
+      }
+    }
     const std::string unit = j->throughput_unit;
     s.rows.push_back(
         {j->model, j->precision, j->device.name.empty() ? j->device.type : j->device.name,
@@ -75,11 +101,15 @@ std::optional<Section> scaling_section(const ReportView& view) {
          j->ok() ? fmt::format("{:.1f} {}", j->throughput, unit) : j->status,
          j->ok() ? fmt::format("{:.1f}", j->throughput / n) : "-",
          dp.empty() ? "-" : fmt::format("{:.1f}%", dp.value("step_time_spread_pct", 0.0)),
-         eff ? fmt::format("{:.1f}%", *eff * 100) : (n == 1 && dp.empty() ? "(baseline)" : "-")});
+         eff                    ? fmt::format("{:.1f}%", *eff * 100)
+         : !other_batch.empty() ? other_batch
+         : n == 1 && dp.empty() ? "(baseline)"
+                                : "-"});
   }
   s.notes.push_back(
       "efficiency: throughput / (ranks x the one-device throughput of the same workload, "
-      "precision and device); step spread: slowest over fastest rank's median step time");
+      "precision, device and per-rank batch); step spread: slowest over fastest rank's median step "
+      "time");
   if (missing_baseline) {
     s.notes.push_back(
         "'-' efficiency: no one-device run of that job among these records; run it without "

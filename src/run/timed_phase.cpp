@@ -149,7 +149,7 @@ struct Warmup {
 /// times are steady (and the step settled, within limits), then CUDA graphs where the host bounds
 /// the step (graphs_if_host_bound). Fills record.warmup and record.runtime.
 Warmup warm_up(JobRecord& record, TrainStep& step, StepClock& clock, const StepContext& ctx,
-               const TimingSettings& t, int cycle) {
+               const TimingSettings& t, int cycle, StepAgreement& agreement) {
   const torch::Device& device = ctx.device;
   Warmup w;
   auto warm_step = [&] {
@@ -173,29 +173,38 @@ Warmup warm_up(JobRecord& record, TrainStep& step, StepClock& clock, const StepC
   std::string settling;
   while (true) {
     const auto decision = warmup_done(w.warm_ms, seconds_since(warm_start), t, autotune);
+    std::string why;
+    bool broken = false;
     if (decision.done) {
-      const std::string why = step.unsettled();
+      why = step.unsettled();
       // Every 8 settling steps the losses are read (a sync, outside any window): a loss already
       // NaN or infinite will not settle, so the warm-up ends there and the window's first
       // reading says `diverged` instead of 64 more steps of a broken model.
-      const bool broken = !why.empty() && settling_steps > 0 && settling_steps % 8 == 0 &&
-                          !read_losses(step).non_finite.empty();
-      if (!why.empty() && settling_steps < kMaxSettlingSteps && !broken) {
-        if (settling_steps == 0) worker_log(record.model, "warm-up goes on: " + why);
-        settling = why;
-        ++settling_steps;
-      } else {
-        reason = decision.reason;
-        detail = decision.detail;
-        if (settling_steps > 0) {
-          detail += fmt::format("{}then {} more step{} while {}{}", detail.empty() ? "" : "; ",
-                                settling_steps, settling_steps == 1 ? "" : "s", settling,
-                                broken        ? " (stopped: a loss is no longer finite)"
-                                : why.empty() ? ""
-                                              : " (still so)");
-        }
-        break;
+      broken = !why.empty() && settling_steps > 0 && settling_steps % 8 == 0 &&
+               !read_losses(step).non_finite.empty();
+    }
+    const bool done =
+        decision.done && (why.empty() || settling_steps >= kMaxSettlingSteps || broken);
+    // Every rank of a data-parallel run ends its warm-up at the same step.
+    if (agreement.decide(done)) {
+      reason = decision.reason;
+      detail = decision.detail;
+      if (settling_steps > 0) {
+        detail += fmt::format("{}then {} more step{} while {}{}", detail.empty() ? "" : "; ",
+                              settling_steps, settling_steps == 1 ? "" : "s", settling,
+                              broken        ? " (stopped: a loss is no longer finite)"
+                              : why.empty() ? ""
+                                            : " (still so)");
       }
+      if (!done) {
+        detail += fmt::format("{}ended with rank 0's warm-up", detail.empty() ? "" : "; ");
+      }
+      break;
+    }
+    if (!why.empty()) {
+      if (settling_steps == 0) worker_log(record.model, "warm-up goes on: " + why);
+      settling = why;
+      ++settling_steps;
     }
     Heartbeat::phase(fmt::format(
         "warm-up step {} at batch {}{}", w.warm_ms.size() + 1, ctx.batch,
@@ -272,7 +281,7 @@ struct Window {
 /// checked against device time once the host thinks it is long enough. Ends when window_stop
 /// says so. Fills record.clocks (NVML's samples, and the energy).
 Window time_window(JobRecord& record, TrainStep& step, StepClock& clock, const StepContext& ctx,
-                   const TimingSettings& t, int cycle) {
+                   const TimingSettings& t, int cycle, StepAgreement& agreement) {
   const torch::Device& device = ctx.device;
   worker_log(record.model,
              fmt::format("timing: at least {} and {} s{}", counted(t.min_steps, "step"),
@@ -292,6 +301,27 @@ Window time_window(JobRecord& record, TrainStep& step, StepClock& clock, const S
   const auto window_start = std::chrono::steady_clock::now();
   constexpr int kMaxSteps = 1000000;
   int next_check = 0;  // past the minimum: the step count of the next look at the noise
+  // This rank's look at the window after a whole cycle: whether it would stop here. A look
+  // past the minimum waits for the device, as the host may have run ahead of it.
+  auto look = [&] {
+    if (w.steps < next_check) return false;
+    if (!window_done(w.steps, seconds_since(window_start), t)) return false;
+    w.times = clock.intervals_ms();
+    double device_seconds = 0;
+    for (double ms : w.times) device_seconds += ms / 1000.0;
+    if (!window_done(w.steps, device_seconds, t)) return false;
+    w.noise = window_noise(w.times, cycle);
+    w.stop = window_stop(w.noise, static_cast<int>(w.times.size()) / cycle, device_seconds, t);
+    if (!w.stop.empty()) return true;
+    // The next look after about a quarter more steps, whole cycles, and not far past the limit.
+    const double per_step = device_seconds / w.steps;
+    const int to_limit =
+        per_step > 0 ? static_cast<int>(std::ceil((t.max_seconds - device_seconds) / per_step)) : 1;
+    int more = std::max(1, std::min(w.steps / 4, to_limit));
+    more = (more + cycle - 1) / cycle * cycle;
+    next_check = w.steps + more;
+    return false;
+  };
   while (true) {
     w.units += step.run();
     clock.mark();
@@ -302,23 +332,19 @@ Window time_window(JobRecord& record, TrainStep& step, StepClock& clock, const S
       w.stop = "step limit";
       break;
     }
-    if (w.steps % cycle != 0 || w.steps < next_check) continue;
-    if (!window_done(w.steps, seconds_since(window_start), t)) continue;
-    // Each look waits for the device: the host may have run ahead of it.
-    w.times = clock.intervals_ms();
-    double device_seconds = 0;
-    for (double ms : w.times) device_seconds += ms / 1000.0;
-    if (!window_done(w.steps, device_seconds, t)) continue;
-    w.noise = window_noise(w.times, cycle);
-    w.stop = window_stop(w.noise, static_cast<int>(w.times.size()) / cycle, device_seconds, t);
-    if (!w.stop.empty()) break;
-    // The next look after about a quarter more steps, whole cycles, and not far past the limit.
-    const double per_step = device_seconds / w.steps;
-    const int to_limit =
-        per_step > 0 ? static_cast<int>(std::ceil((t.max_seconds - device_seconds) / per_step)) : 1;
-    int more = std::max(1, std::min(w.steps / 4, to_limit));
-    more = (more + cycle - 1) / cycle * cycle;
-    next_check = w.steps + more;
+    if (w.steps % cycle != 0) continue;
+    // Every rank of a data-parallel run agrees after each cycle, so all end at the same step.
+    const bool stop = look();
+    if (!agreement.decide(stop)) {
+      w.stop.clear();
+      continue;
+    }
+    if (!stop) {
+      w.times = clock.intervals_ms();
+      w.noise = window_noise(w.times, cycle);
+      w.stop = "with rank 0";
+    }
+    break;
   }
   record.clocks = sampler.stop();
   for (double ms : w.times) w.seconds += ms / 1000.0;
@@ -366,7 +392,9 @@ void record_window(JobRecord& record, const Window& w, const torch::Device& devi
 }  // namespace
 
 void time_phase(JobRecord& record, const Architecture& arch, const StepContext& ctx,
-                const RunSettings& run) {
+                const RunSettings& run, StepAgreement* agreement) {
+  StepAgreement alone;
+  StepAgreement& agree = agreement ? *agreement : alone;
   const torch::Device& device = ctx.device;
   const TimedStep built = build_timed_step(record, arch, ctx, run);
   TrainStep& step = *built.step;
@@ -375,7 +403,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   const MemoryStats before_warmup = memory_stats(device);  // its counters, for the warm-up's
   worker_log(record.model, fmt::format("warm-up at batch {}", ctx.batch));
   StepClock clock(device);
-  const Warmup warmup = warm_up(record, step, clock, ctx, t, built.cycle);
+  const Warmup warmup = warm_up(record, step, clock, ctx, t, built.cycle, agree);
   profile_if_asked(record.model, step, device);
   const MemoryStats warm_stats = record_warmup_memory(record, device, before_warmup);
   // The model's health before the window: reading the losses synchronizes, so it happens here,
@@ -394,7 +422,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   reset_peak_memory(device);
   const MemoryStats before_window = memory_stats(device);
   step.begin_window();
-  const Window window = time_window(record, step, clock, ctx, t, built.cycle);
+  const Window window = time_window(record, step, clock, ctx, t, built.cycle, agree);
   record_window(record, window, device, warm_stats, before_window);
   Heartbeat::phase("");
   const LossReading at_end = read_losses(step);

@@ -327,7 +327,7 @@ void batch_phase(JobRecord& record, const JobSpec& spec, const ModelConfig& conf
                    "{}: a data-parallel rank, in a process that cannot join one", config.name);
     const std::unique_ptr<DataParallelRank> rank = join_rank(spec.distributed, device);
     ctx.gradient_sync = rank->gradient_sync();
-    time_phase(record, arch, ctx, run);
+    time_phase(record, arch, ctx, run, &rank->agreement());
     rank->finish(record);
   }
   if (!record.ok()) return;
@@ -339,7 +339,14 @@ void batch_phase(JobRecord& record, const JobSpec& spec, const ModelConfig& conf
         if (!device.is_cuda()) return std::nullopt;
         return measure_matmul_peak_tflops(device, kind);
       });
-  record.compute = compute_with_peak(record.throughput, config.flops_per_unit, kind, peak);
+  // A data-parallel record's throughput is the sum over its ranks; the utilisation is one GPU's
+  // (the mean over the ranks against one GPU's peak), and the total beside it.
+  const int world_size = spec.distributed.is_null() ? 1 : spec.distributed.value("world_size", 1);
+  record.compute =
+      compute_with_peak(record.throughput / world_size, config.flops_per_unit, kind, peak);
+  if (world_size > 1 && record.compute.contains("tflops")) {
+    record.compute["tflops_total"] = record.compute["tflops"].get<double>() * world_size;
+  }
 }
 
 }  // namespace

@@ -76,6 +76,11 @@ class Communicator {
   virtual std::function<void()> allreduce_sum(torch::Tensor tensor) = 0;
   /// Every rank's `value` under `key`, in rank order (through the store; waits for all).
   virtual std::vector<std::string> exchange(const std::string& key, const std::string& value) = 0;
+  /// Rank 0's `value` under `key`, on every rank (rank 0 sets it, the others wait for it). Keys
+  /// are used once.
+  virtual std::string from_rank_zero(const std::string& key, const std::string& value) {
+    return exchange(key, value).front();
+  }
 };
 
 /// Joins the process group `spec` describes: a TCPStore client at master_addr:master_port under

@@ -21,6 +21,9 @@ struct EnvironmentRank {
   std::string master_addr;
   int master_port = 0;
   std::string source;  ///< "torchrun" (RANK, WORLD_SIZE, ...) or "slurm" (SLURM_PROCID, ...)
+  /// TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent serves the store at MASTER_PORT, so
+  /// rank 0 joins it as a client instead of opening its own.
+  bool agent_store = false;
 };
 
 /// RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun's, which Slurm users export
@@ -69,5 +72,9 @@ struct DataParallelPlan {
 /// Test hook: GPUBENCH_FAULT_RANK=R:crash|hang makes rank R's worker kill itself or stop
 /// answering after its first timed-phase step (how the failure tests make a rank fail).
 void inject_fault_if_asked(int rank);
+
+/// Test hook: GPUBENCH_TEST_RANK_DELAY_MS=R:MS makes rank R sleep MS milliseconds at every
+/// update (how the agreement tests make one rank slower). Test-only; not for measurements.
+void delay_if_asked(int rank);
 
 }  // namespace gpubench::distributed

@@ -22,8 +22,9 @@ namespace distributed {
 
 /// After a rank's timed phase: every rank's result through the store, and the record's
 /// `data_parallel` field (world size, backend, per-rank step times, interconnect, the gradient
-/// sync's buckets). The throughput becomes the sum over ranks (weak scaling); a rank that did
-/// not train makes the job fail with its message.
+/// sync's buckets). The throughput becomes the sum over ranks (weak scaling), and
+/// data_parallel.throughput_per_gpu their mean; a rank that did not train makes the job fail with
+/// its message.
 void finish_timed_phase(JobRecord& record, Communicator& communicator, const RankSpec& spec,
                         const BucketedGradientSync& sync);
 

@@ -46,15 +46,27 @@ struct LossReading {
 };
 LossReading read_losses(const TrainStep& step);
 
+/// The decisions that end a timed phase's warm-up and window, taken alike on every rank of a
+/// data-parallel run: a rank that took one step more than the others would wait in an all-reduce
+/// without partners. Every rank calls decide() at the same points, in the same order.
+class StepAgreement {
+ public:
+  virtual ~StepAgreement() = default;
+  /// The decision every rank takes where this rank alone would take `local`; in one process,
+  /// `local`.
+  virtual bool decide(bool local) { return local; }
+};
+
 /// The timed phase on a prepared architecture: the step built, its optimizer state allocated
 /// before its first run (TrainStep::allocate_optimizer_state: where the search's probe put it),
 /// warm-up, the losses, the timed window, the losses and the workload's degeneracy check again.
 /// Fills `record`; a step whose losses are not finite at either end of the window, or that says
 /// it is degenerate, gets status "diverged", a message naming the loss, and no throughput (the
 /// measured one is kept as diverged_throughput). Model errors propagate (run_phase records
-/// them).
+/// them). A data-parallel rank passes its `agreement`, which ends the warm-up and the window at
+/// the same step on every rank.
 void time_phase(JobRecord& record, const Architecture& arch, const StepContext& ctx,
-                const RunSettings& run);
+                const RunSettings& run, StepAgreement* agreement = nullptr);
 
 /// A memory tier's confirm, in a fresh process at the searched batch: the step built as the
 /// search built it, its optimizer state allocated first (as the timed phase does), then the
@@ -70,6 +82,8 @@ class DataParallelRank {
   virtual ~DataParallelRank() = default;
   /// The gradient sync the step trains with: its updates average the gradients over the ranks.
   virtual std::shared_ptr<train::GradientSync> gradient_sync() const = 0;
+  /// Where the ranks agree when the warm-up and the timed window end.
+  virtual StepAgreement& agreement() = 0;
   /// After this rank's timed phase: every rank's numbers in `record` (its data_parallel field;
   /// the throughput summed over the ranks).
   virtual void finish(JobRecord& record) = 0;
