@@ -15,6 +15,8 @@
 
 #include <torch/torch.h>
 
+#include <fmt/format.h>
+
 #include <unistd.h>
 
 #include <algorithm>
