@@ -1,6 +1,8 @@
 // Reporters against golden output, from fixed records.
 #include "gpubench/config/config.h"
+#include "gpubench/base/env.h"
 #include "gpubench/base/errors.h"
+#include "gpubench/device/device.h"
 #include "gpubench/records/journal.h"
 #include "gpubench/train/registry.h"
 #include "gpubench/report/reporter.h"
@@ -359,6 +361,80 @@ TEST(ReportTest, PricesAreCheckedAndGiveScorePerThousandDollars) {
   EXPECT_NE(section.find("H200 fp32 ($30000)"), std::string::npos) << section;
   EXPECT_NE(section.find("0.667"), std::string::npos) << section;
   EXPECT_NE(section.find("0.182"), std::string::npos) << section;
+}
+
+// ---- What a record must say of how it ran ----
+
+// Every GPUBENCH_* variable and every platform variable that changes the computation or the
+// allocator is recorded; those that change what a step computes mark the job modified.
+TEST(ReportTest, VariablesThatChangeTheComputationAreRecordedAndMarkTheJob) {
+  const char* entries[] = {"HOME=/root",
+                           "GPUBENCH_QUIET=1",
+                           "GPUBENCH_DETECT_ANOMALY=1",
+                           "NVIDIA_TF32_OVERRIDE=0",
+                           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                           "NCCL_DEBUG=INFO",
+                           "CUDA_LAUNCH_BLOCKING=",
+                           "NOT_A_VARIABLE",
+                           nullptr};
+  const Json v = env::select_variables(entries);
+  EXPECT_EQ(v, (Json{{"GPUBENCH_QUIET", "1"},
+                     {"GPUBENCH_DETECT_ANOMALY", "1"},
+                     {"NVIDIA_TF32_OVERRIDE", "0"},
+                     {"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"},
+                     {"NCCL_DEBUG", "INFO"},
+                     {"CUDA_LAUNCH_BLOCKING", ""}}));
+  // gpubench's own allocator option, a quiet switch, NCCL's logging and a variable set to
+  // nothing change nothing; a diagnostic switch and TF32 turned off do.
+  std::vector<std::string> modifying = env::modifying_variables(v);
+  std::sort(modifying.begin(), modifying.end());
+  EXPECT_EQ(modifying, (std::vector<std::string>{"GPUBENCH_DETECT_ANOMALY", "NVIDIA_TF32_OVERRIDE"}));
+  EXPECT_EQ(env::modifying_variables(
+                Json{{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True, max_split_size_mb:128"}}),
+            (std::vector<std::string>{"PYTORCH_CUDA_ALLOC_CONF"}));
+  // This process's own choice is what every worker's record holds.
+  EXPECT_TRUE(environment_json(cpu_device_info()).contains("variables"));
+  EXPECT_TRUE(environment_json(cpu_device_info()).contains("modified_by"));
+}
+
+// A modified job, or one on the CPU, gets no 2020 score, and every table says why; a record
+// written with a score before this rule is read without it.
+TEST(ReportTest, ModifiedAndCpuJobsAreNotScoredAndTheTablesSaySo) {
+  const ModelConfig& config = builtin_store().model("bert-base");
+  JobRecord tf32_off = h200("bert-base", "fp32", 1312, 1880);
+  ASSERT_TRUE(tf32_off.normalized.has_value());
+  tf32_off.environment = {{"variables", {{"NVIDIA_TF32_OVERRIDE", "0"}}},
+                          {"modified_by", {"NVIDIA_TF32_OVERRIDE"}}};
+  EXPECT_EQ(tf32_off.modifications(), (std::vector<std::string>{"NVIDIA_TF32_OVERRIDE"}));
+  JobRecord stale = tf32_off;  // as a run before the rule wrote it: scored
+  normalize(tf32_off, config, builtin_store().reference());
+  EXPECT_FALSE(tf32_off.normalized.has_value());
+  const std::string table = render("table", {tf32_off});
+  EXPECT_NE(table.find("modified"), std::string::npos) << table;
+  EXPECT_NE(table.find("bert-base: modified (NVIDIA_TF32_OVERRIDE=0), so it is not compared "
+                       "with 2020"),
+            std::string::npos)
+      << table;
+  const std::string summary = render("summary", {tf32_off});
+  EXPECT_NE(summary.find("modified"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("NVIDIA_TF32_OVERRIDE=0"), std::string::npos) << summary;
+
+  JobRecord cpu = h200("bert-base", "fp32", 2, 3.5);
+  cpu.device = cpu_device_info();
+  JobRecord stale_cpu = cpu;
+  normalize(cpu, config, builtin_store().reference());
+  EXPECT_FALSE(cpu.normalized.has_value());
+
+  testing::TempDir dir;
+  ResultDocument doc;
+  doc.created_utc = "2026-11-30T00:00:00Z";
+  doc.jobs = {stale, stale_cpu};
+  ASSERT_TRUE(doc.jobs[0].normalized && doc.jobs[1].normalized);
+  write_file_atomically(dir.file("old.json"), doc.to_json().dump());
+  const auto read = read_results({dir.file("old.json")});
+  ASSERT_EQ(read.size(), 2u);
+  EXPECT_FALSE(read[0].normalized.has_value());
+  EXPECT_FALSE(read[1].normalized.has_value());
 }
 
 TEST(ReportTest, UnknownFormatIsABadInput) {

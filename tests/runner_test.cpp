@@ -8,6 +8,7 @@
 #include "gpubench/base/errors.h"
 #include "gpubench/train/registry.h"
 #include "gpubench/measure/timing.h"
+#include "gpubench/report/reporter.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <sstream>
 
 namespace gpubench {
 namespace {
@@ -502,6 +504,25 @@ TEST(RunnerTest, ATiersConfirmAllocatesTheOptimizerStateBeforeItsFirstStep) {
   EXPECT_EQ(record.memory["confirm_steps"], 1);
 }
 
+// A tier's confirm reads the losses: a batch whose model no longer trains soundly is no answer.
+TEST(RunnerTest, ATiersConfirmReadsTheLossesAndADivergedTierIsMarked) {
+  static const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  StepContext ctx;
+  ctx.config = &store.model("bert-base");
+  ctx.batch = 3;
+  JobRecord sound;
+  confirm_phase(sound, diverging_architecture(5, std::nan("")), ctx);
+  EXPECT_EQ(sound.status, "ok");
+  EXPECT_DOUBLE_EQ(sound.losses["box"].get<double>(), 1.5);
+  JobRecord nan;
+  confirm_phase(nan, diverging_architecture(0, std::nan("")), ctx);
+  EXPECT_EQ(nan.status, "diverged");
+  EXPECT_TRUE(nan.losses["box"].is_null());
+  EXPECT_NE(nan.message.find("loss 'box' is NaN after 1 step at batch 3"), std::string::npos)
+      << nan.message;
+
+}
+
 TEST(RunnerTest, ADivergedJobIsNotNormalized) {
   JobRecord r = time_on_cpu(diverging_architecture(2, std::nan("")));
   ASSERT_EQ(r.status, "diverged");
@@ -647,12 +668,18 @@ class FakeLauncher : public PhaseLauncher {
       r.message = "CUDA out of memory";
       return r;
     }
+    if (spec.phase == "confirm" && diverge_confirm) {
+      r.status = "diverged";
+      r.message = "loss 'loss' is NaN after 2 steps at batch " + std::to_string(spec.batch);
+      return r;
+    }
     r.throughput = 94.0 * 2;
     return r;
   }
   std::vector<std::string> calls;
   std::vector<JobSpec> search_specs;
   bool converges = true;  ///< false: the search spends its probe budget
+  bool diverge_confirm = false;  ///< a memory tier's confirm finds a NaN loss
 
  private:
   int64_t found_, fits_up_to_;
@@ -730,6 +757,19 @@ TEST(RunnerTest, AMemoryTierConfirmsItsBatchInAFreshProcessAndStepsDownWhenItDoe
   for (const auto& call : tier.calls) EXPECT_EQ(call.rfind("time:", 0), std::string::npos) << call;
 }
 
+// A tier whose confirm finds the model no longer training soundly is marked diverged, not failed
+// and not an answer.
+TEST(RunnerTest, AMemoryTierWhoseConfirmDivergesIsMarkedDiverged) {
+  FakeLauncher tier(1312, 2000);
+  tier.diverge_confirm = true;
+  JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
+  plan.search_only = true;
+  const JobRecord r = run_job(plan, builtin(), tier, quiet);
+  EXPECT_EQ(r.status, "diverged");
+  EXPECT_NE(r.message.find("did not train soundly in its confirm"), std::string::npos)
+      << r.message;
+}
+
 TEST(RunnerTest, AMemoryTierWhoseBatchNeverTrainsInAFreshProcessFails) {
   FakeLauncher tier(1312, 0);
   JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
@@ -787,11 +827,16 @@ class RepeatLauncher : public PhaseLauncher {
     JobRecord r;
     r.model = spec.model;
     r.device.type = "cuda";
-    r.batch = spec.batch;
+    r.batch = status == "crashed" ? 0 : spec.batch;  // a dead worker says nothing of its batch
     r.status = status;
     r.throughput = status == "ok" ? throughput : 0;
     r.timing.steps = 3;
     r.timing.median_ms = 1000 / std::max(throughput, 1.0);
+    // NVML over the window: power and energy that follow the throughput; 14 ran throttled.
+    r.clocks = {{"power_w", {{"mean", 300 + throughput}}},
+                {"sm_clock_mhz", {{"median", 1900 - throughput}}},
+                {"throttled", throughput == 14},
+                {"energy", {{"units_per_joule", throughput / 100}}}};
     if (status == "diverged") r.message = "loss 'loss' is NaN at the end of the timed window";
     if (status == "oom") r.message = "CUDA out of memory";
     return r;
@@ -841,6 +886,41 @@ TEST(RunnerTest, RepeatedTimedRunsGiveTheMedianAndAnInterval) {
   EXPECT_TRUE(single.repeats.empty());
   EXPECT_FALSE(single.throughput_stats.has_value());
   EXPECT_FALSE(single.to_json().contains("repeats"));
+}
+
+// The GPU's power, clock and energy, and the step time, over every timed run (their median and
+// range), not the first run's alone; the first run's process time is kept like the others'.
+TEST(RunnerTest, RepeatedTimedRunsSummarizePowerClocksAndEnergyOverEveryRun) {
+  RepeatLauncher launcher({{"ok", 10}, {"ok", 14}, {"oom", 0}, {"ok", 12}});
+  const JobPlan plan{"bert-base", "cuda:0", int64_t{64}, {}};
+  const JobRecord r = run_job(plan, with_repeat(4), launcher, quiet);
+  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_EQ(r.repeats.size(), 4u);
+  EXPECT_GT(r.repeats[0]["seconds"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(r.repeats[1]["power_w_mean"].get<double>(), 314.0);
+  const Json& s = r.repeat_summary;
+  EXPECT_EQ(s["runs"], 3);  // the one out of memory is not counted
+  EXPECT_EQ(s["throttled_runs"], 1);
+  EXPECT_DOUBLE_EQ(s["power_w_mean"]["median"].get<double>(), 312.0);
+  EXPECT_DOUBLE_EQ(s["power_w_mean"]["min"].get<double>(), 310.0);
+  EXPECT_DOUBLE_EQ(s["power_w_mean"]["max"].get<double>(), 314.0);
+  EXPECT_DOUBLE_EQ(s["sm_clock_mhz_median"]["median"].get<double>(), 1888.0);
+  EXPECT_DOUBLE_EQ(s["units_per_joule"]["median"].get<double>(), 0.12);
+  EXPECT_DOUBLE_EQ(s["step_time_ms_median"]["max"].get<double>(), 100.0);
+  EXPECT_EQ(JobRecord::from_json(r.to_json()).repeat_summary, s);
+  // The tables read the medians, as they read the throughputs' median.
+  std::ostringstream csv;
+  make_reporter("csv", csv)->report({r}, builtin().reference());
+  EXPECT_NE(csv.str().find(",312,"), std::string::npos) << csv.str();
+}
+
+// A timed run whose worker died keeps the batch it was given, not 0.
+TEST(RunnerTest, ACrashedTimedRunKeepsItsBatch) {
+  RepeatLauncher launcher({{"crashed", 0}});
+  const JobPlan plan{"bert-base", "cuda:0", int64_t{64}, {}};
+  const JobRecord r = run_job(plan, builtin(), launcher, quiet);
+  EXPECT_EQ(r.status, "crashed");
+  EXPECT_EQ(r.batch, 64);
 }
 
 /// Timed runs that measure the matmul peak unless their spec brings one (as run_phase does).

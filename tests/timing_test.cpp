@@ -68,7 +68,8 @@ TEST(TimingTest, EnergySummaryDividesTheCountersDifference) {
   EXPECT_DOUBLE_EQ(e["joules"].get<double>(), 3000.0);
   EXPECT_DOUBLE_EQ(e["joules_per_step"].get<double>(), 100.0);
   EXPECT_DOUBLE_EQ(e["units_per_joule"].get<double>(), 2.0);
-  EXPECT_DOUBLE_EQ(e["mean_power_w"].get<double>(), 600.0);
+  EXPECT_DOUBLE_EQ(e["mean_power_w"].get<double>(), 600.0);  // over the counter's 5 s
+  EXPECT_DOUBLE_EQ(e["counter_seconds"].get<double>(), 5.0);
   EXPECT_TRUE(energy_summary(std::nullopt, 6000.0, 30, 5.0).empty());  // no counter (CPU)
   EXPECT_TRUE(energy_summary(0.0, 6000.0, 30, 5.0).empty());           // a counter that stood
   EXPECT_TRUE(energy_summary(3000.0, 6000.0, 0, 5.0).empty());

@@ -1,7 +1,12 @@
 #include "gpubench/base/env.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
+
+extern char** environ;  // POSIX: this process's variables
 
 namespace gpubench::env {
 
@@ -42,6 +47,10 @@ const std::vector<SwitchInfo>& switches() {
       {Switch::kFaultRank, "GPUBENCH_FAULT_RANK",
        "R:crash or R:hang: data-parallel rank R fails at its second update (the tests' hook)", true,
        "src/distributed/environment.cpp"},
+      {Switch::kTestRankDelay, "GPUBENCH_TEST_RANK_DELAY_MS",
+       "R:MS: data-parallel rank R sleeps MS milliseconds at every update (the tests' hook for a "
+       "slow rank)",
+       true, "src/distributed/environment.cpp"},
   };
   return table;
 }
@@ -56,5 +65,106 @@ const SwitchInfo& info(Switch id) {
 const char* get(Switch id) { return std::getenv(info(id).name); }
 
 void set(Switch id, const std::string& value) { setenv(info(id).name, value.c_str(), 1); }
+
+const std::vector<PlatformVariable>& platform_variables() {
+  static const std::vector<PlatformVariable> table = {
+      {"NVIDIA_TF32_OVERRIDE", true, "0 turns TF32 off in every CUDA library, whatever the app asks"},
+      {"PYTORCH_CUDA_ALLOC_CONF", true, "the caching allocator's options (the max batch)"},
+      {"PYTORCH_ALLOC_CONF", true, "the caching allocator's options (newer PyTorch's name)"},
+      {"PYTORCH_NO_CUDA_MEMORY_CACHING", true, "1 turns the caching allocator off"},
+      {"CUBLAS_WORKSPACE_CONFIG", true, "cuBLAS's workspaces (deterministic GEMMs)"},
+      {"CUBLASLT_WORKSPACE_SIZE", true, "cuBLASLt's workspace size"},
+      {"CUDNN_CONV_WSCAP_DBG", true, "caps cuDNN's convolution workspaces"},
+      {"CUDA_LAUNCH_BLOCKING", true, "1 makes every kernel launch wait for the kernel"},
+      {"CUDA_DEVICE_MAX_CONNECTIONS", true, "how many hardware queues the streams share"},
+      {"TORCH_CUDNN_V8_API_DISABLED", true, "1 goes back to cuDNN's older API"},
+      {"TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT", true, "how many cuDNN execution plans are kept"},
+      {"TORCH_BLAS_PREFER_CUBLASLT", true, "GEMMs through cuBLASLt"},
+      {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", true, "1 allows TF32 in fp32 GEMMs"},
+      {"CUDA_VISIBLE_DEVICES", false, "which GPUs the process sees"},
+      {"CUDA_MODULE_LOADING", false, "LAZY or EAGER loading of kernels"},
+      {"OMP_NUM_THREADS", false, "CPU threads of OpenMP (the CPU runs)"},
+      {"MKL_NUM_THREADS", false, "CPU threads of MKL"},
+      {"OPENBLAS_NUM_THREADS", false, "CPU threads of OpenBLAS"},
+      {"NCCL_", false, "NCCL's communication settings (data-parallel runs)"},
+      {"TORCH_NCCL_", false, "PyTorch's settings of its NCCL process group"},
+  };
+  return table;
+}
+
+namespace {
+
+bool starts_with(const char* text, const char* prefix) {
+  return std::strncmp(text, prefix, std::strlen(prefix)) == 0;
+}
+
+/// The platform variable `name` is, or null.
+const PlatformVariable* platform_variable(const std::string& name) {
+  for (const PlatformVariable& v : platform_variables()) {
+    const std::size_t n = std::strlen(v.name);
+    const bool prefix = n > 0 && v.name[n - 1] == '_';
+    if (prefix ? starts_with(name.c_str(), v.name) : name == v.name) return &v;
+  }
+  return nullptr;
+}
+
+/// `options` without its expandable_segments entry: what the user set beyond gpubench's own.
+std::string without_expandable_segments(const std::string& options) {
+  std::string kept;
+  std::size_t start = 0;
+  while (start <= options.size()) {
+    std::size_t end = options.find(',', start);
+    if (end == std::string::npos) end = options.size();
+    std::string pair = options.substr(start, end - start);
+    const auto first = pair.find_first_not_of(" \t");
+    pair = first == std::string::npos ? "" : pair.substr(first);
+    if (!pair.empty() && pair.compare(0, 19, "expandable_segments") != 0) {
+      kept += kept.empty() ? pair : "," + pair;
+    }
+    start = end + 1;
+  }
+  return kept;
+}
+
+}  // namespace
+
+Json select_variables(const char* const* entries) {
+  Json out = Json::object();
+  for (const char* const* entry = entries; entry && *entry; ++entry) {
+    const std::string text = *entry;
+    const auto eq = text.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string name = text.substr(0, eq);
+    if (starts_with(name.c_str(), "GPUBENCH_") || platform_variable(name)) {
+      out[name] = text.substr(eq + 1);
+    }
+  }
+  return out;
+}
+
+const Json& recorded_variables() {
+  static const Json variables = select_variables(environ);
+  return variables;
+}
+
+std::vector<std::string> modifying_variables(const Json& variables) {
+  std::vector<std::string> names;
+  if (!variables.is_object()) return names;
+  for (const auto& [name, value] : variables.items()) {
+    if (value.is_string() && value.get<std::string>().empty()) continue;  // set to nothing
+    bool modifies = false;
+    for (const SwitchInfo& row : switches()) {
+      if (name == row.name) modifies = row.changes_computation;
+    }
+    if (const PlatformVariable* v = platform_variable(name); v && v->changes_computation) {
+      modifies = true;
+      if (name == "PYTORCH_CUDA_ALLOC_CONF" || name == "PYTORCH_ALLOC_CONF") {
+        modifies = value.is_string() && !without_expandable_segments(value.get<std::string>()).empty();
+      }
+    }
+    if (modifies) names.push_back(name);
+  }
+  return names;
+}
 
 }  // namespace gpubench::env

@@ -2,6 +2,7 @@
 #include "gpubench/base/json_int.h"
 
 #include "gpubench/base/compat.h"
+#include "gpubench/base/env.h"
 #include "gpubench/device/nvml.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/base/version.h"
@@ -160,7 +161,9 @@ Json environment_json(const DeviceInfo& device) {
           {"device", device.to_json()},
           {"software", software_versions()},
           {"gpubench",
-           {{"version", version_info::kVersion}, {"git_commit", version_info::kGitCommit}}}};
+           {{"version", version_info::kVersion}, {"git_commit", version_info::kGitCommit}}},
+          {"variables", env::recorded_variables()},
+          {"modified_by", env::modifying_variables(env::recorded_variables())}};
 }
 
 MemoryStats memory_stats(const torch::Device& device) {

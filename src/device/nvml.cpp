@@ -136,7 +136,10 @@ void ClockSampler::start() {
   energy_end_mj_.reset();
   const NvmlApi& api = nvml();
   unsigned long long mj = 0;
-  if (api.energy && api.energy(device_, &mj) == kNvmlSuccess) energy_start_mj_ = mj;
+  if (api.energy && api.energy(device_, &mj) == kNvmlSuccess) {
+    energy_start_mj_ = mj;
+    energy_start_at_ = std::chrono::steady_clock::now();
+  }
   running_ = true;
   thread_ = std::thread([this] { loop(); });
 }
@@ -223,6 +226,7 @@ Json ClockSampler::stop() {
     unsigned long long mj = 0;
     if (energy_start_mj_ && api.energy && api.energy(device_, &mj) == kNvmlSuccess) {
       energy_end_mj_ = mj;
+      energy_end_at_ = std::chrono::steady_clock::now();
     }
   }
   Json out = summarize_clock_samples(samples_, limits);
@@ -237,12 +241,21 @@ std::optional<double> ClockSampler::energy_joules() const {
   return static_cast<double>(*energy_end_mj_ - *energy_start_mj_) / 1000.0;
 }
 
-Json energy_summary(std::optional<double> joules, double units, int64_t steps, double seconds) {
+double ClockSampler::energy_seconds() const {
+  if (!energy_start_mj_ || !energy_end_mj_) return 0;
+  return std::chrono::duration<double>(energy_end_at_ - energy_start_at_).count();
+}
+
+Json energy_summary(std::optional<double> joules, double units, int64_t steps,
+                    double counter_seconds) {
   if (!joules || *joules <= 0 || steps <= 0) return Json::object();
   Json out = {{"joules", *joules},
               {"joules_per_step", *joules / static_cast<double>(steps)},
               {"units_per_joule", units / *joules}};
-  if (seconds > 0) out["mean_power_w"] = *joules / seconds;
+  if (counter_seconds > 0) {
+    out["mean_power_w"] = *joules / counter_seconds;
+    out["counter_seconds"] = counter_seconds;
+  }
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "gpubench/distributed/environment.h"
 
+#include "gpubench/base/env.h"
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
 
@@ -180,7 +181,7 @@ DataParallelPlan DataParallelPlan::from_json(const Json& json) {
 }
 
 void inject_fault_if_asked(int rank) {
-  const char* fault = std::getenv("GPUBENCH_FAULT_RANK");
+  const char* fault = env::get(env::Switch::kFaultRank);
   if (!fault || !*fault) return;
   const std::string value = fault;
   const auto colon = value.find(':');
@@ -198,7 +199,7 @@ void inject_fault_if_asked(int rank) {
 void delay_if_asked(int rank) {
   // Read once: this runs at every update.
   static const int delay_ms = [rank] {
-    const char* delay = std::getenv("GPUBENCH_TEST_RANK_DELAY_MS");
+    const char* delay = env::get(env::Switch::kTestRankDelay);
     if (!delay || !*delay) return 0;
     const std::string value = delay;
     const auto colon = value.find(':');

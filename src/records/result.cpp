@@ -24,6 +24,18 @@ JobRecord job_record_from_json(const Json& j);
 ResultDocument result_document_from_json(const Json& j, const std::string& file);
 }  // namespace
 
+std::vector<std::string> JobRecord::modifications() const {
+  std::vector<std::string> out;
+  if (config.is_object() && config.value("modified", false)) out.push_back("config");
+  if (environment.is_object() && environment.contains("modified_by") &&
+      environment["modified_by"].is_array()) {
+    for (const Json& name : environment["modified_by"]) {
+      if (name.is_string()) out.push_back(name.get<std::string>());
+    }
+  }
+  return out;
+}
+
 Json JobRecord::to_json() const {
   Json params = Json::object();
   for (const auto& [network, count] : trainable_params) params[network] = count;
@@ -68,6 +80,7 @@ Json JobRecord::to_json() const {
   // Repeats (run.repeat >= 2) only: records of one timed run read and write as before.
   if (!repeats.empty()) out["repeats"] = repeats;
   if (throughput_stats) out["throughput_stats"] = throughput_stats->to_json();
+  if (!repeat_summary.empty()) out["repeat_summary"] = repeat_summary;
   out["config"] = config;
   out["environment"] = environment;
   out["wall_seconds"] = wall_seconds;
@@ -145,6 +158,8 @@ JobRecord job_record_from_json(const Json& j) {
   r.losses = j.value("losses", Json::object());
   r.diverged_throughput = j.value("diverged_throughput", 0.0);
   r.repeats = j.value("repeats", Json::array());
+  r.repeat_summary = j.value("repeat_summary", Json::object());
+  if (!r.repeat_summary.is_object()) r.repeat_summary = Json::object();
   if (j.contains("throughput_stats") && j["throughput_stats"].is_object()) {
     r.throughput_stats = SampleStats::from_json(j["throughput_stats"]);
   }

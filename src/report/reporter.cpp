@@ -61,6 +61,20 @@ std::string raw_at(const Json& json, std::initializer_list<const char*> path) {
   return v ? number(*v) : std::string();
 }
 
+/// A GPU measurement of the timed window at `path` in clocks, or with repeats the median over the
+/// timed runs (repeat_summary[summary_key]), as the throughput is.
+std::optional<double> over_runs(const JobRecord& j, const char* summary_key,
+                                std::initializer_list<const char*> path) {
+  if (const auto median = number_at(j.repeat_summary, {summary_key, "median"})) return median;
+  return number_at(j.clocks, path);
+}
+
+std::string raw_over_runs(const JobRecord& j, const char* summary_key,
+                          std::initializer_list<const char*> path) {
+  const auto v = over_runs(j, summary_key, path);
+  return v ? number(*v) : std::string();
+}
+
 /// A text at `path` in a record's environment ("" where it has none or it is not text).
 std::string environment_text(const JobRecord& j, std::initializer_list<const char*> path) {
   const Json* at = &j.environment;
@@ -165,26 +179,30 @@ const std::vector<ResultColumn>& result_columns() {
       // The GPU over the window (NVML): clock, power, energy; a dash where it was not sampled.
       {"sm_clock_mhz_median", "SM clock",
        [](const JobRecord& j) {
-         return raw_at(j.clocks, {"sm_clock_mhz", "median"});
+         return raw_over_runs(j, "sm_clock_mhz_median", {"sm_clock_mhz", "median"});
        },
        [](const JobRecord& j) {
-         const auto v = number_at(j.clocks, {"sm_clock_mhz", "median"});
+         const auto v = over_runs(j, "sm_clock_mhz_median", {"sm_clock_mhz", "median"});
          return v ? fmt::format("{:.0f} MHz", *v) : std::string("-");
        }},
       {"sm_clock_max_mhz", "max clock",
        [](const JobRecord& j) { return raw_at(j.clocks, {"sm_clock_max_mhz"}); }, nullptr},
       {"power_w_mean", "power",
        [](const JobRecord& j) {
-         return raw_at(j.clocks, {"power_w", "mean"});
+         return raw_over_runs(j, "power_w_mean", {"power_w", "mean"});
        },
        [](const JobRecord& j) {
-         const auto v = number_at(j.clocks, {"power_w", "mean"});
+         const auto v = over_runs(j, "power_w_mean", {"power_w", "mean"});
          return v ? fmt::format("{:.0f} W", *v) : std::string("-");
        }},
       {"power_limit_w", "power limit",
        [](const JobRecord& j) { return raw_at(j.clocks, {"power_limit_w"}); }, nullptr},
       {"throttled", "throttled",
        [](const JobRecord& j) {
+         // With repeats: throttled when any timed run was.
+         if (const auto n = number_at(j.repeat_summary, {"throttled_runs"})) {
+           return std::string(*n > 0 ? "true" : "false");
+         }
          return j.clocks.contains("throttled") && j.clocks["throttled"].is_boolean()
                     ? std::string(j.clocks["throttled"].get<bool>() ? "true" : "false")
                     : std::string();
@@ -198,10 +216,11 @@ const std::vector<ResultColumn>& result_columns() {
       // Performance per watt: units per joule is (units/s) per (J/s).
       {"units_per_joule", "per joule",
        [](const JobRecord& j) {
-         return j.ok() ? raw_at(j.clocks, {"energy", "units_per_joule"}) : std::string();
+         return j.ok() ? raw_over_runs(j, "units_per_joule", {"energy", "units_per_joule"})
+                       : std::string();
        },
        [](const JobRecord& j) {
-         const auto v = number_at(j.clocks, {"energy", "units_per_joule"});
+         const auto v = over_runs(j, "units_per_joule", {"energy", "units_per_joule"});
          if (!j.ok() || !v) return std::string("-");
          return fmt::format("{} {}/J", format_significant(*v, 3), unit_of(j));
        }},
@@ -395,6 +414,11 @@ ResultFiles read_result_files(const std::vector<std::string>& paths) {
       if (job.environment.empty()) job.environment = doc.environment;
       files.jobs.push_back(std::move(job));
     }
+  }
+  // Records written before CPU rows and modified jobs lost their 2020 score (2026-12-06) are
+  // read as today's runs write them.
+  for (auto& job : files.jobs) {
+    if (job.normalized && (job.on_cpu() || !job.modifications().empty())) job.normalized.reset();
   }
   return files;
 }

@@ -49,11 +49,26 @@ const char* kAllocatorOnlyCapNote =
 
 }  // namespace
 
+std::string modification_text(const JobRecord& job) {
+  std::vector<std::string> parts;
+  for (const std::string& what : job.modifications()) {
+    if (what == "config") {
+      parts.push_back("a user config changed its model or optimizer");
+      continue;
+    }
+    const Json& variables = job.environment.value("variables", Json::object());
+    const Json value = variables.is_object() ? variables.value(what, Json()) : Json();
+    parts.push_back(value.is_string() ? fmt::format("{}={}", what, value.get<std::string>())
+                                      : what + " set");
+  }
+  return join(parts, "; ");
+}
+
 std::string normalized_text(const RunCell& cell) {
   if (!cell.present) return "";
   if (cell.status == "no-fit") return "OOM";
   if (cell.status != "ok") return cell.status;
-  if (!cell.normalized) return "n/a";
+  if (!cell.normalized) return cell.modified ? "modified" : "n/a";
   return fmt::format("{} ({})", format_significant(*cell.normalized), cell.batch);
 }
 
@@ -405,11 +420,10 @@ std::vector<std::string> report_notes(const ReportView& view) {
           "CPU rows ran without a GPU at the config's small fixed batch (no search): "
           "they show the pipeline works, not GPU speed.");
     }
-    if (job.config.value("modified", false) && seen.insert("modified:" + job.model).second) {
-      lines.push_back(
-          fmt::format("{}: a user config changed its model or optimizer, so it is "
-                      "not compared with 2020 (n/a)",
-                      job.model));
+    if (const auto why = modification_text(job); !why.empty() &&
+        seen.insert("modified:" + job.model + why).second) {
+      lines.push_back(fmt::format("{}: modified ({}), so it is not compared with 2020", job.model,
+                                  why));
     }
     if (!job.message.empty()) {
       std::string who = job.model;

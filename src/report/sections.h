@@ -64,7 +64,11 @@ std::optional<double> scaling_efficiency(const JobRecord& job, const std::vector
 /// merged records.
 std::vector<std::string> report_notes(const ReportView& view);
 
-/// A measured cell of the normalized table: "20.0 (1312)", "OOM", "n/a", "failed".
+/// Why a job is modified, for its note: "a user config changed its model or optimizer;
+/// NVIDIA_TF32_OVERRIDE=0"; empty for an unmodified job.
+std::string modification_text(const JobRecord& job);
+
+/// A measured cell of the normalized table: "20.0 (1312)", "OOM", "n/a", "modified", "failed".
 std::string normalized_text(const RunCell& cell);
 /// A max-batch cell: "1669", "OOM", "-" (a fixed batch, no search), the status, or "".
 std::string max_batch_text(const MaxBatchCell& cell);

@@ -109,7 +109,9 @@ class SummaryReporter final : public report::TerminalReporter {
         }
         row.push_back(cell);
       }
-      row.push_back(j.ok() && j.normalized ? format_significant(j.normalized->score) : "-");
+      row.push_back(j.ok() && j.normalized           ? format_significant(j.normalized->score)
+                    : j.ok() && !j.modifications().empty() ? "modified"
+                                                          : "-");
       row.push_back(j.ok() && !j.search_only ? step_text(j) : "-");
       row.push_back(j.peak_memory_bytes > 0 && !j.search_only
                         ? format_bytes(static_cast<double>(j.peak_memory_bytes))

@@ -23,7 +23,11 @@ using Clock = std::chrono::steady_clock;
 
 void normalize(JobRecord& record, const ModelConfig& config, const ReferenceTable& reference) {
   record.normalized.reset();
-  if (!record.ok() || !config.reference_2020 || config.modified) return;
+  // A CPU row shows the pipeline works, not GPU speed; a modified job is not the 2020 workload.
+  if (!record.ok() || !config.reference_2020 || config.modified || record.on_cpu() ||
+      !record.modifications().empty()) {
+    return;
+  }
   const ReferenceRow* row = reference.find_row(config.reference_2020->row);
   if (!row) return;
   NormalizedScore s;
@@ -90,15 +94,59 @@ void fill_identity(JobRecord& record, const ModelConfig& config, const RunSettin
   if (record.created_utc.empty()) record.created_utc = utc_now();
 }
 
-/// One timed run as a repetition: what it measured and how it ended.
+/// One timed run as a repetition: what it measured and how it ended, with the GPU's power,
+/// clock and energy over its window where NVML gave them.
 Json repetition_json(const JobRecord& r, double seconds) {
-  return {{"throughput", r.ok() ? r.throughput : 0.0},
-          {"step_time_ms_median", r.timing.median_ms},
-          {"steps", r.timing.steps},
-          {"window_seconds", r.timing.window_seconds},
-          {"status", r.status},
-          {"message", r.message},
-          {"seconds", seconds}};
+  Json out = {{"throughput", r.ok() ? r.throughput : 0.0},
+              {"step_time_ms_median", r.timing.median_ms},
+              {"steps", r.timing.steps},
+              {"window_seconds", r.timing.window_seconds},
+              {"status", r.status},
+              {"message", r.message},
+              {"seconds", seconds}};
+  const Json& c = r.clocks;
+  auto copy = [&](const char* name, std::initializer_list<const char*> path) {
+    const Json* at = &c;
+    for (const char* key : path) {
+      if (!at->is_object() || !at->contains(key)) return;
+      at = &(*at)[key];
+    }
+    if (at->is_number() || at->is_boolean()) out[name] = *at;
+  };
+  copy("power_w_mean", {"power_w", "mean"});
+  copy("sm_clock_mhz_median", {"sm_clock_mhz", "median"});
+  copy("units_per_joule", {"energy", "units_per_joule"});
+  copy("throttled", {"throttled"});
+  return out;
+}
+
+/// The repeats' other measurements (repetition_json's numbers) over the runs that trained:
+/// {median, min, max} each, and how many runs trained and how many were throttled.
+Json summarize_repeats(const Json& repeats) {
+  Json out = Json::object();
+  int runs = 0, throttled = 0;
+  for (const Json& r : repeats) {
+    if (r.value("status", std::string()) != "ok") continue;
+    ++runs;
+    if (r.value("throttled", false)) ++throttled;
+  }
+  out["runs"] = runs;
+  out["throttled_runs"] = throttled;
+  for (const char* name :
+       {"step_time_ms_median", "power_w_mean", "sm_clock_mhz_median", "units_per_joule"}) {
+    std::vector<double> values;
+    for (const Json& r : repeats) {
+      if (r.value("status", std::string()) == "ok" && r.contains(name) && r[name].is_number()) {
+        values.push_back(r[name].get<double>());
+      }
+    }
+    if (values.empty()) continue;
+    std::sort(values.begin(), values.end());
+    const std::size_t n = values.size();
+    const double median = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+    out[name] = {{"median", median}, {"min", values.front()}, {"max", values.back()}};
+  }
+  return out;
 }
 
 /// run.repeat >= 2: the timed run again, each time in a fresh process at `record`'s batch, and
@@ -106,10 +154,9 @@ Json repetition_json(const JobRecord& r, double seconds) {
 /// is only a result when every timed run trained soundly); one that fails otherwise (out of
 /// memory at the edge, a crash) is kept in `repeats` and said in the message, and the
 /// statistics are over those that trained.
-void repeat_timed_run(JobRecord& record, JobSpec spec, const RunSettings& run,
-                      PhaseLauncher& launcher, const std::function<void(const std::string&)>& log) {
-  const double first_seconds =
-      record.confirm.empty() ? 0.0 : record.confirm.back().value("seconds", 0.0);
+void repeat_timed_run(JobRecord& record, double first_seconds, JobSpec spec,
+                      const RunSettings& run, PhaseLauncher& launcher,
+                      const std::function<void(const std::string&)>& log) {
   record.repeats = Json::array({repetition_json(record, first_seconds)});
   std::vector<double> throughputs = {record.throughput};
   std::vector<std::string> problems;
@@ -137,6 +184,7 @@ void repeat_timed_run(JobRecord& record, JobSpec spec, const RunSettings& run,
   }
   const SampleStats stats = summarize_sample(throughputs);
   record.throughput_stats = stats;
+  record.repeat_summary = summarize_repeats(record.repeats);
   record.throughput = stats.median;
   if (!problems.empty()) {
     record.message = fmt::format(
@@ -215,6 +263,13 @@ void confirm_tier(JobRecord& found, JobSpec spec, const ModelConfig& config, con
     }
     return;
   }
+  if (confirmed.record.status == "diverged") {  // a tier whose model does not train soundly
+    found.status = "diverged";
+    found.message = fmt::format("the tier's batch did not train soundly in its confirm: {}",
+                                confirmed.record.message);
+    found.losses = confirmed.record.losses;
+    return;
+  }
   found.status = "failed";
   found.message = confirmed.record.status == "oom"
                       ? fmt::format(
@@ -289,6 +344,8 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   Attempts timed = run_at_batch(spec, batch, source == "search", config, run, launcher, log);
   JobRecord record = std::move(timed.record);
   const Json attempts = std::move(timed.log);
+  // A worker that died says nothing of its batch: the record keeps the one it was given.
+  if (record.batch == 0) record.batch = timed.last_batch;
   if (record.status == "oom") {
     record.status = "failed";
     record.message = fmt::format("out of memory at batch {}: {}", timed.last_batch, record.message);
@@ -301,7 +358,14 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   if (record.ok() && run.repeat > 1) {
     // The repeats reuse the peak the first timed run measured, if it measured one.
     if (!spec.matmul_peak) spec.matmul_peak = measured_matmul_peak(record, plan.device);
-    repeat_timed_run(record, spec, run, launcher, log);
+    // The first timed run's process time: the attempt that trained at the record's batch.
+    double first_seconds = 0;
+    for (const Json& a : attempts) {
+      if (a.value("status", std::string()) == "ok" && a.value("batch", int64_t{0}) == record.batch) {
+        first_seconds = a.value("seconds", 0.0);
+      }
+    }
+    repeat_timed_run(record, first_seconds, spec, run, launcher, log);
     if (record.ok() && !record.compute.empty()) {  // the achieved FLOP/s of the median
       const Json& c = record.compute;
       PeakChoice peak;

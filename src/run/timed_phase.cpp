@@ -49,6 +49,18 @@ void confirm_phase(JobRecord& record, const Architecture& arch, const StepContex
   record.peak_memory_bytes = stats.reserved_peak;
   record.peak_allocated_bytes = stats.allocated_peak;
   record.memory["confirm_steps"] = steps;
+  // A tier's batch is an answer only where the model trains soundly: its losses are read, as a
+  // timed run's are.
+  const LossReading reading = read_losses(*step);
+  record.losses = reading.values;
+  if (!reading.non_finite.empty()) {
+    record.status = "diverged";
+    record.message = fmt::format("loss '{}' is {} after {} at batch {} in a fresh process",
+                                 reading.non_finite, reading.non_finite_value,
+                                 counted(steps, "step"), ctx.batch);
+    worker_log(record.model, "diverged: " + record.message);
+    return;
+  }
   record.status = "ok";
   worker_log(record.model, fmt::format("batch {} trained {} in a fresh process (peak {})",
                                        ctx.batch, counted(steps, "step"),
@@ -350,7 +362,8 @@ Window time_window(JobRecord& record, TrainStep& step, StepClock& clock, const S
   }
   record.clocks = sampler.stop();
   for (double ms : w.times) w.seconds += ms / 1000.0;
-  if (Json energy = energy_summary(sampler.energy_joules(), w.units, w.steps, w.seconds);
+  if (Json energy = energy_summary(sampler.energy_joules(), w.units, w.steps,
+                                   sampler.energy_seconds());
       !energy.empty()) {
     record.clocks["energy"] = std::move(energy);
   }

@@ -4,6 +4,8 @@
 // its use; the build's and the test scripts' own variables (GPUBENCH_JOBS, ...) are not here.
 #pragma once
 
+#include "gpubench/base/json.h"
+
 #include <string>
 #include <vector>
 
@@ -21,6 +23,7 @@ enum class Switch {
   kTraceActivations,   ///< GPUBENCH_TRACE_ACTIVATIONS
   kConvSplitElements,  ///< GPUBENCH_CONV_SPLIT_ELEMENTS
   kFaultRank,          ///< GPUBENCH_FAULT_RANK
+  kTestRankDelay,      ///< GPUBENCH_TEST_RANK_DELAY_MS
 };
 
 /// A row of the table.
@@ -46,5 +49,37 @@ const char* get(Switch id);
 
 /// Sets the variable for this process and the workers it starts (`run --quiet` quiets theirs).
 void set(Switch id, const std::string& value);
+
+/// A variable of the platform (CUDA, cuBLAS, cuDNN, PyTorch, NCCL, OpenMP) that changes what a
+/// step computes, how fast it runs or how memory is allocated. Each one that is set is written
+/// into every job's record (environment.variables), so two records that differ by one can be
+/// told apart.
+struct PlatformVariable {
+  const char* name;  ///< "NVIDIA_TF32_OVERRIDE", or a prefix ending in '_' ("NCCL_")
+  /// Set, it makes the job a modified one (environment.modified_by; no 2020 score): it changes
+  /// the math (TF32 off, deterministic workspaces), serializes launches, or changes the
+  /// allocator and so the max batch. False for those that only tune or select (threads,
+  /// communication, which devices are visible): recorded, not marked.
+  bool changes_computation;
+  const char* effect;  ///< what it does, in a few words
+};
+
+/// Every platform variable gpubench records, prefixes last.
+const std::vector<PlatformVariable>& platform_variables();
+
+/// Every GPUBENCH_* variable and every platform variable set in this process, {name: value},
+/// as this process saw them at its first call (workers call it before they add their own
+/// allocator option), so the record holds what the user set.
+const Json& recorded_variables();
+
+/// recorded_variables()'s choice among `entries` ("NAME=value" strings, null-terminated, as
+/// environ holds them).
+Json select_variables(const char* const* entries);
+
+/// The names in `variables` (recorded_variables()'s shape) that make a job modified: the
+/// switches with changes_computation and the platform variables with it. An allocator
+/// configuration counts once the `expandable_segments` option, which gpubench sets itself from
+/// run.expandable_segments and records in the job's runtime, is taken out of it.
+std::vector<std::string> modifying_variables(const Json& variables);
 
 }  // namespace gpubench::env

@@ -5,6 +5,7 @@
 #include "gpubench/base/json.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -60,6 +61,9 @@ class ClockSampler {
   /// The energy the device used between start() and stop() [J], from NVML's total-energy
   /// counter (Volta and later); none where the counter cannot be read.
   std::optional<double> energy_joules() const;
+  /// The seconds between the counter's two readings, which energy_joules() covers: the timed
+  /// window and the moments around it until the host saw it end; 0 without both readings.
+  double energy_seconds() const;
 
  private:
   using Sample = ClockSample;
@@ -71,12 +75,15 @@ class ClockSampler {
   std::thread thread_;
   std::vector<Sample> samples_;
   std::optional<unsigned long long> energy_start_mj_, energy_end_mj_;
+  std::chrono::steady_clock::time_point energy_start_at_, energy_end_at_;
 };
 
 /// The energy fields of a timed window: {joules, joules_per_step, units_per_joule (throughput
-/// per watt: units/s over J/s), mean_power_w}; an empty object without a reading, a step or a
-/// positive energy.
-Json energy_summary(std::optional<double> joules, double units, int64_t steps, double seconds);
+/// per watt: units/s over J/s), mean_power_w, counter_seconds}; an empty object without a
+/// reading, a step or a positive energy. `counter_seconds` is the interval the counter ran
+/// (ClockSampler::energy_seconds): the mean power is the energy over it.
+Json energy_summary(std::optional<double> joules, double units, int64_t steps,
+                    double counter_seconds);
 
 /// Total memory the process `pid` holds on the device per NVML (context, loaded kernels, every
 /// allocation); none where NVML cannot say.

@@ -65,6 +65,12 @@ struct JobRecord {
   /// With run.repeat >= 2: the throughputs of the repeats that trained (median, min, max and the
   /// mean's 95% interval); none with one timed run.
   std::optional<SampleStats> throughput_stats;
+  /// With run.repeat >= 2: the other measurements over the timed runs that trained, each as
+  /// {median, min, max}: step_time_ms_median, power_w_mean, sm_clock_mhz_median,
+  /// units_per_joule (the ones a run measured); and runs, throttled_runs. Empty with one timed
+  /// run. The tables show these medians, as `throughput` is the throughputs' median; clocks,
+  /// timing and step_time_ms stay the first run's.
+  Json repeat_summary = Json::object();
   int64_t peak_memory_bytes = 0;     ///< peak reserved by the allocator in the timed run
   int64_t peak_allocated_bytes = 0;
   /// The timed run's memory, apart: {resident_bytes (allocated after the timed window: weights,
@@ -90,6 +96,14 @@ struct JobRecord {
   std::string created_utc;
 
   bool ok() const { return status == "ok"; }
+  /// Why the job is not the shipped workload as gpubench runs it: "config" when a user config
+  /// changed its model or optimizer (config.modified), then each variable of
+  /// environment.modified_by (env::modifying_variables: TF32 turned off, an allocator option, a
+  /// diagnostic switch). Empty for an unmodified job. A modified job gets no 2020 score, and
+  /// every table marks it.
+  std::vector<std::string> modifications() const;
+  /// A job that ran on the CPU: no GPU speed, so no 2020 score.
+  bool on_cpu() const { return device.type == "cpu"; }
   Json to_json() const;
   static JobRecord from_json(const Json& json);
 };

@@ -52,6 +52,8 @@ struct RunCell {
   double throughput = 0;
   std::optional<double> normalized;  ///< throughput / baseline; none without a 2020 row
   std::optional<int64_t> max_batch;  ///< what the search found; none when the batch was fixed
+  /// The job is modified (JobRecord::modifications): its score cell says so rather than n/a.
+  bool modified = false;
 };
 
 /// Models x (measured runs + 2020 GPUs).
