@@ -1256,6 +1256,57 @@ TEST(BatchSearchTest, ProbeCatchesOutOfMemoryAndReleasesTheStep) {
   EXPECT_GT(failures, 0);
 }
 
+// Only a typed error is out of memory: the allocator's c10::OutOfMemoryError, or a libtorch
+// check's error with a library's allocation status. A message that says so is not enough.
+TEST(BatchSearchTest, OnlyTypedErrorsAreOutOfMemory) {
+  EXPECT_TRUE(is_out_of_memory(c10::OutOfMemoryError({"f", "file.cpp", 1}, "CUDA out of memory")));
+  EXPECT_TRUE(is_out_of_memory(c10::Error({"f", "file.cpp", 1}, "CUBLAS_STATUS_ALLOC_FAILED when "
+                                                                   "calling cublasCreate")));
+  EXPECT_TRUE(is_out_of_memory(c10::Error({"f", "file.cpp", 1}, "cuDNN error: "
+                                                                   "CUDNN_STATUS_ALLOC_FAILED")));
+  EXPECT_TRUE(is_out_of_memory(c10::Error({"f", "file.cpp", 1}, "CUDA error: out of memory")));
+  EXPECT_FALSE(is_out_of_memory(std::runtime_error("CUDA out of memory")));
+  EXPECT_FALSE(is_out_of_memory(std::runtime_error("CUBLAS_STATUS_ALLOC_FAILED")));
+  EXPECT_FALSE(is_out_of_memory(c10::Error({"f", "file.cpp", 1}, "the index ran out of memory "
+                                                                    "bounds")));
+  EXPECT_FALSE(is_out_of_memory(c10::Error({"f", "file.cpp", 1}, "shape mismatch")));
+}
+
+/// A step whose failure only says "out of memory" in a plain exception.
+class UntypedOomStep final : public TrainStep {
+ public:
+  explicit UntypedOomStep(int64_t batch) : batch_(batch) {}
+  double run() override {
+    if (batch_ > 8) throw std::runtime_error("my kernel ran out of memory somehow");
+    return static_cast<double>(batch_);
+  }
+  std::map<std::string, torch::Tensor> losses() const override { return {}; }
+  std::map<std::string, std::vector<torch::Tensor>> parameters() const override { return {}; }
+
+ private:
+  int64_t batch_;
+};
+
+// Any other error fails the probe with its message instead of lowering the max batch.
+TEST(BatchSearchTest, AnUntypedErrorIsNotTakenAsOutOfMemory) {
+  Architecture arch;
+  arch.name = "fake";
+  arch.prepare = [](const StepContext& ctx) -> std::unique_ptr<TrainStep> {
+    return std::make_unique<UntypedOomStep>(ctx.batch);
+  };
+  StepContext ctx;
+  ctx.device = torch::kCPU;
+  ctx.batch = 4;
+  EXPECT_TRUE(probe_step(arch, ctx).fits);
+  ctx.batch = 16;
+  try {
+    probe_step(arch, ctx);
+    FAIL() << "the probe took an untyped error for out of memory";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("my kernel ran out of memory"), std::string::npos);
+  }
+}
+
 /// Counts its runs; readies for a one-step probe when told it can.
 class CountingStep final : public TrainStep {
  public:

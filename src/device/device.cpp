@@ -427,10 +427,15 @@ std::optional<double> measure_matmul_peak_tflops(const torch::Device& device,
 
 bool is_out_of_memory(const std::exception& error) {
   if (dynamic_cast<const c10::OutOfMemoryError*>(&error)) return true;
+  // A library's allocation status, as libtorch's checks raise it (c10::Error): cuDNN's and
+  // cuBLAS's ALLOC_FAILED, and CUDA's cudaErrorMemoryAllocation from a checked runtime call.
+  // Any other error, a message that merely says "out of memory" included, is not taken as one:
+  // the probe fails with its message instead of lowering the max batch.
+  if (!dynamic_cast<const c10::Error*>(&error)) return false;
   const std::string what = error.what();
-  for (const char* marker : {"CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED",
-                             "CUDA out of memory", "out of memory"}) {
-    if (what.find(marker) != std::string::npos) return true;
+  for (const char* status : {"CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED",
+                             "CUDA error: out of memory"}) {
+    if (what.find(status) != std::string::npos) return true;
   }
   return false;
 }

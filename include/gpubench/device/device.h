@@ -121,8 +121,10 @@ std::string matmul_peak_kind(const std::string& precision);
 std::optional<double> measure_matmul_peak_tflops(const torch::Device& device,
                                                  const std::string& kind, int64_t n = 8192);
 
-/// True for out-of-memory: c10::OutOfMemoryError, and the cuDNN/cuBLAS allocation failures
-/// (CUDNN_STATUS_ALLOC_FAILED, CUBLAS_STATUS_ALLOC_FAILED, "out of memory") that mean the same.
+/// True for a typed out-of-memory error only: c10::OutOfMemoryError, and a libtorch check's
+/// c10::Error carrying an allocation status (CUDNN_STATUS_ALLOC_FAILED,
+/// CUBLAS_STATUS_ALLOC_FAILED, CUDA's "out of memory" error). Any other error is not one, even
+/// when its message says "out of memory": it fails the probe or the job with its message.
 bool is_out_of_memory(const std::exception& error);
 
 /// Marks points on the device's stream (CUDA events with timing; host clock on the CPU) and
