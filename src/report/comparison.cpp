@@ -127,7 +127,7 @@ Comparison build_comparison(const std::vector<JobRecord>& jobs, const ReferenceT
     cell.batch = job.batch;
     cell.throughput = job.throughput;
     cell.max_batch = max_batch_of(job).max_batch;
-    cell.modified = !job.modifications().empty();
+    cell.modified = !job.on_cpu() && !job.modifications().empty();  // a CPU row is never scored
     cell.normalized.reset();
     if (c.reference[r] && job.ok() && job.normalized) {
       cell.normalized =

@@ -110,7 +110,7 @@ class SummaryReporter final : public report::TerminalReporter {
         row.push_back(cell);
       }
       row.push_back(j.ok() && j.normalized           ? format_significant(j.normalized->score)
-                    : j.ok() && !j.modifications().empty() ? "modified"
+                    : j.ok() && !j.on_cpu() && !j.modifications().empty() ? "modified"
                                                           : "-");
       row.push_back(j.ok() && !j.search_only ? step_text(j) : "-");
       row.push_back(j.peak_memory_bytes > 0 && !j.search_only
