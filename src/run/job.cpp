@@ -141,10 +141,8 @@ Json summarize_repeats(const Json& repeats) {
       }
     }
     if (values.empty()) continue;
-    std::sort(values.begin(), values.end());
-    const std::size_t n = values.size();
-    const double median = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-    out[name] = {{"median", median}, {"min", values.front()}, {"max", values.back()}};
+    const SampleStats stats = summarize_sample(values);  // as the throughputs are summarized
+    out[name] = {{"median", stats.median}, {"min", stats.min}, {"max", stats.max}};
   }
   return out;
 }
