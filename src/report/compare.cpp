@@ -57,8 +57,8 @@ std::string attention_of(const JobRecord& r) {
 
 /// A digest of one section of the record's resolved config (the first 8 hex digits of
 /// json_digest: FNV-1a over its JSON with the keys sorted, so that the order they were written
-/// in does not count); none where the record holds no such section. The model's attention is left out: it is a field of
-/// its own, named in words.
+/// in does not count); none where the record holds no such section. The model's attention is left
+/// out: it is a field of its own, named in words.
 std::optional<std::string> config_digest(const JobRecord& r, const char* section) {
   const Json* found = member(r.config, section);
   if (!found || !found->is_object()) return std::nullopt;
