@@ -42,6 +42,10 @@ const std::vector<SwitchInfo>& switches() {
       {Switch::kFaultRank, "GPUBENCH_FAULT_RANK",
        "R:crash or R:hang: data-parallel rank R fails at its second update (the tests' hook)", true,
        "src/distributed/environment.cpp"},
+      {Switch::kCacheDir, "GPUBENCH_CACHE_DIR",
+       "the folder of the cache of search answers (before $XDG_CACHE_HOME/gpubench and "
+       "~/.cache/gpubench)",
+       false, "src/run/search_cache.cpp"},
   };
   return table;
 }

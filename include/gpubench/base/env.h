@@ -21,6 +21,7 @@ enum class Switch {
   kTraceActivations,   ///< GPUBENCH_TRACE_ACTIVATIONS
   kConvSplitElements,  ///< GPUBENCH_CONV_SPLIT_ELEMENTS
   kFaultRank,          ///< GPUBENCH_FAULT_RANK
+  kCacheDir,           ///< GPUBENCH_CACHE_DIR
 };
 
 /// A row of the table.
