@@ -119,5 +119,9 @@ int main(int argc, char** argv) {
   // the home folder.
   const gpubench::testing::TempDir journals;
   setenv("GPUBENCH_JOURNAL_DIR", journals.path().c_str(), 1);
+  // The same for the cache of search answers of runs on a GPU: none read from, none written to
+  // the user's.
+  const gpubench::testing::TempDir search_cache;
+  setenv("GPUBENCH_CACHE_DIR", search_cache.path().c_str(), 1);
   return RUN_ALL_TESTS();
 }

@@ -51,6 +51,10 @@ const std::vector<SwitchInfo>& switches() {
        "R:MS: data-parallel rank R sleeps MS milliseconds at every update (the tests' hook for a "
        "slow rank)",
        true, "src/distributed/environment.cpp"},
+      {Switch::kCacheDir, "GPUBENCH_CACHE_DIR",
+       "the folder of the cache of search answers (before $XDG_CACHE_HOME/gpubench and "
+       "~/.cache/gpubench)",
+       false, "src/run/search_cache.cpp"},
   };
   return table;
 }

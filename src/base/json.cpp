@@ -4,6 +4,8 @@
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 namespace gpubench {
@@ -147,6 +149,17 @@ void merge_into(Json& base, const Json& patch) {
       merge_into(*found, item.value());
     }
   }
+}
+
+std::string json_digest(const Json& value) {
+  // nlohmann::json (not the ordered Json) keeps its keys sorted.
+  const std::string text = nlohmann::json::parse(dump_json(value)).dump();
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a, 64 bits
+  for (const unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return fmt::format("{:016x}", hash);
 }
 
 }  // namespace gpubench

@@ -101,9 +101,12 @@ void add_setting_flag(CLI::App& cmd, RunOptions& o, const settings::Setting& set
              name, [keep](const std::string& value) { keep(value); }, setting.help())
           ->check(kNonEmpty);
       break;
+    case settings::Type::kBool:  // a flag without a value (--no-cache): Flag::sets
+      cmd.add_flag_function(
+          name, [keep](std::int64_t) { keep(true); }, setting.help());
+      break;
     case settings::Type::kNumber:
     case settings::Type::kOptionalNumber:
-    case settings::Type::kBool:
       cmd.add_option_function<double>(
           name, [keep](const double& value) { keep(value); }, setting.help());
       break;
@@ -373,7 +376,10 @@ RunPlan plan_resume(const RunOptions& o, std::ostream& err) {
   // Built-in defaults can change between gpubench versions: say so rather than mix silently.
   Json now = resolved.run().to_json(), then = run.run_settings;
   for (Json* settings : {&now, &then}) {
-    if (settings->is_object()) settings->erase("job_timeout_s");  // --timeout may change
+    if (!settings->is_object()) continue;
+    // --timeout and --no-cache may change; neither changes what a job measures.
+    settings->erase("job_timeout_s");
+    settings->erase("search_cache");
   }
   if (now != then) {
     err << "gpubench: warning: " << o.resume_path

@@ -160,6 +160,18 @@ std::vector<Setting> make_table() {
        run_field<&RunSettings::cudnn_benchmark_empty_cache>()},
       {"expandable_segments", Type::kBool, kNone, kNone,
        run_field<&RunSettings::expandable_segments>()},
+      {"search_cache",
+       Type::kBool,
+       kNone,
+       kNone,
+       run_field<&RunSettings::search_cache>(),
+       {"--no-cache",
+        "Neither read nor write the local cache of search answers (by default a searched "
+        "batch found there for this card, software and config is verified with two probes "
+        "instead of searched; the cache is $GPUBENCH_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/gpubench, else ~/.cache/gpubench)",
+        "", -kNone, kNone, "", /*min_exclusive=*/false, /*finite=*/false, /*scale=*/1,
+        /*on_resume=*/true, /*sets=*/false}},
   };
 }
 
@@ -240,6 +252,7 @@ std::string flag_text(const Setting& setting, const Json& value) {
 /// A flag's value checked as typed (the message names the flag) and turned into the config's.
 Json flag_config_value(const Setting& setting, const Json& given) {
   const Flag& flag = setting.flag;
+  if (setting.type == Type::kBool) return flag.sets;  // a flag without a value: given or not
   if (setting.type == Type::kPrecision) {
     return to_string(parse_precision(given.get<std::string>(), std::string(flag.name)));
   }

@@ -593,6 +593,34 @@ class Search {
 
 }  // namespace
 
+ProbeRecord run_probe(const ProbeFunction& probe, int64_t batch, const std::string& phase,
+                      int worker) {
+  const auto t0 = Clock::now();
+  const ProbeOutcome outcome = probe(batch);
+  ProbeRecord p;
+  p.batch = batch;
+  p.fits = outcome.fits && !outcome.worker_unusable;
+  p.peak_bytes = outcome.peak_bytes;
+  p.peak_allocated_bytes = outcome.peak_allocated_bytes;
+  p.resident_bytes = outcome.resident_bytes;
+  p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  p.prepare_seconds = outcome.prepare_seconds;
+  p.steps_seconds = outcome.steps_seconds;
+  p.steps = outcome.steps;
+  p.allocator = outcome.allocator;
+  p.phase = phase;
+  p.error = outcome.error;
+  p.sticky = outcome.worker_unusable;
+  p.worker = worker;
+  return p;
+}
+
+int64_t next_candidate_above(const SearchSettings& settings, int64_t batch) {
+  const Candidates candidates(settings);
+  if (batch >= candidates.top()) return 0;
+  return candidates.next_above(batch);
+}
+
 SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_bytes,
                             const ProbeFunction& probe, const SearchOptions& options) {
   check_settings(settings, capacity_bytes);
@@ -624,23 +652,7 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
       break;
     }
     const Search::Step step = search.next();
-    const auto t0 = Clock::now();
-    const ProbeOutcome outcome = probe(step.batch);
-    ProbeRecord p;
-    p.batch = step.batch;
-    p.fits = outcome.fits && !outcome.worker_unusable;
-    p.peak_bytes = outcome.peak_bytes;
-    p.peak_allocated_bytes = outcome.peak_allocated_bytes;
-    p.resident_bytes = outcome.resident_bytes;
-    p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    p.prepare_seconds = outcome.prepare_seconds;
-    p.steps_seconds = outcome.steps_seconds;
-    p.steps = outcome.steps;
-    p.allocator = outcome.allocator;
-    p.phase = step.phase;
-    p.error = outcome.error;
-    p.sticky = outcome.worker_unusable;
-    p.worker = options.worker;
+    const ProbeRecord p = run_probe(probe, step.batch, step.phase, options.worker);
     // Whether this batch already left a worker unusable once (before this probe).
     const bool again = std::any_of(
         search.probes().begin(), search.probes().end(),

@@ -88,29 +88,33 @@ std::optional<SearchHint> SearchHint::from_json(const Json& json) {
 Json SearchRecord::to_json() const {
   Json probes_json = Json::array();
   for (const auto& p : probes) probes_json.push_back(p.to_json());
-  return {{"max_batch", max_batch},
-          {"largest_pow2_batch", largest_pow2},
-          {"peak_bytes_at_max", peak_bytes_at_max},
-          {"peak_allocated_bytes_at_max", peak_allocated_bytes_at_max},
-          {"resident_bytes_at_max", resident_bytes_at_max},
-          {"activation_peak_bytes", activation_peak_bytes},
-          {"bytes_per_sample", bytes_per_sample},
-          {"fixed_bytes", fixed_bytes},
-          {"memory_line", memory_line},
-          {"capacity_bytes", capacity_bytes},
-          {"smallest_failure", smallest_failure},
-          {"probe_count", probes.size()},
-          {"stop_reason", stop_reason},
-          {"converged", converged},
-          {"hinted", hinted},
-          {"hint_note", hint_note},
-          {"interrupted", interrupted},
-          {"cudnn_benchmark", cudnn_benchmark},
-          {"headroom_bytes", headroom_bytes},
-          {"probe_overrides", probe_overrides},
-          {"workers", workers},
-          {"seconds", seconds},
-          {"probes", probes_json}};
+  Json j = {{"max_batch", max_batch},
+            {"largest_pow2_batch", largest_pow2},
+            {"peak_bytes_at_max", peak_bytes_at_max},
+            {"peak_allocated_bytes_at_max", peak_allocated_bytes_at_max},
+            {"resident_bytes_at_max", resident_bytes_at_max},
+            {"activation_peak_bytes", activation_peak_bytes},
+            {"bytes_per_sample", bytes_per_sample},
+            {"fixed_bytes", fixed_bytes},
+            {"memory_line", memory_line},
+            {"capacity_bytes", capacity_bytes},
+            {"smallest_failure", smallest_failure},
+            {"probe_count", probes.size()},
+            {"stop_reason", stop_reason},
+            {"converged", converged},
+            {"hinted", hinted},
+            {"hint_note", hint_note},
+            {"interrupted", interrupted},
+            {"cudnn_benchmark", cudnn_benchmark},
+            {"headroom_bytes", headroom_bytes},
+            {"probe_overrides", probe_overrides},
+            {"workers", workers},
+            {"seconds", seconds},
+            {"probes", probes_json}};
+  // Each only when it has something to say, so a searched record reads as it did before them.
+  if (source != "search") j["source"] = source;
+  if (!cache.is_null()) j["cache"] = cache;
+  return j;
 }
 
 SearchRecord SearchRecord::from_json(const Json& json) {
@@ -140,6 +144,8 @@ SearchRecord SearchRecord::from_json(const Json& json) {
   for (const auto& p : json.value("probes", Json::array())) {
     r.probes.push_back(ProbeRecord::from_json(p));
   }
+  r.source = json.value("source", std::string("search"));
+  if (json.contains("cache")) r.cache = json["cache"];
   return r;
 }
 

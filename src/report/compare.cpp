@@ -55,22 +55,16 @@ std::string attention_of(const JobRecord& r) {
   return attention && attention->is_string() ? attention->get<std::string>() : std::string();
 }
 
-/// A digest of one section of the record's resolved config (8 hex digits of FNV-1a over its
-/// JSON with the keys sorted, so that the order they were written in does not count); none
-/// where the record holds no such section. The model's attention is left out: it is a field of
-/// its own, named in words.
+/// A digest of one section of the record's resolved config (the first 8 hex digits of
+/// json_digest: FNV-1a over its JSON with the keys sorted, so that the order they were written
+/// in does not count); none where the record holds no such section. The model's attention is left
+/// out: it is a field of its own, named in words.
 std::optional<std::string> config_digest(const JobRecord& r, const char* section) {
   const Json* found = member(r.config, section);
   if (!found || !found->is_object()) return std::nullopt;
   Json kept = *found;
   if (std::string(section) == "model") kept.erase("attention");
-  const std::string text = nlohmann::json::parse(dump_json(kept)).dump();
-  uint64_t hash = 14695981039346656037ull;  // FNV-1a, 64 bits
-  for (const unsigned char c : text) {
-    hash ^= c;
-    hash *= 1099511628211ull;
-  }
-  return fmt::format("{:08x}", static_cast<uint32_t>(hash >> 32));
+  return json_digest(kept).substr(0, 8);  // the upper 32 bits of the 64-bit FNV-1a
 }
 
 /// The identity fields in which two records of one model, precision and memory cap differ,

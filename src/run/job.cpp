@@ -6,6 +6,7 @@
 #include "gpubench/base/strings.h"
 #include "gpubench/device/device.h"
 #include "gpubench/measure/timing.h"
+#include "gpubench/run/search_cache.h"
 #include "src/run/clock.h"
 
 #include <fmt/format.h>
@@ -311,9 +312,11 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
     log(fmt::format("{}: searching for the largest batch on {}", plan.model, plan.device));
     spec.phase = "search";
     JobRecord found;
+    Json first_cache;  // the first worker's cache lookup, for the record of the last one
     for (int worker = 0;; ++worker) {
       spec.search_worker = worker;
       found = launcher.launch(spec, run.job_timeout_s);
+      if (worker == 0 && found.search) first_cache = found.search->cache;
       // A probe that left its worker unusable: the search goes on in a fresh one, from the
       // probes so far (a second failure of the same batch there fails the job).
       if (!found.search || !found.search->interrupted || worker + 1 >= kMaxSearchWorkers) break;
@@ -321,6 +324,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
       log(fmt::format("{}: {}; the search goes on in a fresh worker", plan.model,
                       found.search->stop_reason));
     }
+    if (found.search) found.search->cache = merged_cache_note(first_cache, found.search->cache);
     if (found.search && !found.search->converged && found.ok()) {
       log(fmt::format("{}: warning: {}", plan.model, found.message));
       search_warning = found.message;

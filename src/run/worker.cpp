@@ -9,6 +9,7 @@
 #include "gpubench/device/device.h"
 #include "gpubench/device/nvml.h"
 #include "gpubench/measure/timing.h"
+#include "gpubench/run/search_cache.h"
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/registry.h"
 #include "src/run/worker_progress.h"
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 
 namespace gpubench {
 
@@ -241,8 +243,23 @@ void record_search(JobRecord& record, SearchRecord search, const ModelConfig& co
   record.search = std::move(search);
 }
 
+/// The key of this search's answer in the cache of search answers (run/search_cache.h).
+Json search_cache_key_of(const JobRecord& record, const JobSpec& spec, const ModelConfig& config,
+                         const RunSettings& run) {
+  SearchCacheInputs in;
+  in.environment = record.environment;
+  in.config = config.to_json();
+  in.run = run;
+  in.search_only = spec.search_only;
+  // The search runs in one process on one GPU, also for a data-parallel job.
+  in.world_size = spec.distributed.is_null() ? 1 : spec.distributed.value("world_size", 1);
+  in.variables = search_cache_variables();
+  return search_cache_key(in);
+}
+
 /// The search phase: the largest batch that fits in `capacity`, probe by probe (find_max_batch),
-/// going on from the probes an earlier worker of the search made.
+/// going on from the probes an earlier worker of the search made; on a GPU, through the cache of
+/// search answers unless run --no-cache (cached_search: a cached answer verified by two probes).
 void search_phase(JobRecord& record, const JobSpec& spec, const ModelConfig& config,
                   const RunSettings& run, const Architecture& arch, const torch::Device& device,
                   int64_t capacity, const RuntimeSettings& applied) {
@@ -293,11 +310,28 @@ void search_phase(JobRecord& record, const JobSpec& spec, const ModelConfig& con
       device.is_cuda() && run.expandable_segments && compat::kHasExpandableSegments;
   options.on_probe = [&](const ProbeRecord& p, int index) { log_probe(config.name, p, index); };
   options.on_note = [&](const std::string& text) { worker_log(config.name, text); };
+  std::optional<SearchCache> cache;
+  SearchCacheUse use;
+  if (device.is_cuda() && run.search_cache) {
+    const std::string folder = default_search_cache_folder();
+    if (folder.empty()) {
+      worker_log(config.name,
+                 "warning: the search cache has no folder (none of GPUBENCH_CACHE_DIR, "
+                 "XDG_CACHE_HOME and HOME is set); searching without it (set "
+                 "GPUBENCH_CACHE_DIR, or run with --no-cache)");
+    } else {
+      cache.emplace(folder);
+      use.cache = &*cache;
+      use.key = search_cache_key_of(record, spec, config, run);
+      // The first worker looks the answer up; one that goes on from its probes only stores.
+      use.read = spec.search_worker == 0 && spec.search_probes.empty();
+    }
+  }
   // Probes after the first reuse its model, restored to its initial weights (a fresh
   // build's seconds of host-side initialization; train/model_reuse.h).
   SearchRecord search = [&] {
     const train::ModelReuse reuse;
-    return find_max_batch(config.search, capacity, probe, options);
+    return cached_search(config.search, capacity, probe, options, use);
   }();
   search.headroom_bytes = headroom_bytes;
   Heartbeat::phase("");

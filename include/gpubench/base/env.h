@@ -24,6 +24,7 @@ enum class Switch {
   kConvSplitElements,  ///< GPUBENCH_CONV_SPLIT_ELEMENTS
   kFaultRank,          ///< GPUBENCH_FAULT_RANK
   kTestRankDelay,      ///< GPUBENCH_TEST_RANK_DELAY_MS
+  kCacheDir,           ///< GPUBENCH_CACHE_DIR
 };
 
 /// A row of the table.

@@ -61,4 +61,9 @@ std::string dump_json(const Json& value, int indent = -1);
 /// Overlays `patch` onto `base`: objects merge key by key, everything else replaces.
 void merge_into(Json& base, const Json& patch);
 
+/// 16 hex digits of 64-bit FNV-1a over `value`'s JSON text with every object's keys sorted, so
+/// that the order they were written in does not count: the digest of a config section (compare
+/// shows its first 8) or of a search cache key.
+std::string json_digest(const Json& value);
+
 }  // namespace gpubench

@@ -133,6 +133,11 @@ struct RunSettings {
   /// searches had trained), so what "fits" depended on fragmentation (docs/search.md,
   /// "Allocator"). A user's own PYTORCH_CUDA_ALLOC_CONF keeps its other options. Default: true
   bool expandable_segments = true;
+  /// A searched batch is looked up in the local cache of search answers (keyed by the device,
+  /// its driver and libraries, gpubench's commit and the job's config) and verified with two
+  /// probes instead of searched; each search's answer is stored there (run/search_cache.h,
+  /// docs/search.md "The cache of answers"). `run --no-cache` turns both off. Default: true
+  bool search_cache = true;
 
   Json to_json() const;
 };

@@ -43,6 +43,8 @@ struct Flag {
   double scale = 1;
   /// --resume keeps the journal's settings; a flag with this set may still change them.
   bool on_resume = false;
+  /// A Type::kBool flag takes no value: given, it sets its key to this (--no-cache: false).
+  bool sets = true;
 };
 
 /// Reads and writes one setting's field in RunSettings (a run setting) or in TimingSettings (a

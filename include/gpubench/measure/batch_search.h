@@ -71,7 +71,9 @@ struct ProbeRecord {
   double steps_seconds = 0;    ///< of which the steps [s]
   int steps = 0;               ///< training steps run (ProbeOutcome::steps); 0: not known
   Json allocator;              ///< ProbeOutcome::allocator; null: not read (older records)
-  std::string phase;           ///< "scout", "hint", "predict", "edge", "aim", "double", "bisect"
+  /// "scout", "hint", "predict", "edge", "aim", "double", "bisect"; "verify" for the two probes
+  /// that check a cached answer (run/search_cache.h)
+  std::string phase;
   std::string error;
   bool sticky = false;  ///< left its worker unusable (not an outcome: probed again elsewhere)
   int worker = 0;       ///< which of the search's worker processes ran it, from 0
@@ -117,6 +119,13 @@ struct SearchRecord {
   Json probe_overrides = Json::object();
   int workers = 1;               ///< worker processes the probes ran in
   double seconds = 0;            ///< wall time of the whole search (all its workers)
+  /// Where the answer came from: "search" (the probes found it) or "cache" (a cached answer
+  /// that two probes verified: run/search_cache.h; `probes` are those two).
+  std::string source = "search";
+  /// What the cache of search answers did for this search (run/search_cache.h: the key, the
+  /// lookup, the verification, whether the answer was stored); null where it was not used
+  /// (run --no-cache, the CPU).
+  Json cache;
 
   Json to_json() const;
   static SearchRecord from_json(const Json& json);
@@ -175,6 +184,15 @@ struct SearchOptions {
 /// capacity) throw ConfigError naming them, before any probe.
 SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_bytes,
                             const ProbeFunction& probe, const SearchOptions& options = {});
+
+/// Runs `probe` at `batch` and records it as the search does: its outcome, its wall time, the
+/// phase and the worker. A probe that left its worker unusable does not fit and is `sticky`.
+ProbeRecord run_probe(const ProbeFunction& probe, int64_t batch, const std::string& phase,
+                      int worker);
+
+/// The batch the search would probe right above `batch` (one granule up: the next multiple of
+/// settings.granularity, or min_batch below it), or 0 when that lies above search.max_batch.
+int64_t next_candidate_above(const SearchSettings& settings, int64_t batch);
 
 /// Largest power of two <= value (0 for value < 1).
 int64_t largest_power_of_two_at_most(int64_t value);

@@ -80,7 +80,7 @@ tiers() {
     build/gpubench run --resume "$j" 2>> "$R/tiers/progress.log"
   else
     build/gpubench run --gpu 0 --model bert-base --model nasnet-large --model transformer-big \
-      --memory-tiers 6,8,11,24,48 --journal "$j" 2>> "$R/tiers/progress.log"
+      --memory-tiers 6,8,11,24,48 --no-cache --journal "$j" 2>> "$R/tiers/progress.log"
   fi > "$R/tiers/table.txt"
   local rc=$?
   build/gpubench report "$j" "$R/fp32/journal.jsonl" --format md > "$R/tiers/report.md" 2>&1
@@ -147,13 +147,15 @@ for s in ${*:-build stylegan fp32 bf16 tiers refs}; do
     build) rm -f "$R/build.done"; stage build "$self" --fn build
            [ -f "$R/build.done" ] || { log "build failed (see $R/build.log): stopping"; break; } ;;
     stylegan) stage stylegan scripts/dev/gpu/health_check.sh build/gpubench "$R/health" stylegan ;;
-    fp32) stage fp32 scripts/run_all.sh --gpu 0 --precision fp32 --out "$R/fp32" ;;
-    bf16) stage bf16 scripts/run_all.sh --gpu 0 --precision amp-bf16 --out "$R/bf16" ;;
+    # The suites time their searches in full: --no-cache, or a stage after another of the same
+    # jobs would verify the cached answers instead (docs/search.md, "The cache of answers").
+    fp32) stage fp32 scripts/run_all.sh --gpu 0 --precision fp32 --out "$R/fp32" -- --no-cache ;;
+    bf16) stage bf16 scripts/run_all.sh --gpu 0 --precision amp-bf16 --out "$R/bf16" -- --no-cache ;;
     # The language half of a suite alone (its six jobs), into results/h200/PRECISION-language.
     fp32-language) stage fp32-language scripts/run_all.sh --gpu 0 --precision fp32 --suite language \
-                     --out "$R/fp32-language" ;;
+                     --out "$R/fp32-language" -- --no-cache ;;
     bf16-language) stage bf16-language scripts/run_all.sh --gpu 0 --precision amp-bf16 \
-                     --suite language --out "$R/bf16-language" ;;
+                     --suite language --out "$R/bf16-language" -- --no-cache ;;
     tiers) stage tiers "$self" --fn tiers ;;
     refs) stage refs "$self" --fn refs ;;
     # GPUBENCH_SPEED_CASES="MODEL:PRECISION ..." (default: all of step_speed.sh's cases).

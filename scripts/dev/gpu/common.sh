@@ -4,11 +4,12 @@
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
 # timed_search MODEL PRECISION: gpubench's search and timed run, its wall time (process starts
-# included) appended to $OUT/walltimes.txt; writes $OUT/MODEL-PRECISION.{json,txt,log}.
+# included) appended to $OUT/walltimes.txt; writes $OUT/MODEL-PRECISION.{json,txt,log}. The
+# search runs in full (--no-cache: no cached answer verified instead).
 timed_search() {
   local m=$1 p=$2 s e rc
   s=$(date +%s.%N)
-  build/gpubench run --gpu 0 --model "$m" --precision "$p" --json "$OUT/$m-$p.json" \
+  build/gpubench run --gpu 0 --model "$m" --precision "$p" --no-cache --json "$OUT/$m-$p.json" \
     > "$OUT/$m-$p.txt" 2> "$OUT/$m-$p.log"
   rc=$?
   e=$(date +%s.%N)

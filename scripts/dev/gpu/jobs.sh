@@ -11,7 +11,8 @@
 # Writes OUTDIR/MODEL-PRECISION.{jsonl,json,log} (journal, results, progress) and appends the
 # wall time of each to OUTDIR/walltimes.txt; prints one line per finished job last: status,
 # searched and timed batch, probes, search seconds, warm-up seconds, throughput, peaks
-# (reserved and allocated) and the losses at both ends of the window.
+# (reserved and allocated) and the losses at both ends of the window. Searches run in full
+# (--no-cache), so their probes and seconds are the search's own.
 set -uo pipefail
 bin=${1:?usage: jobs.sh GPUBENCH OUTDIR MODEL:PRECISION...}
 out=${2:?usage: jobs.sh GPUBENCH OUTDIR MODEL:PRECISION...}
@@ -32,7 +33,7 @@ for job in "${jobs[@]}"; do
   # the job afresh (gpubench refuses to append a new run to an existing journal).
   [ -e "$out/$name.jsonl" ] && mv "$out/$name.jsonl" "$out/$name.cut-$(date +%s).jsonl"
   s=$(date +%s)
-  "$bin" run --gpu 0 --model "$m" --precision "$p" "${extra[@]}" "$@" \
+  "$bin" run --gpu 0 --model "$m" --precision "$p" --no-cache "${extra[@]}" "$@" \
     --journal "$out/$name.jsonl" --json "$out/$name.json" > /dev/null 2> "$out/$name.log"
   echo "$name: exit $?, wall $(( $(date +%s) - s )) s" >> "$out/walltimes.txt"
 done

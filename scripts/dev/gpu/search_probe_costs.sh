@@ -41,7 +41,7 @@ deadline=$((start + ${GPUBENCH_DEADLINE_S:-240}))
 skipped=()
 
 # run_stage NAME CONFIG_YAML ARGS...: gpubench run with that config overlay, unless the stage
-# ran before or the deadline has passed.
+# ran before or the deadline has passed; its searches run in full (--no-cache).
 run_stage() {
   local name=$1 yaml=$2 s e
   shift 2
@@ -57,7 +57,7 @@ run_stage() {
   rm -f "$out/$name.jsonl"
   s=$(date +%s.%N)
   "$exe" run --gpu 0 --config "$out/$name.yaml" --json "$out/$name.json" \
-    --journal "$out/$name.jsonl" --timeout 300 "$@" > "$out/$name.txt" 2> "$out/$name.log"
+    --journal "$out/$name.jsonl" --timeout 300 --no-cache "$@" > "$out/$name.txt" 2> "$out/$name.log"
   local rc=$?
   e=$(date +%s.%N)
   echo "$name: exit $rc, wall $(python3 -c "print(round($e - $s, 1))") s" | tee -a "$out/walltimes.txt" >&2

@@ -1,0 +1,448 @@
+// The local cache of search answers: its key, its file (read, and rewritten atomically under a
+// lock on its folder), and the search through it: a cached answer verified by two probes, or the
+// full search, whose answer is stored.
+#include "gpubench/run/search_cache.h"
+
+#include "gpubench/base/env.h"
+#include "gpubench/base/errors.h"
+#include "gpubench/base/strings.h"
+#include "gpubench/records/result.h"
+
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+namespace gpubench {
+
+namespace {
+
+/// `object[section][name]`, or null where either is missing (an environment read from a
+/// record may lack a field).
+Json field_of(const Json& object, const char* section, const char* name) {
+  if (!object.is_object() || !object.contains(section)) return nullptr;
+  const Json& inner = object[section];
+  return inner.is_object() && inner.contains(name) ? inner[name] : Json(nullptr);
+}
+
+/// Equal as JSON, whatever order the keys were written in.
+bool same_json(const Json& a, const Json& b) {
+  return nlohmann::json::parse(dump_json(a)) == nlohmann::json::parse(dump_json(b));
+}
+
+/// The cache file's entries by key digest, or why the file cannot be read. A file that does not
+/// exist is an empty cache.
+struct CacheFile {
+  Json entries = Json::object();
+  std::string problem;
+};
+
+CacheFile read_cache_file(const std::string& path) {
+  CacheFile out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    // Nothing there (no file, or no folder yet): an empty cache.
+    if (errno != ENOENT && errno != ENOTDIR) {
+      out.problem = fmt::format("cannot be opened ({})", std::strerror(errno));
+    }
+    return out;
+  }
+  std::string text;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      out.problem = fmt::format("cannot be read ({})", std::strerror(errno));
+      ::close(fd);
+      return out;
+    }
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  try {
+    const Json document = Json::parse(text);
+    if (!document.is_object() || !document.contains("format") ||
+        document["format"] != kSearchCacheFormat || !document.contains("entries") ||
+        !document["entries"].is_object()) {
+      out.problem = fmt::format(
+          "is not a search cache of format {} (an object with `format` and "
+          "`entries`)",
+          kSearchCacheFormat);
+      return out;
+    }
+    out.entries = document["entries"];
+  } catch (const nlohmann::json::exception& e) {
+    const std::string what = e.what();
+    out.problem = fmt::format("is not valid JSON ({})", what.substr(0, 200));
+  }
+  return out;
+}
+
+/// An exclusive lock on a folder for the scope of a read, merge and write of its cache file, so
+/// that two runs storing at once do not drop each other's entries. Released on close.
+class FolderLock {
+ public:
+  explicit FolderLock(const std::string& folder)
+      : fd_(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    if (fd_ < 0) {
+      throw std::runtime_error(
+          fmt::format("cannot open the folder {} to lock it ({})", folder, std::strerror(errno)));
+    }
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno == EINTR) continue;
+      const int error = errno;
+      ::close(fd_);
+      throw std::runtime_error(
+          fmt::format("cannot lock the folder {} ({})", folder, std::strerror(error)));
+    }
+  }
+  ~FolderLock() { ::close(fd_); }
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+Json search_cache_variables() {
+  // The variables that make a job modified are those that change what fits: the allocator's
+  // options beyond gpubench's own, workspaces, diagnostic switches.
+  const Json& recorded = env::recorded_variables();
+  Json out = Json::object();
+  for (const std::string& name : env::modifying_variables(recorded)) out[name] = recorded.at(name);
+  return out;
+}
+
+Json search_cache_key(const SearchCacheInputs& in) {
+  const Json& env = in.environment;
+  Json sections = Json::object();
+  for (const char* section : {"model", "optimizer", "runtime", "search"}) {
+    const bool has = in.config.is_object() && in.config.contains(section);
+    sections[section] = has ? Json(json_digest(in.config[section])) : Json(nullptr);
+  }
+  const auto config_field = [&](const char* name) {
+    return in.config.is_object() && in.config.contains(name) ? in.config[name] : Json(nullptr);
+  };
+  const RunSettings& run = in.run;
+  return {{"device", field_of(env, "device", "name")},
+          {"memory_bytes", field_of(env, "device", "memory_bytes")},
+          {"driver", field_of(env, "software", "driver")},
+          {"libtorch", field_of(env, "software", "libtorch")},
+          {"cuda_runtime", field_of(env, "software", "cuda_runtime")},
+          {"cudnn", field_of(env, "software", "cudnn")},
+          {"gpubench", field_of(env, "gpubench", "version")},
+          {"git_commit", field_of(env, "gpubench", "git_commit")},
+          {"model", config_field("name")},
+          {"architecture", config_field("architecture")},
+          {"precision", to_string(run.precision)},
+          {"memory_cap_gib", run.memory_cap_gib ? Json(*run.memory_cap_gib) : Json(nullptr)},
+          {"world_size", in.world_size},
+          {"search_only", in.search_only},
+          {"config", sections},
+          {"run",
+           {{"seed", run.seed},
+            {"cudnn_benchmark", run.cudnn_benchmark},
+            {"cudnn_benchmark_limit", run.cudnn_benchmark_limit},
+            {"cudnn_benchmark_empty_cache", run.cudnn_benchmark_empty_cache},
+            {"expandable_segments", run.expandable_segments}}},
+          {"variables", in.variables}};
+}
+
+std::string default_search_cache_folder() {
+  auto set = [](const char* value) { return value && *value ? value : nullptr; };
+  namespace fs = std::filesystem;
+  if (const char* dir = set(env::get(env::Switch::kCacheDir))) return dir;
+  if (const char* cache = set(std::getenv("XDG_CACHE_HOME"))) {
+    return (fs::path(cache) / "gpubench").string();
+  }
+  if (const char* home = set(std::getenv("HOME"))) {
+    return (fs::path(home) / ".cache" / "gpubench").string();
+  }
+  return "";
+}
+
+SearchCache::SearchCache(std::string folder)
+    : folder_(std::move(folder)),
+      file_((std::filesystem::path(folder_) /
+             fmt::format("search-answers-v{}.json", kSearchCacheFormat))
+                .string()) {}
+
+SearchCache::Lookup SearchCache::find(const Json& key) const {
+  Lookup out;
+  const CacheFile file = read_cache_file(file_);
+  if (!file.problem.empty()) {
+    out.status = "unreadable";
+    out.problem = file.problem;
+    return out;
+  }
+  const auto it = file.entries.find(json_digest(key));
+  out.status = "miss";
+  if (it == file.entries.end()) return out;
+  const Json& entry = it.value();
+  try {
+    if (!entry.is_object() || !entry.contains("key") || !entry.contains("search") ||
+        !entry["search"].is_object()) {
+      throw std::runtime_error("its entry for this key has no `key` and `search`");
+    }
+    if (!same_json(entry["key"], key)) return out;  // another key with the same digest
+    SearchRecord answer = SearchRecord::from_json(entry["search"]);
+    if (answer.max_batch <= 0) throw std::runtime_error("its entry for this key has no batch");
+    out.answer = std::move(answer);
+    out.search = entry["search"];
+    out.stored_utc = entry.value("stored_utc", std::string());
+    out.status = "found";
+  } catch (const std::exception& e) {
+    out.status = "unreadable";
+    out.problem = fmt::format("holds an entry for this key that cannot be read ({})", e.what());
+  }
+  return out;
+}
+
+std::string SearchCache::store(const Json& key, const SearchRecord& search) const {
+  try {
+    std::error_code ec;
+    std::filesystem::create_directories(folder_, ec);
+    if (ec) return fmt::format("cannot create the folder {} ({})", folder_, ec.message());
+    const FolderLock lock(folder_);
+    // Read again under the lock: another run may have stored an answer since this one looked.
+    CacheFile file = read_cache_file(file_);
+    Json entries = file.problem.empty() ? std::move(file.entries) : Json::object();
+    Json answer = search.to_json();
+    answer.erase("probes");  // probe_count stays
+    answer.erase("cache");
+    const std::string digest = json_digest(key);
+    entries.erase(digest);  // and back at the end: the entries stay in the order they were stored
+    entries[digest] = {{"key", key}, {"stored_utc", utc_now()}, {"search", answer}};
+    while (entries.size() > static_cast<std::size_t>(kSearchCacheMaxEntries)) {
+      entries.erase(entries.begin());
+    }
+    const Json document = {
+        {"format", kSearchCacheFormat},
+        {"about",
+         "gpubench's cache of max-batch search answers (docs/search.md, \"The cache of "
+         "answers\"); safe to delete"},
+        {"entries", entries}};
+    write_file_atomically(file_, dump_json(document, 1) + "\n");
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+namespace {
+
+/// The probes that check a cached answer, and what they say.
+struct Verification {
+  std::vector<ProbeRecord> probes;
+  bool holds = false;   ///< the answer fits and one granule more does not (or it is the top)
+  bool sticky = false;  ///< a probe left its worker unusable
+  std::string why;      ///< why it does not hold
+};
+
+Verification verify(const SearchSettings& settings, int64_t answer, const ProbeFunction& probe,
+                    const SearchOptions& options) {
+  Verification v;
+  auto run = [&](int64_t batch) {
+    v.probes.push_back(run_probe(probe, batch, "verify", options.worker));
+    if (options.on_probe) options.on_probe(v.probes.back(), static_cast<int>(v.probes.size()));
+    const ProbeRecord p = v.probes.back();
+    if (p.sticky) {
+      v.sticky = true;
+      v.why = fmt::format("the probe at batch {} left its worker unusable: {}", p.batch, p.error);
+    }
+    return p;
+  };
+  if (answer < settings.min_batch || answer > settings.max_batch) {
+    v.why = fmt::format("batch {} lies outside search.min_batch..max_batch ({}..{})", answer,
+                        settings.min_batch, settings.max_batch);
+    return v;
+  }
+  const ProbeRecord fit = run(answer);
+  if (v.sticky) return v;
+  if (!fit.fits) {
+    v.why = fmt::format("batch {} no longer fits", answer);
+    return v;
+  }
+  const int64_t above = next_candidate_above(settings, answer);
+  if (above > 0) {
+    const ProbeRecord next = run(above);
+    if (v.sticky) return v;
+    if (next.fits) {
+      v.why = fmt::format("batch {}, one granule above it, fits now", above);
+      return v;
+    }
+  }
+  v.holds = true;
+  return v;
+}
+
+double probe_seconds(const std::vector<ProbeRecord>& probes) {
+  double s = 0;
+  for (const auto& p : probes) s += p.seconds;
+  return s;
+}
+
+/// The record of a cached answer that the probes verified: the batch and its peaks as the
+/// probes measured them, the memory line the search that found it drew.
+SearchRecord verified_record(const SearchSettings& settings, int64_t capacity,
+                             const SearchRecord& cached, const Verification& v,
+                             const SearchOptions& options) {
+  SearchRecord r;
+  const ProbeRecord& fit = v.probes.front();
+  r.max_batch = fit.batch;
+  r.largest_pow2 = largest_power_of_two_at_most(fit.batch);
+  r.peak_bytes_at_max = fit.peak_bytes;
+  r.peak_allocated_bytes_at_max = fit.peak_allocated_bytes;
+  r.resident_bytes_at_max = fit.resident_bytes;
+  r.activation_peak_bytes =
+      std::max<int64_t>(0, r.peak_allocated_bytes_at_max - r.resident_bytes_at_max);
+  r.bytes_per_sample = cached.bytes_per_sample;
+  r.fixed_bytes = cached.fixed_bytes;
+  r.memory_line = cached.memory_line;
+  r.capacity_bytes = capacity;
+  r.smallest_failure = v.probes.size() > 1 ? v.probes[1].batch : 0;
+  r.probes = v.probes;
+  r.stop_reason =
+      r.smallest_failure > 0
+          ? fmt::format("cached answer verified: batch {} fits and {} does not", r.max_batch,
+                        r.smallest_failure)
+          : fmt::format("cached answer verified: batch {} fits (limited by search.max_batch={})",
+                        r.max_batch, settings.max_batch);
+  r.converged = true;
+  r.headroom_bytes = options.headroom_bytes;
+  r.workers = options.worker + 1;
+  r.seconds = probe_seconds(v.probes);
+  r.source = "cache";
+  return r;
+}
+
+/// The record of a search whose verification probe left its worker unusable: interrupted, with
+/// that probe (a fresh worker searches in full, and probes that batch again only once).
+SearchRecord interrupted_record(int64_t capacity, const Verification& v,
+                                const SearchOptions& options) {
+  SearchRecord r;
+  r.capacity_bytes = capacity;
+  r.probes = {v.probes.back()};
+  r.interrupted = true;
+  r.stop_reason = v.why;
+  r.headroom_bytes = options.headroom_bytes;
+  r.workers = options.worker + 1;
+  r.seconds = probe_seconds(v.probes);
+  return r;
+}
+
+}  // namespace
+
+SearchRecord cached_search(const SearchSettings& settings, int64_t capacity_bytes,
+                           const ProbeFunction& probe, const SearchOptions& options,
+                           const SearchCacheUse& use) {
+  if (!use.cache) return find_max_batch(settings, capacity_bytes, probe, options);
+  auto say = [&](const std::string& text) {
+    if (options.on_note) options.on_note(text);
+  };
+  const std::string& file = use.cache->file();
+  Json note = {{"file", file},
+               {"digest", json_digest(use.key)},
+               {"key", use.key},
+               {"lookup", use.read ? "miss" : "skipped"}};
+  std::vector<std::string> warnings;
+  auto warn = [&](const std::string& text) {
+    warnings.push_back(text);
+    say("warning: " + text);
+  };
+  double verify_seconds = 0;
+  if (use.read) {
+    const SearchCache::Lookup found = use.cache->find(use.key);
+    if (found.status == "unreadable") {
+      note["lookup"] = "unreadable";
+      warn(
+          fmt::format("the search cache {} {}; searching in full, and this search's answer "
+                      "replaces it (delete the file if this repeats, or run with --no-cache)",
+                      file, found.problem));
+    } else if (found.status == "found") {
+      const SearchRecord& cached = *found.answer;
+      note["cached"] = {
+          {"max_batch", cached.max_batch},
+          {"smallest_failure", cached.smallest_failure},
+          {"probe_count",
+           found.search.contains("probe_count") ? found.search["probe_count"] : Json(nullptr)},
+          {"seconds", cached.seconds},
+          {"stored_utc", found.stored_utc}};
+      say(
+          fmt::format("the search cache holds batch {} for this card, software and config "
+                      "(stored {}); verifying it",
+                      cached.max_batch, found.stored_utc));
+      const Verification v = verify(settings, cached.max_batch, probe, options);
+      Json verify_json = Json::array();
+      for (const auto& p : v.probes) verify_json.push_back(p.to_json());
+      note["verify"] = verify_json;
+      note["stored"] = false;
+      if (v.holds) {
+        note["lookup"] = "hit";
+        SearchRecord r = verified_record(settings, capacity_bytes, cached, v, options);
+        say(fmt::format("{}: no search", r.stop_reason));
+        r.cache = note;
+        return r;
+      }
+      note["lookup"] = "stale";
+      note["stale_because"] = v.why;
+      if (v.sticky) {
+        SearchRecord r = interrupted_record(capacity_bytes, v, options);
+        r.cache = note;
+        return r;
+      }
+      say(fmt::format("the cached batch {} no longer holds ({}); searching in full",
+                      cached.max_batch, v.why));
+      verify_seconds = probe_seconds(v.probes);
+    }
+  }
+  SearchRecord r = find_max_batch(settings, capacity_bytes, probe, options);
+  r.seconds += verify_seconds;
+  r.headroom_bytes = options.headroom_bytes;
+  note["stored"] = false;
+  if (r.converged && !r.interrupted && r.max_batch > 0) {
+    const std::string problem = use.cache->store(use.key, r);
+    if (problem.empty()) {
+      note["stored"] = true;
+    } else {
+      warn(
+          fmt::format("this search's answer was not stored in the search cache {}: {} (set "
+                      "GPUBENCH_CACHE_DIR to a folder you can write, or run with --no-cache)",
+                      file, problem));
+    }
+  }
+  if (!warnings.empty()) note["warning"] = join(warnings, "; ");
+  r.cache = note;
+  return r;
+}
+
+Json merged_cache_note(const Json& first, const Json& last) {
+  const bool skipped = last.is_object() && last.contains("lookup") && last["lookup"] == "skipped";
+  if (!first.is_object() || !skipped) return last;
+  Json merged = first;
+  merged["stored"] = last.contains("stored") ? last["stored"] : Json(false);
+  std::vector<std::string> warnings;
+  for (const Json* n : {&first, &last}) {
+    if (n->contains("warning") && (*n)["warning"].is_string()) {
+      warnings.push_back((*n)["warning"].get<std::string>());
+    }
+  }
+  if (!warnings.empty()) merged["warning"] = join(warnings, "; ");
+  return merged;
+}
+
+}  // namespace gpubench

@@ -1,0 +1,549 @@
+// The local cache of search answers (issue 45): its key, a hit verified by two probes, a miss, a
+// stale key, an answer that no longer holds, a corrupt file, a folder that cannot be written,
+// --no-cache, and a search that went on in a fresh worker. The probes are a simulated device,
+// as in batch_search_test.cpp.
+#include "gpubench/run/search_cache.h"
+
+#include "gpubench/base/errors.h"
+#include "gpubench/config/settings.h"
+#include "gpubench/run/job.h"
+#include "gpubench/train/registry.h"
+#include "tests/testing.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpubench {
+namespace {
+
+using testing::TempDir;
+
+const ConfigStore& builtin() {
+  static const ConfigStore s = ConfigStore::load_builtin(builtin_registry());
+  return s;
+}
+
+/// A device whose memory grows linearly with the batch and fits up to `limit` exactly; a batch
+/// in `breaks` leaves the worker unusable.
+struct Device {
+  int64_t limit = 1000;
+  int probes = 0;
+  std::vector<int64_t> breaks;
+
+  static double need(int64_t batch) { return 2e9 + 1e8 * static_cast<double>(batch); }
+  int64_t capacity() const { return static_cast<int64_t>(need(limit)) + 50; }
+  ProbeFunction probe() {
+    return [this](int64_t batch) {
+      ++probes;
+      ProbeOutcome o;
+      if (std::find(breaks.begin(), breaks.end(), batch) != breaks.end()) {
+        o.worker_unusable = true;
+        o.error = "CUDA error: an illegal memory access was encountered";
+        return o;
+      }
+      o.fits = batch <= limit;
+      if (o.fits) {
+        o.peak_bytes = static_cast<int64_t>(need(batch));
+        o.peak_allocated_bytes = o.peak_bytes - 1000;
+        o.resident_bytes = 2'000'000'000;
+      } else {
+        o.error = "out of memory";
+      }
+      return o;
+    };
+  }
+};
+
+SearchSettings settings(int64_t max_batch = 4096) {
+  SearchSettings s;
+  s.min_batch = 8;
+  s.max_batch = max_batch;
+  s.granularity = 8;
+  s.first_probe = 64;
+  s.max_probes = 30;
+  return s;
+}
+
+SearchCacheInputs inputs() {
+  SearchCacheInputs in;
+  in.environment = {
+      {"device", {{"name", "NVIDIA H200"}, {"memory_bytes", int64_t{150'121'545'728}}}},
+      {"software",
+       {{"libtorch", "2.11.0"},
+        {"cuda_runtime", "12.8"},
+        {"cudnn", "9.19.0"},
+        {"driver", "580.95.05"}}},
+      {"gpubench", {{"version", "0.9.0"}, {"git_commit", "7903cfb"}}}};
+  in.config = builtin().model("bert-base").to_json();
+  return in;
+}
+
+Json key() { return search_cache_key(inputs()); }
+
+/// A search through the cache, its notes kept.
+struct Searched {
+  SearchRecord record;
+  std::vector<std::string> notes;
+  bool said(const std::string& text) const {
+    for (const auto& n : notes) {
+      if (n.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+};
+
+Searched search(const SearchCacheUse& use, Device& device, const SearchSettings& s = settings(),
+                SearchOptions options = {}) {
+  Searched out;
+  options.on_note = [&out](const std::string& text) { out.notes.push_back(text); };
+  out.record = cached_search(s, device.capacity(), device.probe(), options, use);
+  return out;
+}
+
+TEST(SearchCacheTest, TheKeyChangesWithEachComponentThatCanChangeTheMaxBatch) {
+  const std::string base = json_digest(search_cache_key(inputs()));
+  EXPECT_EQ(json_digest(search_cache_key(inputs())), base);
+  using Change = void (*)(SearchCacheInputs&);
+  const std::vector<std::pair<const char*, Change>> changes = {
+      {"device name",
+       [](SearchCacheInputs& in) { in.environment["device"]["name"] = "NVIDIA H100"; }},
+      {"memory", [](SearchCacheInputs& in) { in.environment["device"]["memory_bytes"] = 85e9; }},
+      {"driver", [](SearchCacheInputs& in) { in.environment["software"]["driver"] = "570.1"; }},
+      {"libtorch",
+       [](SearchCacheInputs& in) { in.environment["software"]["libtorch"] = "1.13.1"; }},
+      {"cuda runtime",
+       [](SearchCacheInputs& in) { in.environment["software"]["cuda_runtime"] = "12.6"; }},
+      {"cudnn", [](SearchCacheInputs& in) { in.environment["software"]["cudnn"] = "9.10.2"; }},
+      {"gpubench version",
+       [](SearchCacheInputs& in) { in.environment["gpubench"]["version"] = "0.9.1"; }},
+      {"git commit",
+       [](SearchCacheInputs& in) { in.environment["gpubench"]["git_commit"] = "ff31e34"; }},
+      {"model", [](SearchCacheInputs& in) { in.config = builtin().model("mt-dnn").to_json(); }},
+      {"model name", [](SearchCacheInputs& in) { in.config["name"] = "bert-base-copy"; }},
+      {"precision", [](SearchCacheInputs& in) { in.run.precision = Precision::kAmpBf16; }},
+      {"memory cap", [](SearchCacheInputs& in) { in.run.memory_cap_gib = 24.0; }},
+      {"world size", [](SearchCacheInputs& in) { in.world_size = 2; }},
+      {"memory tier", [](SearchCacheInputs& in) { in.search_only = true; }},
+      {"model config", [](SearchCacheInputs& in) { in.config["model"]["attention"] = "other"; }},
+      {"optimizer config", [](SearchCacheInputs& in) { in.config["optimizer"]["changed"] = true; }},
+      {"runtime config", [](SearchCacheInputs& in) { in.config["runtime"]["changed"] = true; }},
+      {"search config", [](SearchCacheInputs& in) { in.config["search"]["max_probes"] = 99; }},
+      {"seed", [](SearchCacheInputs& in) { in.run.seed = 7; }},
+      {"cudnn autotuning", [](SearchCacheInputs& in) { in.run.cudnn_benchmark = false; }},
+      {"cudnn limit", [](SearchCacheInputs& in) { in.run.cudnn_benchmark_limit = 10; }},
+      {"cudnn empty cache",
+       [](SearchCacheInputs& in) { in.run.cudnn_benchmark_empty_cache = true; }},
+      {"allocator", [](SearchCacheInputs& in) { in.run.expandable_segments = false; }},
+      {"a variable",
+       [](SearchCacheInputs& in) { in.variables["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"; }},
+  };
+  for (const auto& [what, change] : changes) {
+    SearchCacheInputs in = inputs();
+    change(in);
+    EXPECT_NE(json_digest(search_cache_key(in)), base) << what;
+  }
+  // What does not change the answer does not change the key.
+  SearchCacheInputs same = inputs();
+  same.run.repeat = 3;
+  same.run.job_timeout_s = 60;
+  same.run.timing.min_seconds = 1;
+  EXPECT_EQ(json_digest(search_cache_key(same)), base);
+  // Nor does the order the key's fields were written in.
+  Json reordered = Json::object();
+  const Json k = key();
+  for (auto it = k.rbegin(); it != k.rend(); ++it) reordered[it.key()] = it.value();
+  EXPECT_EQ(json_digest(reordered), base);
+}
+
+TEST(SearchCacheTest, AMissSearchesInFullAndStoresTheAnswer) {
+  TempDir dir;
+  const SearchCache cache(dir.file("cache"));
+  Device device;
+  const Searched s = search({&cache, key(), true}, device);
+  EXPECT_EQ(s.record.max_batch, 1000);
+  EXPECT_TRUE(s.record.converged);
+  EXPECT_EQ(s.record.source, "search");
+  EXPECT_GT(device.probes, 2);
+  EXPECT_EQ(s.record.cache["lookup"], "miss");
+  EXPECT_EQ(s.record.cache["stored"], true);
+  EXPECT_EQ(s.record.cache["file"], cache.file());
+  EXPECT_EQ(s.record.cache["digest"], json_digest(key()));
+  EXPECT_EQ(s.record.cache["key"], key());
+  EXPECT_EQ(cache.file(), dir.file("cache") + "/search-answers-v1.json");
+  const SearchCache::Lookup found = cache.find(key());
+  ASSERT_EQ(found.status, "found");
+  EXPECT_EQ(found.answer->max_batch, 1000);
+  EXPECT_EQ(found.answer->smallest_failure, 1008);
+  EXPECT_TRUE(found.answer->probes.empty());  // the answer and its line, not the probes
+  EXPECT_EQ(found.search["probe_count"], s.record.probes.size());
+  EXPECT_FALSE(found.stored_utc.empty());
+}
+
+TEST(SearchCacheTest, AHitIsVerifiedByTwoProbesAndUsed) {
+  TempDir dir;
+  const SearchCache cache(dir.file("cache"));
+  Device device;
+  const Searched first = search({&cache, key(), true}, device);
+  device.probes = 0;
+  const Searched again = search({&cache, key(), true}, device);
+  const SearchRecord& r = again.record;
+  EXPECT_EQ(device.probes, 2);
+  EXPECT_EQ(r.source, "cache");
+  EXPECT_EQ(r.max_batch, 1000);
+  EXPECT_EQ(r.largest_pow2, 512);
+  EXPECT_EQ(r.smallest_failure, 1008);
+  EXPECT_TRUE(r.converged);
+  EXPECT_FALSE(r.interrupted);
+  ASSERT_EQ(r.probes.size(), 2u);
+  EXPECT_EQ(r.probes[0].batch, 1000);
+  EXPECT_TRUE(r.probes[0].fits);
+  EXPECT_EQ(r.probes[1].batch, 1008);
+  EXPECT_FALSE(r.probes[1].fits);
+  for (const auto& p : r.probes) EXPECT_EQ(p.phase, "verify");
+  EXPECT_EQ(r.peak_bytes_at_max, static_cast<int64_t>(Device::need(1000)));
+  EXPECT_EQ(r.bytes_per_sample, first.record.bytes_per_sample);  // the line the search drew
+  EXPECT_EQ(r.fixed_bytes, first.record.fixed_bytes);
+  EXPECT_EQ(r.stop_reason, "cached answer verified: batch 1000 fits and 1008 does not");
+  EXPECT_EQ(r.cache["lookup"], "hit");
+  EXPECT_EQ(r.cache["stored"], false);
+  EXPECT_EQ(r.cache["verify"].size(), 2u);
+  EXPECT_EQ(r.cache["cached"]["max_batch"], 1000);
+  EXPECT_EQ(r.cache["cached"]["probe_count"], first.record.probes.size());
+  EXPECT_TRUE(again.said("verifying it"));
+  // As the journal and the reports read it back.
+  const SearchRecord back = SearchRecord::from_json(r.to_json());
+  EXPECT_EQ(back.source, "cache");
+  EXPECT_EQ(back.cache, r.cache);
+  // A plain search's record writes neither field, as before the cache.
+  SearchRecord plain;
+  EXPECT_FALSE(plain.to_json().contains("source"));
+  EXPECT_FALSE(plain.to_json().contains("cache"));
+  EXPECT_EQ(SearchRecord::from_json(plain.to_json()).source, "search");
+}
+
+TEST(SearchCacheTest, AnAnswerAtSearchMaxBatchIsVerifiedByOneProbe) {
+  TempDir dir;
+  const SearchCache cache(dir.file("cache"));
+  Device device;
+  const Searched first = search({&cache, key(), true}, device, settings(512));
+  ASSERT_EQ(first.record.max_batch, 512);
+  device.probes = 0;
+  const SearchRecord r = search({&cache, key(), true}, device, settings(512)).record;
+  EXPECT_EQ(device.probes, 1);
+  EXPECT_EQ(r.source, "cache");
+  EXPECT_EQ(r.max_batch, 512);
+  EXPECT_EQ(r.smallest_failure, 0);
+  EXPECT_EQ(r.cache["lookup"], "hit");
+  EXPECT_NE(r.stop_reason.find("search.max_batch=512"), std::string::npos) << r.stop_reason;
+}
+
+TEST(SearchCacheTest, AnotherDriverOrConfigMissesAndKeepsTheOtherEntry) {
+  TempDir dir;
+  const SearchCache cache(dir.file("cache"));
+  Device device;
+  search({&cache, key(), true}, device);
+  SearchCacheInputs other_driver = inputs();
+  other_driver.environment["software"]["driver"] = "590.10";
+  SearchCacheInputs other_config = inputs();
+  other_config.config["optimizer"]["lr"] = 0.5;
+  for (const SearchCacheInputs& in : {other_driver, other_config}) {
+    device.probes = 0;
+    const Searched s = search({&cache, search_cache_key(in), true}, device);
+    EXPECT_EQ(s.record.cache["lookup"], "miss");
+    EXPECT_EQ(s.record.source, "search");
+    EXPECT_GT(device.probes, 2);  // the full search
+    EXPECT_EQ(s.record.max_batch, 1000);
+    EXPECT_EQ(cache.find(search_cache_key(in)).status, "found");
+  }
+  EXPECT_EQ(cache.find(key()).status, "found");  // the first entry stays beside them
+}
+
+TEST(SearchCacheTest, AnAnswerThatNoLongerFitsFallsBackToTheFullSearchAndIsReplaced) {
+  TempDir dir;
+  const SearchCache cache(dir.file("cache"));
+  Device device;
+  search({&cache, key(), true}, device);
+  device.limit = 900;  // another process holds memory now
+  device.probes = 0;
+  const Searched s = search({&cache, key(), true}, device);
+  EXPECT_EQ(s.record.source, "search");
+  EXPECT_EQ(s.record.max_batch, 896);
+  EXPECT_EQ(s.record.cache["lookup"], "stale");
+  ASSERT_EQ(s.record.cache["verify"].size(), 1u);  // 1000 failed: no second probe
+  EXPECT_EQ(s.record.cache["verify"][0]["fits"], false);
+  EXPECT_EQ(s.record.cache["stale_because"], "batch 1000 no longer fits");
+  EXPECT_EQ(s.record.cache["stored"], true);
+  EXPECT_EQ(device.probes, 1 + static_cast<int>(s.record.probes.size()));
+  EXPECT_TRUE(s.said("no longer holds"));
+  EXPECT_EQ(cache.find(key()).answer->max_batch, 896);
+}
+
+TEST(SearchCacheTest, AnAnswerWhoseNextGranuleFitsNowFallsBackToTheFullSearchAndIsReplaced) {
+  TempDir dir;
+  const SearchCache cache(dir.file("cache"));
+  Device device;
+  search({&cache, key(), true}, device);
+  device.limit = 1100;  // more memory free than when it was stored
+  const Searched s = search({&cache, key(), true}, device);
+  EXPECT_EQ(s.record.source, "search");
+  EXPECT_EQ(s.record.max_batch, 1096);
+  EXPECT_EQ(s.record.cache["lookup"], "stale");
+  ASSERT_EQ(s.record.cache["verify"].size(), 2u);
+  EXPECT_EQ(s.record.cache["verify"][1]["batch"], 1008);
+  EXPECT_EQ(s.record.cache["verify"][1]["fits"], true);
+  EXPECT_EQ(cache.find(key()).answer->max_batch, 1096);
+  // The verification's time counts in the search's.
+  double probes = 0;
+  for (const auto& p : s.record.probes) probes += p.seconds;
+  EXPECT_GE(s.record.seconds, probes);
+}
+
+TEST(SearchCacheTest, ACorruptFileWarnsOnceSearchesInFullAndIsReplaced) {
+  TempDir dir;
+  const SearchCache cache(dir.file("cache"));
+  Device device;
+  search({&cache, key(), true}, device);
+  testing::write_file(cache.file(), "{\"format\": 1, \"entries\": {\"ab");  // cut off
+  device.probes = 0;
+  const Searched s = search({&cache, key(), true}, device);
+  EXPECT_EQ(s.record.max_batch, 1000);
+  EXPECT_GT(device.probes, 2);
+  EXPECT_EQ(s.record.cache["lookup"], "unreadable");
+  EXPECT_EQ(s.record.cache["stored"], true);
+  int warnings = 0;
+  for (const auto& n : s.notes) {
+    if (n.rfind("warning: ", 0) != 0) continue;
+    ++warnings;
+    EXPECT_NE(n.find(cache.file()), std::string::npos) << n;
+    EXPECT_NE(n.find("is not valid JSON"), std::string::npos) << n;
+    EXPECT_NE(n.find("--no-cache"), std::string::npos) << n;
+    EXPECT_EQ(n.find('\n'), std::string::npos) << n;
+  }
+  EXPECT_EQ(warnings, 1);
+  EXPECT_EQ(s.record.cache["warning"].get<std::string>().rfind("the search cache ", 0), 0u);
+  EXPECT_EQ(cache.find(key()).status, "found");  // replaced by a readable file
+  // A file of another shape, and an entry that cannot be read, are unreadable too.
+  testing::write_file(cache.file(), "[1, 2]");
+  EXPECT_EQ(cache.find(key()).status, "unreadable");
+  testing::write_file(cache.file(),
+                      Json{{"format", 1}, {"entries", {{json_digest(key()), 5}}}}.dump());
+  const SearchCache::Lookup bad = cache.find(key());
+  EXPECT_EQ(bad.status, "unreadable");
+  EXPECT_NE(bad.problem.find("entry for this key"), std::string::npos) << bad.problem;
+}
+
+TEST(SearchCacheTest, AFolderThatCannotBeWrittenWarnsAndKeepsTheResult) {
+  TempDir dir;
+  testing::write_file(dir.file("plain"), "a file where the cache folder would go");
+  const SearchCache cache(dir.file("plain") + "/cache");  // even root cannot create it
+  Device device;
+  const Searched s = search({&cache, key(), true}, device);
+  EXPECT_EQ(s.record.max_batch, 1000);
+  EXPECT_TRUE(s.record.converged);
+  EXPECT_EQ(s.record.cache["lookup"], "miss");  // nothing there to read is no warning
+  EXPECT_EQ(s.record.cache["stored"], false);
+  ASSERT_TRUE(s.record.cache.contains("warning"));
+  EXPECT_NE(s.record.cache["warning"].get<std::string>().find("was not stored"), std::string::npos);
+  EXPECT_TRUE(
+      s.said("warning: this search's answer was not stored in the search cache " + cache.file()));
+  EXPECT_TRUE(s.said("GPUBENCH_CACHE_DIR"));
+}
+
+TEST(SearchCacheTest, NoCacheNeitherReadsNorWrites) {
+  TempDir dir;
+  const SearchCache cache(dir.file("cache"));
+  Device device;
+  search({&cache, key(), true}, device);
+  const std::string stored = testing::read_file(cache.file());
+  device.probes = 0;
+  const Searched s = search(SearchCacheUse{}, device);  // what run --no-cache passes
+  EXPECT_EQ(s.record.source, "search");
+  EXPECT_TRUE(s.record.cache.is_null());
+  EXPECT_FALSE(s.record.to_json().contains("cache"));
+  EXPECT_GT(device.probes, 2);  // searched in full though an answer is stored
+  EXPECT_EQ(testing::read_file(cache.file()), stored);
+  EXPECT_TRUE(s.notes.empty());
+
+  // The setting: run.search_cache, on by default, and the flag that turns it off.
+  EXPECT_TRUE(RunSettings().search_cache);
+  const Json overlay = settings::flag_overlay({{"--no-cache", true}});
+  EXPECT_EQ(overlay, (Json{{"run", {{"search_cache", false}}}}));
+  ConfigStore store = builtin();
+  store.apply_document(overlay, "command line");
+  EXPECT_FALSE(store.run().search_cache);
+  EXPECT_EQ(store.run().to_json()["search_cache"], false);
+  EXPECT_EQ(settings::flag_overlay({{"--no-cache", true}}, /*resume_only=*/true), overlay);
+  ConfigStore from_file = builtin();
+  from_file.apply_document(Json{{"run", {{"search_cache", false}}}}, "my.yaml");
+  EXPECT_FALSE(from_file.run().search_cache);
+}
+
+TEST(SearchCacheTest, AVerificationThatBreaksItsWorkerGoesOnInAFreshOneThatOnlyStores) {
+  TempDir dir;
+  const SearchCache cache(dir.file("cache"));
+  Device device;
+  search({&cache, key(), true}, device);
+  device.breaks = {1000};
+  const Searched first = search({&cache, key(), true}, device);
+  EXPECT_TRUE(first.record.interrupted);
+  EXPECT_FALSE(first.record.converged);
+  ASSERT_EQ(first.record.probes.size(), 1u);
+  EXPECT_TRUE(first.record.probes[0].sticky);
+  EXPECT_EQ(first.record.probes[0].phase, "verify");
+  EXPECT_EQ(first.record.stop_reason.rfind("the probe at batch 1000 left its worker unusable", 0),
+            0u);
+  EXPECT_EQ(first.record.cache["lookup"], "stale");
+  // The fresh worker goes on from that probe, searches in full and stores; it does not read.
+  device.breaks.clear();
+  device.limit = 992;
+  SearchOptions options;
+  options.prior = first.record.probes;
+  options.worker = 1;
+  const Searched second = search({&cache, key(), false}, device, settings(), options);
+  EXPECT_EQ(second.record.source, "search");
+  EXPECT_EQ(second.record.max_batch, 992);
+  EXPECT_EQ(second.record.cache["lookup"], "skipped");
+  EXPECT_EQ(second.record.cache["stored"], true);
+  EXPECT_EQ(cache.find(key()).answer->max_batch, 992);
+  const Json merged = merged_cache_note(first.record.cache, second.record.cache);
+  EXPECT_EQ(merged["lookup"], "stale");
+  EXPECT_EQ(merged["verify"].size(), 1u);
+  EXPECT_EQ(merged["stored"], true);
+  // One worker: its own note.
+  EXPECT_EQ(merged_cache_note(first.record.cache, first.record.cache), first.record.cache);
+  EXPECT_EQ(merged_cache_note(Json(), second.record.cache), second.record.cache);
+}
+
+/// A launcher whose first search worker breaks while verifying a cached answer, and whose
+/// second searches in full and stores it.
+class BrokenVerificationLauncher : public PhaseLauncher {
+ public:
+  JobRecord launch(const JobSpec& spec, double) override {
+    JobRecord r;
+    r.model = spec.model;
+    r.device.type = "cuda";
+    r.device.name = "NVIDIA H200";
+    if (spec.phase == "search") {
+      SearchRecord s;
+      if (spec.search_worker == 0) {
+        s.interrupted = true;
+        s.stop_reason = "the probe at batch 1000 left its worker unusable: CUDA error";
+        s.cache = {
+            {"lookup", "stale"}, {"verify", Json::array({{{"batch", 1000}}})}, {"stored", false}};
+        r.status = "failed";
+      } else {
+        s.max_batch = 992;
+        s.converged = true;
+        s.cache = {{"lookup", "skipped"}, {"stored", true}};
+        r.batch = 992;
+      }
+      r.search = s;
+      return r;
+    }
+    r.batch = spec.batch;
+    r.throughput = 100;
+    return r;
+  }
+};
+
+TEST(SearchCacheTest, TheJobKeepsTheFirstWorkersLookupWithWhatTheLastOneStored) {
+  BrokenVerificationLauncher launcher;
+  const JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
+  const JobRecord r = run_job(plan, builtin(), launcher, [](const std::string&) {});
+  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_TRUE(r.search.has_value());
+  EXPECT_EQ(r.search->cache["lookup"], "stale");
+  EXPECT_EQ(r.search->cache["verify"].size(), 1u);
+  EXPECT_EQ(r.search->cache["stored"], true);
+}
+
+TEST(SearchCacheTest, StoringRereadsTheFileSoAnotherRunsEntryIsKept) {
+  TempDir dir;
+  const SearchCache a(dir.file("cache")), b(dir.file("cache"));
+  SearchCacheInputs other = inputs();
+  other.config = builtin().model("mt-dnn").to_json();
+  const Json k1 = key(), k2 = search_cache_key(other);
+  EXPECT_EQ(a.find(k1).status, "miss");
+  SearchRecord r1, r2;
+  r1.max_batch = 1000;
+  r2.max_batch = 64;
+  EXPECT_EQ(b.store(k2, r2), "");  // another run stores while this one searches
+  EXPECT_EQ(a.store(k1, r1), "");
+  EXPECT_EQ(a.find(k1).answer->max_batch, 1000);
+  EXPECT_EQ(a.find(k2).answer->max_batch, 64);
+  // Storing a key again replaces its entry.
+  r1.max_batch = 992;
+  EXPECT_EQ(b.store(k1, r1), "");
+  EXPECT_EQ(a.find(k1).answer->max_batch, 992);
+  const Json file = Json::parse(testing::read_file(a.file()));
+  EXPECT_EQ(file["format"], kSearchCacheFormat);
+  EXPECT_EQ(file["entries"].size(), 2u);
+}
+
+TEST(SearchCacheTest, AFullFileDropsTheLeastRecentlyStoredEntry) {
+  TempDir dir;
+  const SearchCache cache(dir.file("cache"));
+  Json entries = Json::object();
+  for (int i = 0; i < kSearchCacheMaxEntries; ++i) {
+    entries[fmt::format("old{:04}", i)] = {{"key", {{"n", i}}}, {"search", {{"max_batch", 8}}}};
+  }
+  std::filesystem::create_directories(cache.folder());
+  testing::write_file(cache.file(), Json{{"format", 1}, {"entries", entries}}.dump());
+  SearchRecord r;
+  r.max_batch = 1000;
+  EXPECT_EQ(cache.store(key(), r), "");
+  const Json file = Json::parse(testing::read_file(cache.file()));
+  EXPECT_EQ(file["entries"].size(), static_cast<std::size_t>(kSearchCacheMaxEntries));
+  EXPECT_FALSE(file["entries"].contains("old0000"));
+  EXPECT_TRUE(file["entries"].contains("old0001"));
+  EXPECT_TRUE(file["entries"].contains(json_digest(key())));
+}
+
+/// Sets environment variables for one test and restores them after.
+class EnvGuard {
+ public:
+  explicit EnvGuard(std::vector<std::string> names) {
+    for (auto& name : names) {
+      const char* value = std::getenv(name.c_str());
+      saved_.emplace_back(name, value ? std::optional<std::string>(value) : std::nullopt);
+    }
+  }
+  ~EnvGuard() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST(SearchCacheTest, TheFolderIsGpubenchCacheDirElseXdgCacheHomeElseHome) {
+  const EnvGuard guard({"GPUBENCH_CACHE_DIR", "XDG_CACHE_HOME", "HOME"});
+  setenv("GPUBENCH_CACHE_DIR", "/a/cache", 1);
+  setenv("XDG_CACHE_HOME", "/b", 1);
+  setenv("HOME", "/c", 1);
+  EXPECT_EQ(default_search_cache_folder(), "/a/cache");
+  setenv("GPUBENCH_CACHE_DIR", "", 1);  // empty is unset
+  EXPECT_EQ(default_search_cache_folder(), "/b/gpubench");
+  unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(default_search_cache_folder(), "/c/.cache/gpubench");
+  unsetenv("HOME");
+  EXPECT_EQ(default_search_cache_folder(), "");
+}
+
+}  // namespace
+}  // namespace gpubench
