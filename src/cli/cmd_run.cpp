@@ -87,6 +87,22 @@ const CLI::Validator kBatchValue(
     },
     "", "batch");
 
+/// A number flag's value must read as a number, or the message says what the flag expects
+/// (CLI11's own says only that it "could not convert"); its range is checked with the rest
+/// (settings::flag_overlay).
+CLI::Validator number_text(const settings::Setting& setting) {
+  const settings::Flag* flag = &setting.flag;  // the settings table is static
+  return CLI::Validator(
+      [flag](std::string& value) {
+        const char* begin = value.c_str();
+        char* end = nullptr;
+        std::strtod(begin, &end);
+        if (!value.empty() && end == begin + value.size()) return std::string();
+        return fmt::format("expected {}, got '{}'{}", flag->expected, value, flag->hint);
+      },
+      "", "number");
+}
+
 /// A run setting's flag (settings::flags()), stored in RunOptions::settings by its name.
 void add_setting_flag(CLI::App& cmd, RunOptions& o, const settings::Setting& setting) {
   const std::string name(setting.flag.name);
@@ -103,6 +119,10 @@ void add_setting_flag(CLI::App& cmd, RunOptions& o, const settings::Setting& set
       break;
     case settings::Type::kNumber:
     case settings::Type::kOptionalNumber:
+      cmd.add_option_function<double>(
+             name, [keep](const double& value) { keep(value); }, setting.help())
+          ->check(number_text(setting));
+      break;
     case settings::Type::kBool:
       cmd.add_option_function<double>(
           name, [keep](const double& value) { keep(value); }, setting.help());
@@ -373,7 +393,10 @@ RunPlan plan_resume(const RunOptions& o, std::ostream& err) {
   // Built-in defaults can change between gpubench versions: say so rather than mix silently.
   Json now = resolved.run().to_json(), then = run.run_settings;
   for (Json* settings : {&now, &then}) {
-    if (settings->is_object()) settings->erase("job_timeout_s");  // --timeout may change
+    if (settings->is_object()) {
+      settings->erase("job_timeout_s");       // --timeout may change
+      settings->erase("price_per_hour_usd");  // and the price, which measures nothing
+    }
   }
   if (now != then) {
     err << "gpubench: warning: " << o.resume_path

@@ -59,12 +59,16 @@ class JsonReporter final : public Reporter {
           measured.push_back(nullptr);
           continue;
         }
-        measured.push_back(
-            {{"status", cell.status},
-             {"batch", cell.batch},
-             {"max_batch", cell.max_batch ? Json(*cell.max_batch) : Json(nullptr)},
-             {"throughput", cell.throughput},
-             {"normalized", optional_number(cell.normalized)}});
+        Json entry = {{"status", cell.status},
+                      {"batch", cell.batch},
+                      {"max_batch", cell.max_batch ? Json(*cell.max_batch) : Json(nullptr)},
+                      {"throughput", cell.throughput},
+                      {"normalized", optional_number(cell.normalized)}};
+        if (cell.usd_per_million_units) {  // priced (issue 46): the job's cost says where from
+          entry["usd_per_million_units"] = *cell.usd_per_million_units;
+          entry["units_per_usd"] = optional_number(cell.units_per_usd);
+        }
+        measured.push_back(std::move(entry));
       }
       Json reference_2020 = nullptr;
       if (const ReferenceRow* row = c.reference[r]) {

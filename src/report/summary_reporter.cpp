@@ -9,6 +9,7 @@
 //
 //   note: mt-dnn: loss 'loss' is NaN at the end of the timed window ...
 //
+// With energy readings or a price per hour, a table of energy and cost per unit of work follows.
 // The whole comparison with the eight 2020 GPUs is the table format (`gpubench report`).
 #include "gpubench/report/reporter.h"
 #include "gpubench/base/strings.h"
@@ -107,7 +108,7 @@ class SummaryReporter final : public report::TerminalReporter {
           cell += fmt::format(
               " ±{}%", format_significant(100 * j.throughput_stats->relative_half_width(), 2));
         }
-        row.push_back(cell);
+        row.push_back(cell + report::throttle_mark(j));  // footnoted with the notes
       }
       row.push_back(j.ok() && j.normalized ? format_significant(j.normalized->score) : "-");
       row.push_back(j.ok() && !j.search_only ? step_text(j) : "-");
@@ -119,6 +120,16 @@ class SummaryReporter final : public report::TerminalReporter {
     }
     render_grid(out, headers, rows, left, GridStyle::kPlain);
     const report::ReportView view = report::make_view(merged, reference);
+    // Energy and cost per unit of work, when the records have them (issue 46): tables of their
+    // own, so the line per job stays short.
+    std::vector<report::Section> more;
+    if (auto s = report::energy_cost_section(view)) more.push_back(std::move(*s));
+    for (const auto& s : more) {
+      out << '\n' << s.title << '\n';
+      render_grid(out, s.headers, s.rows, s.left_columns, GridStyle::kPlain);
+      if (!s.notes.empty()) out << '\n';
+      for (const auto& line : s.notes) out << wrapped("note: ", line) << '\n';
+    }
     const auto notes = report::report_notes(view);
     if (!notes.empty()) out << '\n';
     for (const auto& line : notes) out << wrapped("note: ", line) << '\n';

@@ -133,6 +133,10 @@ struct RunSettings {
   /// searches had trained), so what "fits" depended on fragmentation (docs/search.md,
   /// "Allocator"). A user's own PYTORCH_CUDA_ALLOC_CONF keeps its other options. Default: true
   bool expandable_segments = true;
+  /// The price of one of the run's cards (or of the CPU machine) per hour in USD (issue 46):
+  /// each record keeps it (JobRecord::cost), and the reports give the cost per million units
+  /// and the units per dollar from it. Measures nothing. Default: none
+  std::optional<double> price_per_hour_usd;
 
   Json to_json() const;
 };
