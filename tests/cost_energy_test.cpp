@@ -1,7 +1,7 @@
 // Issue 46's CPU parts on synthetic records: the cost of a unit of work from a price per hour
 // (run --price-per-hour, report --price-per-hour), the energy of one from NVML's counter, the
-// throttle mark and its footnote in every human format (issue 42). One end-to-end run on the
-// CPU at the end.
+// throttle mark and its footnote in every human format (issue 42), and a run set against
+// gpubench's recorded numbers for its card. One end-to-end run on the CPU at the end.
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/config/config.h"
@@ -294,6 +294,118 @@ TEST(CostEnergyTest, ARecordKeepsItsPriceAndWhereItCameFrom) {
   Json bad = json;
   bad["cost"]["usd_per_hour"] = "two";
   EXPECT_THROW(JobRecord::from_json(bad), ConfigError);
+}
+
+/// gpubench's numbers for the H100 of timed(): bert-base and bert-finetune at 1000 and 100.
+ReferenceTable with_recorded_numbers() {
+  std::vector<CardNumber> numbers;
+  for (const auto& [model, throughput] :
+       std::vector<std::pair<std::string, double>>{{"bert-base", 1000}, {"bert-finetune", 100},
+                                                   {"mt-dnn", 50}, {"bert-base-mlm", 900}}) {
+    CardNumber n;
+    n.card = kH100;
+    n.memory_bytes = kH100Bytes;
+    n.model = model;
+    n.precision = "fp32";
+    n.batch_source = "search";
+    n.batch = 256;
+    n.throughput = throughput;
+    n.throughput_unit = "examples/s";
+    n.created_utc = "2026-12-06T01:02:03Z";
+    n.record = "2026-12-06-h100/fp32/journal.jsonl";
+    n.sm_clock_mhz_median = 1980;
+    n.power_limit_w = 700;
+    n.driver = "580.159.04";
+    n.libtorch = "2.11.0";
+    numbers.push_back(n);
+  }
+  ReferenceTable reference = builtin_store().reference();
+  reference.set_card_numbers(numbers, "mine.json");
+  return reference;
+}
+
+std::vector<JobRecord> jobs_against_recorded() {
+  JobRecord fine = timed("bert-base", 950);
+  JobRecord slow = timed("bert-finetune", 80);
+  slow.clocks = {{"sm_clock_mhz", {{"median", 1500}}}, {"power_limit_w", 500}};
+  slow.environment = {{"software", {{"driver", "550.54.14"}, {"libtorch", "2.11.0"}}}};
+  JobRecord fixed = timed("mt-dnn", 10);
+  fixed.batch_source = "flag";  // the recorded numbers are max-batch jobs: not compared
+  JobRecord smaller = timed("bert-base-mlm", 10);
+  smaller.device.memory_bytes = kH100Bytes / 2;  // a card of another memory size
+  JobRecord bf16 = timed("bert-base", 2000);
+  bf16.precision = "amp-bf16";  // no recorded number at that precision
+  return {fine, slow, fixed, smaller, bf16};
+}
+
+TEST(CostEnergyTest, AJobIsSetAgainstGpubenchsRecordedNumberForItsCard) {
+  const ReferenceTable reference = with_recorded_numbers();
+  const std::vector<JobRecord> jobs = jobs_against_recorded();
+  const std::vector<RecordedComparison> matches = compare_with_recorded(jobs, reference);
+  ASSERT_EQ(matches.size(), 2u);
+  EXPECT_EQ(matches[0].job->model, "bert-base");
+  EXPECT_NEAR(matches[0].ratio, 0.95, 1e-12);
+  EXPECT_FALSE(matches[0].below);  // within 10%
+  EXPECT_TRUE(matches[0].causes.empty());
+  EXPECT_EQ(matches[1].job->model, "bert-finetune");
+  EXPECT_NEAR(matches[1].ratio, 0.8, 1e-12);
+  EXPECT_TRUE(matches[1].below);
+  const std::string causes = join(matches[1].causes, "; ");
+  EXPECT_NE(causes.find("clocks: the SM clock's median was 1500 MHz against 1980 MHz recorded"),
+            std::string::npos)
+      << causes;
+  EXPECT_NE(causes.find("power cap: a limit of 500 W against 700 W recorded"), std::string::npos)
+      << causes;
+  EXPECT_NE(causes.find("driver: 550.54.14 against 580.159.04 recorded"), std::string::npos)
+      << causes;
+  EXPECT_EQ(causes.find("libtorch"), std::string::npos) << causes;  // the same on both sides
+  EXPECT_EQ(matches[1].compare_command,
+            "gpubench compare docs/results/2026-12-06-h100/fp32/journal.jsonl mine.json");
+
+  for (const char* format : {"table", "summary", "md", "html"}) {
+    SCOPED_TRACE(format);
+    const std::string out = render(format, jobs, reference);
+    EXPECT_NE(out.find("Against gpubench"), std::string::npos) << out;
+    EXPECT_NE(out.find("within 10%"), std::string::npos) << out;
+    EXPECT_NE(out.find("20% below"), std::string::npos) << out;
+    EXPECT_NE(out.find("0.80"), std::string::npos) << out;
+    EXPECT_NE(out.find("mine.json"), std::string::npos) << out;
+    // Without the numbers (a card gpubench has not measured) there is no such table.
+    EXPECT_EQ(render(format, jobs).find("Against gpubench"), std::string::npos);
+  }
+  const std::string table = render("table", jobs, reference);
+  EXPECT_NE(table.find("bert-finetune fp32 on NVIDIA H100 80GB HBM3: 20% below gpubench's 100.0 "
+                       "examples/s (2026-12-06); likely causes: clocks:"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("compare the two records in detail (docs/results is in gpubench's "
+                       "source tree): gpubench compare "
+                       "docs/results/2026-12-06-h100/fp32/journal.jsonl mine.json"),
+            std::string::npos)
+      << table;
+  const Json doc = Json::parse(render("json", jobs, reference));
+  ASSERT_EQ(doc["recorded"].size(), 2u);
+  EXPECT_EQ(doc["recorded"][1]["model"], "bert-finetune");
+  EXPECT_EQ(doc["recorded"][1]["below"], true);
+  EXPECT_EQ(doc["recorded"][1]["recorded_record"], "docs/results/2026-12-06-h100/fp32/journal.jsonl");
+  EXPECT_FALSE(Json::parse(render("json", jobs)).contains("recorded"));
+}
+
+TEST(CostEnergyTest, TheShippedRecordedNumbersParseAndHoldTheH200) {
+  const std::vector<CardNumber>& numbers = builtin_store().card_numbers();
+  ASSERT_FALSE(numbers.empty()) << "configs/measured/cards.json holds no number";
+  for (const auto& n : numbers) {
+    EXPECT_GT(n.throughput, 0) << n.card << " " << n.model;
+    EXPECT_EQ(n.batch_source, "search") << n.card << " " << n.model;
+    EXPECT_FALSE(n.record.empty());
+    EXPECT_TRUE(builtin_store().has_model(n.model)) << n.model;
+  }
+  EXPECT_TRUE(std::any_of(numbers.begin(), numbers.end(), [](const CardNumber& n) {
+    return n.card == "NVIDIA H200" && n.model == "bert-base" && n.precision == "fp32" &&
+           n.memory_bytes > 0;
+  }));
+  EXPECT_THROW(parse_card_numbers(Json{{"schema", "gpubench-result"}}, {"cards.json", ""}),
+               ConfigError);
 }
 
 // End to end on the CPU: the run's price (a config's, then the flag's) is on its record, the

@@ -1,5 +1,5 @@
 // `gpubench report`: result files and journals beside the 2020 GPUs, with the purchase prices
-// and prices per hour given.
+// and prices per hour given, and against gpubench's recorded numbers for the cards measured.
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/records/result.h"
@@ -46,6 +46,8 @@ int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
   ReferenceTable reference = store.reference();
   apply_prices(reference, prices, files.jobs);  // a GPU no record ran on fails here
   apply_hourly_prices(files.jobs, hourly);      // and here
+  // gpubench's own numbers for the cards measured; the compare hint names the file when one.
+  reference.set_card_numbers(store.card_numbers(), o.files.size() == 1 ? o.files[0] : "");
   reporter->report(files.jobs, reference);
   if (o.output.empty()) {
     out << text.str();

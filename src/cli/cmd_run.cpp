@@ -631,7 +631,12 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
                                             : workers;
   const ResultDocument document = run_jobs(run, store, journal, launcher, argv, log, err);
 
-  if (reporter) reporter->report(document.jobs, store.reference());
+  if (reporter) {
+    // With gpubench's recorded numbers for the card; `gpubench compare` can take the journal.
+    ReferenceTable reference = store.reference();
+    reference.set_card_numbers(store.card_numbers(), journal.path());
+    reporter->report(document.jobs, reference);
+  }
   if (o.format == "summary" && !document.jobs.empty()) {
     log(fmt::format("beside the eight 2020 GPUs, with max batches: gpubench report {}",
                     journal.path()));

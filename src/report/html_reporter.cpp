@@ -8,7 +8,7 @@
 //   Geometric mean ...   a small chart per family summary, and its table
 //   then the normalized table, the max-batch table, the memory-tier tables (when there are tier
 //   records), the measured jobs (failures with their message), energy and cost per unit of work,
-//   and the notes.
+//   the runs against gpubench's recorded numbers for their card, and the notes.
 //
 // Every text from the records (model names, messages, device names) is escaped. Nothing depends
 // on the clock: dates come from the records.
@@ -201,6 +201,7 @@ class HtmlReporter final : public Reporter {
     for (const auto& s : tiers) section(s);
     section(report::measured_section(view, /*with_message=*/true));
     if (auto s = report::energy_cost_section(view)) section(*s);
+    if (auto s = report::recorded_section(view, reference)) section(*s);
     if (auto s = report::scaling_section(view)) section(*s);
     const std::vector<std::string> notes = report::report_notes(view);
     if (!notes.empty()) {

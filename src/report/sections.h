@@ -64,6 +64,9 @@ std::optional<double> scaling_efficiency(const JobRecord& job, const std::vector
 /// "ok" job with an energy reading or a price per hour (J/unit, units/kWh, $/h, $/M units,
 /// units/$); none when no job has either.
 std::optional<Section> energy_cost_section(const ReportView& view);
+/// The jobs set against gpubench's recorded numbers for their card (issue 46,
+/// src/report/recorded.cpp), with a note per job more than 10% below; none without a match.
+std::optional<Section> recorded_section(const ReportView& view, const ReferenceTable& reference);
 
 /// The mark after the throughput of a job whose GPU was throttled (issue 42).
 constexpr const char* kThrottleMark = "*";

@@ -160,6 +160,9 @@ class ConfigStore {
   bool has_model(const std::string& name) const;
 
   const ReferenceTable& reference() const { return reference_; }
+  /// gpubench's own current numbers per measured card (configs/measured/cards.json); `run` and
+  /// `report` hand them to the reference table they report with (set_card_numbers).
+  const std::vector<CardNumber>& card_numbers() const { return card_numbers_; }
   const RunSettings& run() const { return run_; }
   RunSettings& run() { return run_; }
   /// Named model lists ("all", "image", "language", "twins").
@@ -172,6 +175,7 @@ class ConfigStore {
 
   const Registry* registry_;
   ReferenceTable reference_;
+  std::vector<CardNumber> card_numbers_;
   RunSettings run_;
   std::map<std::string, std::vector<std::string>> suites_;
   std::vector<std::string> order_;

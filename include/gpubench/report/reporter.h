@@ -213,6 +213,27 @@ bool throttled(const JobRecord& job);
 /// clocks.throttle_note ("" when none).
 std::string throttle_note(const JobRecord& job);
 
+// ---- Against gpubench's own numbers for the card (issue 46) ----
+
+/// A run below this share of gpubench's recorded number on the same card is flagged.
+constexpr double kRecordedShortfall = 0.9;
+
+/// One timed job set against gpubench's current number for its card, workload and precision
+/// (ReferenceTable::card_numbers()).
+struct RecordedComparison {
+  const JobRecord* job = nullptr;          ///< into the jobs compared
+  const CardNumber* recorded = nullptr;    ///< into the reference table's card numbers
+  double ratio = 0;                        ///< job throughput / recorded throughput
+  bool below = false;                      ///< ratio < kRecordedShortfall
+  std::vector<std::string> causes;         ///< what the two records say differs (when below)
+  std::string compare_command;             ///< gpubench compare docs/results/... YOURS
+};
+/// The jobs that match a recorded number: "ok", timed, whole card (no memory cap), one device,
+/// the same device name and memory size (within 2%, where both are known), workload, precision
+/// and batch source (the recorded numbers are max-batch jobs: a --batch run is not compared).
+std::vector<RecordedComparison> compare_with_recorded(const std::vector<JobRecord>& jobs,
+                                                      const ReferenceTable& reference);
+
 // ---- Reporters ----
 
 /// Prints a set of results in one format. Every reporter merges first (latest_records).
