@@ -213,14 +213,16 @@ TEST(ReportTest, CsvGolden) {
             "joules_per_step,units_per_joule,flops_per_unit,tflops,peak_tflops,peak_share,"
             "window_alloc_retries,outside_allocator_bytes,peak_memory_bytes,"
             "bytes_per_sample,fixed_bytes,trainable_params,wall_seconds,gpubench_commit,"
-            "created_utc,message,schema_version,host,os,driver,cuda_runtime,cudnn,libtorch");
+            "created_utc,message,schema_version,host,os,driver,cuda_runtime,cudnn,libtorch,"
+            "usd_per_hour,price_source,usd_per_million_units,units_per_usd,joules_per_unit,"
+            "units_per_kwh,throttle_note");
   EXPECT_EQ(csv.substr(header.size() + 1),
             "bert-base,language,NVIDIA H200,cuda,fp32,false,false,,ok,1312,sequences,search,1312,"
             "1024,5,"
             "21.5,1880,examples/s,,,,20,94,128,100,100,99,101,1,3,0.3,,,,,,,,,,,,,,139586437120,"
             "100000000,"
             "2000000000,0,40.25,,2026-11-30T00:00:00Z,\"warning: a \"\"quoted\"\", message\","
-            "2,,,,,,\n");
+            "3,,,,,,,,,,,,,\n");
 }
 
 TEST(ReportTest, JsonHasTheComparisonAndTheJobs) {

@@ -6,10 +6,18 @@ a full max-batch job: status ok, batch found by the search, the whole card (no m
 emulated, not a memory tier), one GPU, and the workload as shipped (it has a 2020 score, which a
 config that changes the model or optimizer removes). Each row links the file it came from.
 
+The same numbers ship with gpubench as configs/measured/cards.json (embedded in the binary), so
+that a run on one of these cards is set against them (issue 46): with the card's memory, the
+window's SM clock and power limit, and the driver and libtorch, which say why a run fell short.
+
   scripts/dev/current_numbers.py [--results docs/results]            print the table
-  scripts/dev/current_numbers.py --write [--results docs/results]    put it into the README
+  scripts/dev/current_numbers.py --write [--results docs/results]    put it into the README, and
+                                                                      write the cards file
   scripts/dev/current_numbers.py --check [--results docs/results]    exit 1 when the README's
                                                                       table differs (a ctest)
+  scripts/dev/current_numbers.py --write-cards [--cards FILE]        write the cards file only
+  scripts/dev/current_numbers.py --check-cards [--cards FILE]        exit 1 when the cards file
+                                                                      differs (a ctest)
 
 The README holds the table between the lines BEGIN and END below; nothing else is touched.
 """
@@ -44,7 +52,11 @@ def records_in(path):
             except json.JSONDecodeError:
                 return
             if isinstance(doc, dict) and isinstance(doc.get("jobs"), list):
-                yield from (j for j in doc["jobs"] if isinstance(j, dict))
+                # A document keeps the environment once; its jobs inherit it, as report does.
+                shared = doc.get("environment") if isinstance(doc.get("environment"), dict) else {}
+                for j in doc["jobs"]:
+                    if isinstance(j, dict):
+                        yield j if j.get("environment") else dict(j, environment=shared)
 
 
 def is_current_candidate(job):
@@ -98,6 +110,52 @@ def table(results):
     return "\n".join(rows) + "\n"
 
 
+def mapping(obj, key):
+    """obj[key] when it is an object, else {}."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def card_rows(results):
+    """The current numbers as configs/measured/cards.json's rows, in the table's order."""
+    latest = collect(results)
+    rows = []
+    for card, model, precision in sorted(
+            latest, key=lambda k: (k[0], k[1], PRECISION_ORDER.get(k[2], 9))):
+        stamp, job, rel = latest[(card, model, precision)]
+        clocks = mapping(job, "clocks")
+        software = mapping(mapping(job, "environment"), "software")
+        rows.append({
+            "card": card,
+            "memory_bytes": job["device"].get("memory_bytes") or 0,
+            "model": model,
+            "precision": precision,
+            "batch_source": job.get("batch_source"),
+            "batch": job.get("batch"),
+            "throughput": job.get("throughput"),
+            "throughput_unit": job.get("throughput_unit", ""),
+            "created_utc": stamp,
+            "record": rel,
+            "sm_clock_mhz_median": mapping(clocks, "sm_clock_mhz").get("median"),
+            "power_limit_w": clocks.get("power_limit_w"),
+            "throttled": bool(clocks.get("throttled")),
+            "driver": software.get("driver"),
+            "cuda_runtime": software.get("cuda_runtime"),
+            "libtorch": software.get("libtorch"),
+        })
+    return rows
+
+
+def cards_text(results):
+    """configs/measured/cards.json: a header, then one number per line (short diffs)."""
+    head = ('{\n  "schema": "gpubench-cards",\n  "schema_version": 1,\n'
+            '  "generated_by": "scripts/dev/current_numbers.py --write-cards",\n'
+            '  "source": "docs/results",\n  "numbers": [')
+    lines = [json.dumps(row, ensure_ascii=True) for row in card_rows(results)]
+    body = "".join(("\n    " if i == 0 else ",\n    ") + line for i, line in enumerate(lines))
+    return head + body + ("\n  ]\n}\n" if lines else "]\n}\n")
+
+
 def replace_block(text, block):
     if BEGIN not in text or END not in text:
         raise SystemExit(f"current_numbers: the README lacks the lines\n{BEGIN}\n{END}")
@@ -110,10 +168,34 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--results", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "results"))
+    ap.add_argument("--cards", default=os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs", "measured",
+        "cards.json"))
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true")
     mode.add_argument("--check", action="store_true")
+    mode.add_argument("--write-cards", action="store_true")
+    mode.add_argument("--check-cards", action="store_true")
     a = ap.parse_args()
+    if a.write or a.write_cards:
+        os.makedirs(os.path.dirname(os.path.abspath(a.cards)), exist_ok=True)
+        with open(a.cards, "w", encoding="utf-8") as f:
+            f.write(cards_text(a.results))
+        if a.write_cards:
+            return 0
+    if a.check_cards:
+        try:
+            with open(a.cards, encoding="utf-8") as f:
+                shipped = f.read()
+        except OSError:
+            shipped = None
+        if shipped != cards_text(a.results):
+            print(f"current_numbers: {a.cards} differs from the records; run "
+                  f"scripts/dev/current_numbers.py --write-cards and commit the result",
+                  file=sys.stderr)
+            return 1
+        print("current_numbers: the cards file matches the records")
+        return 0
     block = table(a.results)
     readme = os.path.join(a.results, "README.md")
     if not (a.write or a.check):

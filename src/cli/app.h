@@ -72,6 +72,9 @@ struct ReportOptions {
   std::string format = "table";    ///< --format table|md|csv|json|html
   std::string output;              ///< --output PATH (written atomically); default stdout
   std::vector<std::string> prices;  ///< --price GPU=USD: a measured GPU's price, per $ section
+  /// --price-per-hour GPU=USD (repeatable) or USD (every record, all of one device): the cost
+  /// per unit of work (issue 46); replaces a price the records carry from their run.
+  std::vector<std::string> hourly_prices;
 };
 
 /// `gpubench compare A B`

@@ -1,4 +1,5 @@
-// `gpubench report`: result files and journals beside the 2020 GPUs.
+// `gpubench report`: result files and journals beside the 2020 GPUs, with the purchase prices
+// and prices per hour given, and against gpubench's recorded numbers for the cards measured.
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/records/result.h"
@@ -25,6 +26,10 @@ void setup_report(CLI::App& app, ReportOptions& o) {
   cmd->add_option("--price", o.prices,
                   "GPU=USD: a measured GPU's price (say, H200=30000; repeatable), for a "
                   "performance-per-dollar table beside the 2020 GPUs' prices");
+  cmd->add_option("--price-per-hour", o.hourly_prices,
+                  "GPU=USD: one card's price per hour (say, H100=2.49; repeatable), or USD when "
+                  "every record ran on one device: $ per million units and units per $; it "
+                  "replaces the price a record has from 'run --price-per-hour'");
 }
 
 int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
@@ -33,12 +38,16 @@ int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
   std::ostringstream text;
   auto reporter = make_reporter(o.format, text);
   const std::vector<PriceSpec> prices = parse_prices(o.prices);
+  const std::vector<HourlyPrice> hourly = parse_hourly_prices(o.hourly_prices);
   if (!o.output.empty()) check_writable(o.output, "--output");
   const ConfigStore store = builtin_store();
-  const ResultFiles files = read_result_files(o.files);
+  ResultFiles files = read_result_files(o.files);
   for (const auto& note : files.notes) err << "gpubench: " << terminal_text(note) << '\n';
   ReferenceTable reference = store.reference();
   apply_prices(reference, prices, files.jobs);  // a GPU no record ran on fails here
+  apply_hourly_prices(files.jobs, hourly);      // and here
+  // gpubench's own numbers for the cards measured; the compare hint names the file when one.
+  reference.set_card_numbers(store.card_numbers(), o.files.size() == 1 ? o.files[0] : "");
   reporter->report(files.jobs, reference);
   if (o.output.empty()) {
     out << text.str();

@@ -87,6 +87,22 @@ const CLI::Validator kBatchValue(
     },
     "", "batch");
 
+/// A number flag's value must read as a number, or the message says what the flag expects
+/// (CLI11's own says only that it "could not convert"); its range is checked with the rest
+/// (settings::flag_overlay).
+CLI::Validator number_text(const settings::Setting& setting) {
+  const settings::Flag* flag = &setting.flag;  // the settings table is static
+  return CLI::Validator(
+      [flag](std::string& value) {
+        const char* begin = value.c_str();
+        char* end = nullptr;
+        std::strtod(begin, &end);
+        if (!value.empty() && end == begin + value.size()) return std::string();
+        return fmt::format("expected {}, got '{}'{}", flag->expected, value, flag->hint);
+      },
+      "", "number");
+}
+
 /// A run setting's flag (settings::flags()), stored in RunOptions::settings by its name.
 void add_setting_flag(CLI::App& cmd, RunOptions& o, const settings::Setting& setting) {
   const std::string name(setting.flag.name);
@@ -108,7 +124,8 @@ void add_setting_flag(CLI::App& cmd, RunOptions& o, const settings::Setting& set
     case settings::Type::kNumber:
     case settings::Type::kOptionalNumber:
       cmd.add_option_function<double>(
-          name, [keep](const double& value) { keep(value); }, setting.help());
+             name, [keep](const double& value) { keep(value); }, setting.help())
+          ->check(number_text(setting));
       break;
   }
 }
@@ -377,9 +394,10 @@ RunPlan plan_resume(const RunOptions& o, std::ostream& err) {
   Json now = resolved.run().to_json(), then = run.run_settings;
   for (Json* settings : {&now, &then}) {
     if (!settings->is_object()) continue;
-    // --timeout and --no-cache may change; neither changes what a job measures.
+    // --timeout, --no-cache and the price may change; none changes what a job measures.
     settings->erase("job_timeout_s");
     settings->erase("search_cache");
+    settings->erase("price_per_hour_usd");
   }
   if (now != then) {
     err << "gpubench: warning: " << o.resume_path
@@ -614,7 +632,12 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
                                             : workers;
   const ResultDocument document = run_jobs(run, store, journal, launcher, argv, log, err);
 
-  if (reporter) reporter->report(document.jobs, store.reference());
+  if (reporter) {
+    // With gpubench's recorded numbers for the card; `gpubench compare` can take the journal.
+    ReferenceTable reference = store.reference();
+    reference.set_card_numbers(store.card_numbers(), journal.path());
+    reporter->report(document.jobs, reference);
+  }
   if (o.format == "summary" && !document.jobs.empty()) {
     log(fmt::format("beside the eight 2020 GPUs, with max batches: gpubench report {}",
                     journal.path()));

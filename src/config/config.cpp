@@ -380,8 +380,11 @@ ConfigStore ConfigStore::load_builtin(const Registry& registry) {
   bool have_reference = false;
   for (const auto& [path, text] : embedded_config_files()) {
     const std::string label = builtin_label(path);
-    Json doc = parse_yaml(std::string(text), label);
-    if (path.find("configs/reference/") == 0) {
+    const bool json = ends_with(std::string(path), ".json");
+    Json doc = json ? parse_json(std::string(text), label) : parse_yaml(std::string(text), label);
+    if (path.find("configs/measured/") == 0) {
+      store.card_numbers_ = parse_card_numbers(doc, {label, ""});
+    } else if (path.find("configs/reference/") == 0) {
       store.reference_ = ReferenceTable::parse(doc, {label, ""});
       have_reference = true;
     } else if (path == "configs/suites.yaml") {

@@ -102,6 +102,59 @@ double ReferenceTable::normalized(const ReferenceRow& row, std::size_t gpu) cons
   return normalized_score(row.throughput.at(gpu), baseline_throughput(row));
 }
 
+namespace {
+std::optional<double> read_optional_number(const Json& row, const char* key, const Where& at) {
+  if (!row.contains(key) || row[key].is_null()) return std::nullopt;
+  return read_number(row[key], at.at(key), 0);
+}
+
+std::string read_optional_string(const Json& row, const char* key, const Where& at) {
+  if (!row.contains(key) || row[key].is_null()) return "";
+  return read_string(row[key], at.at(key));
+}
+}  // namespace
+
+std::vector<CardNumber> parse_card_numbers(const Json& document, const Where& where) {
+  check_keys(document, where, {"schema", "schema_version", "generated_by", "source", "numbers"});
+  GPUBENCH_CHECK(document.value("schema", Json("")) == "gpubench-cards" &&
+                     document.value("schema_version", Json(0)) == 1,
+                 ConfigError, "{}: expected schema gpubench-cards, version 1", where.str());
+  const Json& rows = require_key(document, "numbers", where);
+  if (!rows.is_array()) throw_bad_value(where.at("numbers"), "a list of numbers", rows);
+  std::vector<CardNumber> out;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Json& row = rows[i];
+    const Where at{where.file, fmt::format("numbers[{}]", i)};
+    check_keys(row, at,
+               {"card", "memory_bytes", "model", "precision", "batch_source", "batch",
+                "throughput", "throughput_unit", "created_utc", "record", "sm_clock_mhz_median",
+                "power_limit_w", "throttled", "driver", "cuda_runtime", "libtorch"});
+    CardNumber n;
+    n.card = read_string(require_key(row, "card", at), at.at("card"));
+    n.memory_bytes = read_int(row.value("memory_bytes", Json(0)), at.at("memory_bytes"), 0);
+    n.model = read_string(require_key(row, "model", at), at.at("model"));
+    n.precision = read_choice(require_key(row, "precision", at), at.at("precision"),
+                              precision_names());
+    n.batch_source = read_string(require_key(row, "batch_source", at), at.at("batch_source"));
+    n.batch = read_int(require_key(row, "batch", at), at.at("batch"), 1);
+    n.throughput = read_number(require_key(row, "throughput", at), at.at("throughput"), 0);
+    GPUBENCH_CHECK(n.throughput > 0, ConfigError, "{}: a recorded throughput must be above 0",
+                   at.at("throughput").str());
+    n.throughput_unit =
+        read_string(require_key(row, "throughput_unit", at), at.at("throughput_unit"));
+    n.created_utc = read_optional_string(row, "created_utc", at);
+    n.record = read_string(require_key(row, "record", at), at.at("record"));
+    n.sm_clock_mhz_median = read_optional_number(row, "sm_clock_mhz_median", at);
+    n.power_limit_w = read_optional_number(row, "power_limit_w", at);
+    n.throttled = row.contains("throttled") && read_bool(row["throttled"], at.at("throttled"));
+    n.driver = read_optional_string(row, "driver", at);
+    n.cuda_runtime = read_optional_string(row, "cuda_runtime", at);
+    n.libtorch = read_optional_string(row, "libtorch", at);
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
 double normalized_score(double throughput, double baseline_throughput) {
   return baseline_throughput > 0 ? throughput / baseline_throughput : 0.0;
 }

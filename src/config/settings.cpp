@@ -172,6 +172,19 @@ std::vector<Setting> make_table() {
         "$XDG_CACHE_HOME/gpubench, else ~/.cache/gpubench)",
         "", -kNone, kNone, "", /*min_exclusive=*/false, /*finite=*/false, /*scale=*/1,
         /*on_resume=*/true, /*sets=*/false}},
+      // Issue 46. Last, so that the run settings' JSON keeps its keys' order before it.
+      {"price_per_hour_usd",
+       Type::kOptionalNumber,
+       0,
+       kNone,
+       run_field<&RunSettings::price_per_hour_usd>(),
+       {"--price-per-hour",
+        "The price of one of this run's GPUs per hour in USD, say 2.49: each record keeps it, and "
+        "the reports give $ per million units and units per $ (default: {default})",
+        "a price in USD per hour above 0 (say, 2.49)", 0, kNone,
+        " (one card's price; a data-parallel job costs it times its GPUs; 'gpubench report "
+        "--price-per-hour GPU=USD' prices records afterwards)",
+        /*min_exclusive=*/true, /*finite=*/true, /*scale=*/1, /*on_resume=*/true}},
   };
 }
 
@@ -190,8 +203,15 @@ Json read_value(const Setting& setting, const Json& value, const Where& where) {
       return read_int(value, where, int_bound(setting.min), int_bound(setting.max));
     case Type::kNumber:
       return read_number(value, where, setting.min, setting.max);
-    case Type::kOptionalNumber:
-      return value.is_null() ? Json(nullptr) : Json(read_number(value, where, setting.min));
+    case Type::kOptionalNumber: {
+      if (value.is_null()) return nullptr;
+      const double number = read_number(value, where, setting.min);
+      // A minimum its flag excludes is excluded in a config too (a price of 0 divides by 0).
+      if (setting.flag.min_exclusive && number <= setting.min) {
+        throw_bad_value(where, std::string(setting.flag.expected), value);
+      }
+      return number;
+    }
     case Type::kBool:
       return read_bool(value, where);
     case Type::kPrecision:

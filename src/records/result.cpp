@@ -90,6 +90,7 @@ Json JobRecord::to_json() const {
   if (!runtime.empty()) out["runtime"] = runtime;
   if (!compute.empty()) out["compute"] = compute;  // timed runs that know their FLOPs or peak
   if (!data_parallel.empty()) out["data_parallel"] = data_parallel;  // issue 15
+  if (cost) out["cost"] = {{"usd_per_hour", cost->usd_per_hour}, {"source", cost->source}};
   return out;
 }
 
@@ -174,6 +175,12 @@ JobRecord job_record_from_json(const Json& j) {
     s.baseline_max_batch = n.value("baseline_max_batch", 0.0);
     s.score = n.value("score", 0.0);
     r.normalized = s;
+  }
+  if (j.contains("cost") && j["cost"].is_object()) {  // issue 46: a price per hour was given
+    JobCost cost;
+    cost.usd_per_hour = j["cost"].value("usd_per_hour", 0.0);
+    cost.source = j["cost"].value("source", std::string());
+    r.cost = cost;
   }
   r.config = j.value("config", Json::object());
   r.environment = j.value("environment", Json::object());

@@ -128,6 +128,8 @@ Comparison build_comparison(const std::vector<JobRecord>& jobs, const ReferenceT
     cell.throughput = job.throughput;
     cell.max_batch = max_batch_of(job).max_batch;
     cell.modified = !job.on_cpu() && !job.modifications().empty();  // a CPU row is never scored
+    cell.usd_per_million_units = usd_per_million_units(job);
+    cell.units_per_usd = units_per_usd(job);
     cell.normalized.reset();
     if (c.reference[r] && job.ok() && job.normalized) {
       cell.normalized =

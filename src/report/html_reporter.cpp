@@ -7,7 +7,8 @@
 //                        one per measured run, then the eight 2020 GPUs
 //   Geometric mean ...   a small chart per family summary, and its table
 //   then the normalized table, the max-batch table, the memory-tier tables (when there are tier
-//   records), the measured jobs (failures with their message) and the notes.
+//   records), the measured jobs (failures with their message), energy and cost per unit of work,
+//   the runs against gpubench's recorded numbers for their card, and the notes.
 //
 // Every text from the records (model names, messages, device names) is escaped. Nothing depends
 // on the clock: dates come from the records.
@@ -199,6 +200,8 @@ class HtmlReporter final : public Reporter {
     if (max_batch) section(*max_batch);
     for (const auto& s : tiers) section(s);
     section(report::measured_section(view, /*with_message=*/true));
+    if (auto s = report::energy_cost_section(view)) section(*s);
+    if (auto s = report::recorded_section(view, reference)) section(*s);
     if (auto s = report::scaling_section(view)) section(*s);
     const std::vector<std::string> notes = report::report_notes(view);
     if (!notes.empty()) {

@@ -1,5 +1,6 @@
 // The comparison as JSON: the runs, one row per model (measured cells and the 2020 row), the
-// geometric-mean summary per family, the memory-tier tables, notes, and every merged job record.
+// geometric-mean summary per family, the memory-tier tables, notes, every merged job record, and
+// on a card gpubench has recorded numbers for, the jobs against them ("recorded").
 // Sample:
 //   {"schema": "gpubench-report", "schema_version": 1, "baseline_gpu": "quadro-rtx-8000",
 //    "runs": [{"label": "H200 fp32", ...}], "rows": [{"model": "bert-base", ...}],
@@ -35,6 +36,27 @@ Json max_batch_json(const MaxBatchCell& cell) {
           {"max_batch", cell.max_batch ? Json(*cell.max_batch) : Json(nullptr)}};
 }
 
+/// The jobs against gpubench's recorded numbers for their card (issue 46).
+Json recorded_json(const std::vector<JobRecord>& jobs, const ReferenceTable& reference) {
+  Json out = Json::array();
+  for (const auto& m : compare_with_recorded(jobs, reference)) {
+    out.push_back({{"model", m.job->model},
+                   {"device", m.job->device.name},
+                   {"precision", m.job->precision},
+                   {"batch", m.job->batch},
+                   {"throughput", m.job->throughput},
+                   {"recorded_batch", m.recorded->batch},
+                   {"recorded_throughput", m.recorded->throughput},
+                   {"recorded_created_utc", m.recorded->created_utc},
+                   {"recorded_record", "docs/results/" + m.recorded->record},
+                   {"ratio", m.ratio},
+                   {"below", m.below},
+                   {"causes", m.causes},
+                   {"compare", m.compare_command}});
+  }
+  return out;
+}
+
 class JsonReporter final : public Reporter {
  public:
   using Reporter::Reporter;
@@ -59,12 +81,16 @@ class JsonReporter final : public Reporter {
           measured.push_back(nullptr);
           continue;
         }
-        measured.push_back(
-            {{"status", cell.status},
-             {"batch", cell.batch},
-             {"max_batch", cell.max_batch ? Json(*cell.max_batch) : Json(nullptr)},
-             {"throughput", cell.throughput},
-             {"normalized", optional_number(cell.normalized)}});
+        Json entry = {{"status", cell.status},
+                      {"batch", cell.batch},
+                      {"max_batch", cell.max_batch ? Json(*cell.max_batch) : Json(nullptr)},
+                      {"throughput", cell.throughput},
+                      {"normalized", optional_number(cell.normalized)}};
+        if (cell.usd_per_million_units) {  // priced (issue 46): the job's cost says where from
+          entry["usd_per_million_units"] = *cell.usd_per_million_units;
+          entry["units_per_usd"] = optional_number(cell.units_per_usd);
+        }
+        measured.push_back(std::move(entry));
       }
       Json reference_2020 = nullptr;
       if (const ReferenceRow* row = c.reference[r]) {
@@ -135,17 +161,20 @@ class JsonReporter final : public Reporter {
     }
     Json jobs = Json::array();
     for (const auto& job : view.jobs) jobs.push_back(job.to_json());
-    const Json document = {{"schema", "gpubench-report"},
-                           {"schema_version", kResultSchemaVersion},
-                           {"baseline_gpu", reference.baseline().id},
-                           {"reference_source", reference.source()},
-                           {"runs", runs},
-                           {"rows", rows},
-                           {"summary", summary},
-                           {"memory_tiers", tiers},
-                           {"notes", report::report_notes(view)},
-                           {"superseded_records", view.superseded},
-                           {"jobs", jobs}};
+    Json document = {{"schema", "gpubench-report"},
+                     {"schema_version", kResultSchemaVersion},
+                     {"baseline_gpu", reference.baseline().id},
+                     {"reference_source", reference.source()},
+                     {"runs", runs},
+                     {"rows", rows},
+                     {"summary", summary},
+                     {"memory_tiers", tiers},
+                     {"notes", report::report_notes(view)},
+                     {"superseded_records", view.superseded},
+                     {"jobs", jobs}};
+    if (Json recorded = recorded_json(view.jobs, reference); !recorded.empty()) {
+      document["recorded"] = std::move(recorded);  // only on a card gpubench has numbers for
+    }
     out_ << dump_json(document, 2) << '\n';
   }
 };

@@ -85,6 +85,9 @@ std::string environment_text(const JobRecord& j, std::initializer_list<const cha
   return at->is_string() ? at->get<std::string>() : std::string();
 }
 
+/// A CSV cell of a value that may be missing.
+std::string raw_optional(const std::optional<double>& v) { return v ? number(*v) : std::string(); }
+
 /// The per-unit singular of a throughput unit: "images/s" -> "images".
 std::string unit_of(const JobRecord& j) {
   return j.throughput_unit.substr(0, j.throughput_unit.find('/'));
@@ -273,7 +276,7 @@ const std::vector<ResultColumn>& result_columns() {
        nullptr},
       {"created_utc", "created", [](const JobRecord& j) { return j.created_utc; }, nullptr},
       {"message", "message", [](const JobRecord& j) { return j.message; }, nullptr},
-      // CSV schema 2 (docs/output.md): columns are only ever appended after this line.
+      // CSV schema 2 (docs/output.md): columns are only ever appended, after the last.
       {"schema_version", "schema", [](const JobRecord&) { return integer(kCsvSchemaVersion); },
        nullptr},
       {"host", "host", [](const JobRecord& j) { return environment_text(j, {"host"}); }, nullptr},
@@ -287,6 +290,22 @@ const std::vector<ResultColumn>& result_columns() {
        [](const JobRecord& j) { return environment_text(j, {"software", "cudnn"}); }, nullptr},
       {"libtorch", "libtorch",
        [](const JobRecord& j) { return environment_text(j, {"software", "libtorch"}); },
+       nullptr},
+      // CSV schema 3 (issue 46): cost and energy per unit of work, and why a GPU was throttled.
+      {"usd_per_hour", "$/h",
+       [](const JobRecord& j) { return j.cost ? number(j.cost->usd_per_hour) : std::string(); },
+       nullptr},
+      {"price_source", "price from",
+       [](const JobRecord& j) { return j.cost ? j.cost->source : std::string(); }, nullptr},
+      {"usd_per_million_units", "$/M units",
+       [](const JobRecord& j) { return raw_optional(usd_per_million_units(j)); }, nullptr},
+      {"units_per_usd", "units/$",
+       [](const JobRecord& j) { return raw_optional(units_per_usd(j)); }, nullptr},
+      {"joules_per_unit", "J/unit",
+       [](const JobRecord& j) { return raw_optional(joules_per_unit(j)); }, nullptr},
+      {"units_per_kwh", "units/kWh",
+       [](const JobRecord& j) { return raw_optional(units_per_kwh(j)); }, nullptr},
+      {"throttle_note", "throttle note", [](const JobRecord& j) { return throttle_note(j); },
        nullptr},
   };
   return columns;

@@ -396,6 +396,7 @@ Section measured_section(const ReportView& view, bool with_message) {
     std::vector<std::string> row;
     for (const auto* column : columns) {
       row.push_back(column->pretty ? column->pretty(job) : column->raw(job));
+      if (column->key == "throughput") row.back() += throttle_mark(job);  // see report_notes
     }
     s.rows.push_back(row);
   }
@@ -433,6 +434,7 @@ std::vector<std::string> report_notes(const ReportView& view) {
       lines.push_back(fmt::format("{}: {}", who, job.message));
     }
   }
+  for (const auto& note : throttle_notes(view.jobs)) lines.push_back(note);
   if (view.superseded > 0) {
     lines.push_back(fmt::format(
         "{} earlier record{} replaced by a later one of the same job (same model, device, "

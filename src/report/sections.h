@@ -60,8 +60,26 @@ int world_size_of(const JobRecord& job);
 /// throughput / (ranks x the one-device throughput of the same job in `jobs`), when known.
 std::optional<double> scaling_efficiency(const JobRecord& job, const std::vector<JobRecord>& jobs);
 
+/// Energy and cost per unit of work (issue 46, src/report/cost_energy.cpp): one row per timed
+/// "ok" job with an energy reading or a price per hour (J/unit, units/kWh, $/h, $/M units,
+/// units/$); none when no job has either.
+std::optional<Section> energy_cost_section(const ReportView& view);
+/// The jobs set against gpubench's recorded numbers for their card (issue 46,
+/// src/report/recorded.cpp), with a note per job more than 10% below; none without a match.
+std::optional<Section> recorded_section(const ReportView& view, const ReferenceTable& reference);
+
+/// The mark after the throughput of a job whose GPU was throttled (issue 42).
+constexpr const char* kThrottleMark = "*";
+/// " *" for a timed "ok" job whose GPU was throttled (clocks.throttled), else "".
+std::string throttle_mark(const JobRecord& job);
+/// A footnote per marked job of `jobs`: "*: the GPU was throttled ...: model (device,
+/// precision): clocks.throttle_note".
+std::vector<std::string> throttle_notes(const std::vector<JobRecord>& jobs);
+/// A count in three significant digits with an SI prefix: "950", "12.3 k", "3.40 M".
+std::string compact_count(double value);
+
 /// Notes on the whole report: emulated columns, CPU rows, modified configs, job messages,
-/// merged records.
+/// throttled GPUs, merged records.
 std::vector<std::string> report_notes(const ReportView& view);
 
 /// Why a job is modified, for its note: "a user config changed its model or optimizer;

@@ -9,7 +9,9 @@
 //
 //   note: mt-dnn: loss 'loss' is NaN at the end of the timed window ...
 //
-// The whole comparison with the eight 2020 GPUs is the table format (`gpubench report`).
+// With energy readings or a price per hour, a table of energy and cost per unit of work follows;
+// on a card gpubench has recorded numbers for, a table of the jobs against them. The whole
+// comparison with the eight 2020 GPUs is the table format (`gpubench report`).
 #include "gpubench/report/reporter.h"
 #include "gpubench/base/strings.h"
 #include "src/report/sections.h"
@@ -107,7 +109,7 @@ class SummaryReporter final : public report::TerminalReporter {
           cell += fmt::format(
               " ±{}%", format_significant(100 * j.throughput_stats->relative_half_width(), 2));
         }
-        row.push_back(cell);
+        row.push_back(cell + report::throttle_mark(j));  // footnoted with the notes
       }
       row.push_back(j.ok() && j.normalized           ? format_significant(j.normalized->score)
                     : j.ok() && !j.on_cpu() && !j.modifications().empty() ? "modified"
@@ -121,6 +123,17 @@ class SummaryReporter final : public report::TerminalReporter {
     }
     render_grid(out, headers, rows, left, GridStyle::kPlain);
     const report::ReportView view = report::make_view(merged, reference);
+    // Energy and cost per unit of work, and the card against gpubench's recorded numbers, when
+    // the records have them (issue 46): tables of their own, so the line per job stays short.
+    std::vector<report::Section> more;
+    if (auto s = report::energy_cost_section(view)) more.push_back(std::move(*s));
+    if (auto s = report::recorded_section(view, reference)) more.push_back(std::move(*s));
+    for (const auto& s : more) {
+      out << '\n' << s.title << '\n';
+      render_grid(out, s.headers, s.rows, s.left_columns, GridStyle::kPlain);
+      if (!s.notes.empty()) out << '\n';
+      for (const auto& line : s.notes) out << wrapped("note: ", line) << '\n';
+    }
     const auto notes = report::report_notes(view);
     if (!notes.empty()) out << '\n';
     for (const auto& line : notes) out << wrapped("note: ", line) << '\n';

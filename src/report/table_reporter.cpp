@@ -1,6 +1,7 @@
 // The terminal table and its markdown twin: the normalized table, the geometric-mean summary,
-// the max-batch table, the memory-tier tables (when there are tier records), the measured jobs
-// and notes. Sample (terminal):
+// the max-batch table, the memory-tier tables (when there are tier records), the measured jobs,
+// energy and cost per unit of work, the runs against gpubench's recorded numbers for their card
+// (when they match one), and notes. Sample (terminal):
 //
 //   Training throughput normalized to the RTX 8000 (Lambda 2020); max batch in parentheses
 //   model      unit        H200 fp32    RTX 2060  ...  RTX 8000
@@ -38,6 +39,8 @@ class TableReporter final : public report::TerminalReporter {
     if (auto s = report::max_batch_section(view, reference)) sections.push_back(std::move(*s));
     for (auto& s : report::memory_tier_sections(view, reference)) sections.push_back(std::move(s));
     sections.push_back(report::measured_section(view, /*with_message=*/false));
+    if (auto s = report::energy_cost_section(view)) sections.push_back(std::move(*s));
+    if (auto s = report::recorded_section(view, reference)) sections.push_back(std::move(*s));
     if (auto s = report::scaling_section(view)) sections.push_back(std::move(*s));
     for (std::size_t i = 0; i < sections.size(); ++i) {
       if (i > 0) out << '\n';

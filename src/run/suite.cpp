@@ -41,6 +41,24 @@ std::optional<SearchHint> hint_for(const std::string& model, const std::vector<J
   return SearchHint::from_searches(*line, *anchor);
 }
 
+/// The card's price per hour (run.price_per_hour_usd, issue 46) on a timed job's record before
+/// it is journaled, with where it was set: the command line's flag, or a --config file.
+void attach_price(JobRecord& record, const RunSettings& run,
+                  const std::vector<ConfigOverlay>& overlays) {
+  if (!run.price_per_hour_usd || record.search_only) return;
+  JobCost cost;
+  cost.usd_per_hour = *run.price_per_hour_usd;
+  cost.source = "run.price_per_hour_usd";
+  for (const auto& [file, document] : overlays) {  // the last overlay that sets it wins
+    const Json* section = document.is_object() && document.contains("run") ? &document["run"]
+                                                                         : nullptr;
+    if (!section || !section->is_object() || !section->contains("price_per_hour_usd")) continue;
+    cost.source = file == "command line" ? "run --price-per-hour"
+                                         : "run.price_per_hour_usd in " + file;
+  }
+  record.cost = cost;
+}
+
 }  // namespace
 
 std::string format_clock(double seconds) {
@@ -229,6 +247,7 @@ SuiteOutcome run_suite(const SuitePlan& plan, const std::vector<JobRecord>& earl
       }
     }
 
+    attach_price(record, store.run(), plan.overlays);
     journal.append(record);  // synced before anything else happens
     ++outcome.ran;
     if (!job_is_done(record)) {

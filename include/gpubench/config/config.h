@@ -138,6 +138,10 @@ struct RunSettings {
   /// probes instead of searched; each search's answer is stored there (run/search_cache.h,
   /// docs/search.md "The cache of answers"). `run --no-cache` turns both off. Default: true
   bool search_cache = true;
+  /// The price of one of the run's cards (or of the CPU machine) per hour in USD (issue 46):
+  /// each record keeps it (JobRecord::cost), and the reports give the cost per million units
+  /// and the units per dollar from it. Measures nothing. Default: none
+  std::optional<double> price_per_hour_usd;
 
   Json to_json() const;
 };
@@ -161,6 +165,9 @@ class ConfigStore {
   bool has_model(const std::string& name) const;
 
   const ReferenceTable& reference() const { return reference_; }
+  /// gpubench's own current numbers per measured card (configs/measured/cards.json); `run` and
+  /// `report` hand them to the reference table they report with (set_card_numbers).
+  const std::vector<CardNumber>& card_numbers() const { return card_numbers_; }
   const RunSettings& run() const { return run_; }
   RunSettings& run() { return run_; }
   /// Named model lists ("all", "image", "language", "twins").
@@ -173,6 +180,7 @@ class ConfigStore {
 
   const Registry* registry_;
   ReferenceTable reference_;
+  std::vector<CardNumber> card_numbers_;
   RunSettings run_;
   std::map<std::string, std::vector<std::string>> suites_;
   std::vector<std::string> order_;

@@ -1,9 +1,11 @@
 // The 2020 reference tables (Lambda, "Choosing the Best GPU for Deep Learning in 2020"): max
-// batch and throughput of twelve workloads on eight GPUs, which every result is normalized to.
+// batch and throughput of twelve workloads on eight GPUs, which every result is normalized to;
+// and gpubench's own current numbers per measured card, which a report sets a run against.
 #pragma once
 
 #include "gpubench/base/json.h"
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -32,6 +34,31 @@ struct ReferenceRow {
   std::string precision = "fp32";
   std::string precision_evidence;
 };
+
+/// One of gpubench's own current numbers: the latest full max-batch job of a workload at a
+/// precision on a card gpubench has measured (docs/results), shipped with the binary in
+/// configs/measured/cards.json (written by scripts/dev/current_numbers.py --write-cards).
+struct CardNumber {
+  std::string card;          ///< the device name its records carry: "NVIDIA H200"
+  int64_t memory_bytes = 0;  ///< the card's memory as its records give it (0: not known)
+  std::string model;         ///< "bert-base"
+  std::string precision;     ///< "fp32"
+  std::string batch_source;  ///< "search": the recorded numbers are max-batch jobs
+  int64_t batch = 0;
+  double throughput = 0;        ///< in throughput_unit
+  std::string throughput_unit;  ///< "examples/s"
+  std::string created_utc;
+  std::string record;  ///< the record's file, relative to docs/results in gpubench's sources
+  std::optional<double> sm_clock_mhz_median;  ///< over the timed window (NVML)
+  std::optional<double> power_limit_w;
+  bool throttled = false;
+  std::string driver;        ///< NVIDIA driver ("" where not known)
+  std::string cuda_runtime;  ///< "13.0"
+  std::string libtorch;      ///< "2.11.0"
+};
+
+/// Parses configs/measured/cards.json; throws ConfigError naming `where`.
+std::vector<CardNumber> parse_card_numbers(const Json& document, const Where& where);
 
 /// Both 2020 tables for all eight GPUs.
 class ReferenceTable {
@@ -64,12 +91,24 @@ class ReferenceTable {
   }
   bool has_measured_prices() const { return !prices_.empty(); }
 
+  /// gpubench's own current numbers (CardNumber), which a report sets its runs against, and the
+  /// result file the report's `gpubench compare` hint names for the user's side ("" for a
+  /// placeholder). Set by `run` and `report` from the shipped file; empty unless set.
+  void set_card_numbers(std::vector<CardNumber> numbers, std::string results_file) {
+    card_numbers_ = std::move(numbers);
+    results_file_ = std::move(results_file);
+  }
+  const std::vector<CardNumber>& card_numbers() const { return card_numbers_; }
+  const std::string& results_file() const { return results_file_; }
+
  private:
   std::string source_;
   std::vector<ReferenceGpu> gpus_;
   std::vector<ReferenceRow> rows_;
   std::size_t baseline_ = 0;
   std::map<std::string, double> prices_;
+  std::vector<CardNumber> card_numbers_;
+  std::string results_file_;
 };
 
 /// normalized score = throughput / baseline throughput (0 when the baseline is 0).

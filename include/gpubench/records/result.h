@@ -26,6 +26,15 @@ struct NormalizedScore {
   double score = 0;                ///< throughput / baseline_throughput
 };
 
+/// What the job's GPU time costs (issue 46): the price of one card per hour and where it came
+/// from. A data-parallel job pays it once per rank.
+struct JobCost {
+  double usd_per_hour = 0;  ///< one card (or the CPU machine), USD per hour
+  /// "run --price-per-hour", "run.price_per_hour_usd in FILE" (a --config file), or
+  /// "report --price-per-hour" (applied when the report was made, not kept in the file)
+  std::string source;
+};
+
 /// One model on one device at one precision: the search, the timed run and their context.
 struct JobRecord {
   std::string model;            ///< "bert-base"
@@ -90,6 +99,7 @@ struct JobRecord {
   /// compute_with_peak). Timed CUDA runs.
   Json compute = Json::object();
   std::optional<NormalizedScore> normalized;
+  std::optional<JobCost> cost;        ///< the card's price per hour, when one was given
   Json config = Json::object();       ///< the resolved model config
   Json environment = Json::object();  ///< host, device, software, gpubench
   double wall_seconds = 0;            ///< the whole job, process starts included

@@ -54,6 +54,8 @@ struct RunCell {
   std::optional<int64_t> max_batch;  ///< what the search found; none when the batch was fixed
   /// The job is modified (JobRecord::modifications): its score cell says so rather than n/a.
   bool modified = false;
+  std::optional<double> usd_per_million_units;  ///< with a price per hour (JobRecord::cost)
+  std::optional<double> units_per_usd;
 };
 
 /// Models x (measured runs + 2020 GPUs).
@@ -154,8 +156,9 @@ struct ResultColumn {
 };
 /// Version of the CSV's columns (docs/output.md, "Versioning"): columns are only appended at the
 /// end of the row, and this goes up with each change. 1: the 52 columns up to `message`; 2: the
-/// schema version and the environment (host, os, driver, CUDA, cuDNN, libtorch) after them.
-constexpr int kCsvSchemaVersion = 2;
+/// schema version and the environment (host, os, driver, CUDA, cuDNN, libtorch) after them; 3:
+/// cost and energy per unit of work and the throttle note (issue 46).
+constexpr int kCsvSchemaVersion = 3;
 /// The flat columns of a job record, in CSV order.
 const std::vector<ResultColumn>& result_columns();
 
@@ -174,6 +177,64 @@ std::vector<PriceSpec> parse_prices(const std::vector<std::string>& values);
 /// ConfigError naming the measured GPUs for a GPU that no record of `jobs` ran on.
 void apply_prices(ReferenceTable& reference, const std::vector<PriceSpec>& prices,
                   const std::vector<JobRecord>& jobs);
+
+// ---- Cost and energy per unit of work (issue 46) ----
+
+/// A price per hour as `report --price-per-hour` gives it: "GPU=USD" for the records of that
+/// GPU, or a plain "USD" for every record (when they all ran on one device).
+struct HourlyPrice {
+  std::string gpu;  ///< as given: "H100", "NVIDIA H200"; empty for a plain price
+  double usd_per_hour = 0;
+};
+/// Parses the values; throws ConfigError (exit 2) naming --price-per-hour for a price that is
+/// not a number above 0, an empty name, a GPU given twice, or a plain price beside others.
+std::vector<HourlyPrice> parse_hourly_prices(const std::vector<std::string>& values);
+/// Sets JobRecord::cost (source "report --price-per-hour") on the timed records each price
+/// names, case-insensitively: the device's whole name, or that without its vendor ("H200" for
+/// "NVIDIA H200"), else whole words of it ("H100" for "NVIDIA H100 80GB HBM3"). Throws
+/// ConfigError naming the devices measured for a GPU no record ran on, for a name that fits
+/// several devices, and for a plain price when the records ran on more than one device.
+void apply_hourly_prices(std::vector<JobRecord>& jobs, const std::vector<HourlyPrice>& prices);
+
+/// The cards a job's price pays for: its data-parallel world size (1 on one device).
+int priced_cards(const JobRecord& job);
+/// USD per million throughput units: price per hour x cards / 3600 / throughput x 1e6. None
+/// without a price or a throughput (a job that is not "ok").
+std::optional<double> usd_per_million_units(const JobRecord& job);
+/// Throughput units per USD: throughput x 3600 / (price per hour x cards).
+std::optional<double> units_per_usd(const JobRecord& job);
+/// Joules per throughput unit over the timed window: 1 / clocks.energy.units_per_joule (NVML's
+/// energy counter; a data-parallel record's is rank 0's card per rank 0's units). None without
+/// an energy reading or a throughput.
+std::optional<double> joules_per_unit(const JobRecord& job);
+/// Throughput units per kWh: 3.6e6 / joules_per_unit.
+std::optional<double> units_per_kwh(const JobRecord& job);
+/// clocks.throttled: the GPU was slowed over the timed window (a thermal or hardware slowdown,
+/// or the power limit holding the clocks down); clocks.throttle_note says which.
+bool throttled(const JobRecord& job);
+/// clocks.throttle_note ("" when none).
+std::string throttle_note(const JobRecord& job);
+
+// ---- Against gpubench's own numbers for the card (issue 46) ----
+
+/// A run below this share of gpubench's recorded number on the same card is flagged.
+constexpr double kRecordedShortfall = 0.9;
+
+/// One timed job set against gpubench's current number for its card, workload and precision
+/// (ReferenceTable::card_numbers()).
+struct RecordedComparison {
+  const JobRecord* job = nullptr;          ///< into the jobs compared
+  const CardNumber* recorded = nullptr;    ///< into the reference table's card numbers
+  double ratio = 0;                        ///< job throughput / recorded throughput
+  bool below = false;                      ///< ratio < kRecordedShortfall
+  std::vector<std::string> causes;         ///< what the two records say differs (when below)
+  std::string compare_command;             ///< gpubench compare docs/results/... YOURS
+};
+/// The jobs that match a recorded number: "ok", timed, whole card (no memory cap), one device,
+/// the same device name and memory size (within 2%, where both are known), workload, precision
+/// and batch source (the recorded numbers are max-batch jobs: a --batch run is not compared).
+std::vector<RecordedComparison> compare_with_recorded(const std::vector<JobRecord>& jobs,
+                                                      const ReferenceTable& reference);
 
 // ---- Reporters ----
 
