@@ -13,6 +13,7 @@ namespace gpubench::env {
 enum class Switch {
   kQuiet,              ///< GPUBENCH_QUIET
   kHeartbeatSeconds,   ///< GPUBENCH_HEARTBEAT_S
+  kProgress,           ///< GPUBENCH_PROGRESS
   kJournalDir,         ///< GPUBENCH_JOURNAL_DIR
   kProfileTrace,       ///< GPUBENCH_PROFILE_TRACE
   kProfileSteps,       ///< GPUBENCH_PROFILE_STEPS
@@ -44,7 +45,8 @@ const SwitchInfo& info(Switch id);
 /// The variable's value, as std::getenv gives it: null when it is not set.
 const char* get(Switch id);
 
-/// Sets the variable for this process and the workers it starts (`run --quiet` quiets theirs).
+/// Sets the variable for this process and the workers it starts (`run --progress` tells them
+/// where their progress goes).
 void set(Switch id, const std::string& value);
 
 }  // namespace gpubench::env
