@@ -57,7 +57,7 @@ TEST(CliTest, ListShowsEveryWorkloadWithUnitsAndParameters) {
     ASSERT_FALSE(line.empty()) << name << " missing from:\n" << r.out;
     for (const auto& cell : cells) EXPECT_NE(line.find(cell), std::string::npos) << line;
   }
-  const Json list = Json::parse(cli({"list", "--json"}).out);
+  const Json list = Json::parse(cli({"list", "--format", "json"}).out);
   ASSERT_TRUE(list.is_array());
   Json bert;
   for (const auto& entry : list) {
@@ -83,7 +83,7 @@ TEST(CliTest, ConfigDumpShowsTheResolvedConfig) {
 }
 
 TEST(CliTest, InfoDescribesDevicesAndVersions) {
-  const auto r = cli({"info", "--json"});
+  const auto r = cli({"info", "--format", "json"});
   ASSERT_EQ(r.code, 0);
   const Json info = Json::parse(r.out);
   EXPECT_FALSE(info["software"]["libtorch"].get<std::string>().empty());
@@ -113,7 +113,7 @@ TEST(CliTest, BadInputIsExitCodeTwoWithAClearMessage) {
   EXPECT_ERROR(cli({"run", "--model", "bert-base", "--config", "/nonexistent/c.yaml"}), 2,
                "config file '/nonexistent/c.yaml' cannot be read");
   EXPECT_ERROR(cli({"run", "--model", "bert-base", "--device", "gpu"}), 2,
-               "--device: expected cpu or cuda, got 'gpu'");
+               "--device: unknown device 'gpu' (did you mean 'cpu'?); choose one of cpu, cuda");
   EXPECT_ERROR(cli({"run", "--model", "bert-base", "--device", "cpu", "--gpu", "0"}), 2,
                "contradict");
   EXPECT_ERROR(cli({"run", "--suite", "imagee"}), 2,

@@ -13,11 +13,17 @@ namespace gpubench::env {
 const std::vector<SwitchInfo>& switches() {
   static const std::vector<SwitchInfo> table = {
       {Switch::kQuiet, "GPUBENCH_QUIET",
-       "1: workers print no progress lines (set by run --quiet for its workers)", false,
-       "src/run/worker_progress.cpp (set by src/cli/cmd_run.cpp)"},
+       "1: workers print no progress lines (set for a data-parallel run's ranks but rank 0)",
+       false, "src/run/worker_progress.cpp (set by src/distributed/launcher.cpp)"},
       {Switch::kHeartbeatSeconds, "GPUBENCH_HEARTBEAT_S",
-       "seconds of silence after which a worker says what it is doing (default 10)", false,
-       "src/run/worker_progress.cpp"},
+       "seconds of silence after which a worker that prints plain lines says what it is doing "
+       "(default 10); on a terminal its status line is redrawn every second, or twice in this "
+       "many seconds when that is sooner",
+       false, "src/run/worker_progress.cpp"},
+      {Switch::kProgress, "GPUBENCH_PROGRESS",
+       "terminal, plain or none: how workers print their progress (set by run --progress for "
+       "its workers; unset: a status line when stderr is a terminal, else plain lines)",
+       false, "src/run/worker_progress.cpp (set by src/cli/cmd_run.cpp)"},
       {Switch::kJournalDir, "GPUBENCH_JOURNAL_DIR",
        "the folder of the journal a run without --journal creates (before $XDG_STATE_HOME)", false,
        "src/cli/cmd_run.cpp"},

@@ -6,6 +6,7 @@
 #include "gpubench/base/strings.h"
 #include "gpubench/base/version.h"
 #include "gpubench/distributed/rank.h"
+#include "src/cli/internal.h"
 
 #include <CLI/CLI.hpp>
 
@@ -23,7 +24,9 @@ int run_cli_mode(int argc, const char* const* argv, std::ostream& out, std::ostr
   // 4, the journal kept), instead of SIGXFSZ killing the process mid-write. Workers inherit it.
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"gpubench: GPU training benchmark of the 2020 Lambda workloads, rebuilt in C++"};
+  app.formatter(help_formatter(out));  // before the commands, which take the app's formatter
   app.require_subcommand(1);
+  app.footer("Each command's options and examples: gpubench COMMAND --help");
   app.set_version_flag("--version", fmt::format("gpubench {} ({})", version_info::kVersion,
                                                 version_info::kGitCommit));
   ListOptions list;

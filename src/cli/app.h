@@ -20,14 +20,16 @@ namespace gpubench::cli {
 
 /// `gpubench list`
 struct ListOptions {
-  bool json = false;        ///< machine-readable output
+  std::string format;       ///< --format table|json ("": table)
+  bool json = false;        ///< --json: --format json, deprecated (--json FILE is run's output)
   std::string config_file;  ///< --config: overlay before listing
   std::string config_dump;  ///< --config-dump NAME: print one resolved config
 };
 
 /// `gpubench info`
 struct InfoOptions {
-  bool json = false;
+  std::string format;    ///< --format table|json ("": table)
+  bool json = false;     ///< --json: --format json, deprecated (--json FILE is run's output)
   bool no_peak = false;  ///< --no-peak: skip the dense-matmul peak probe of each CUDA device
 };
 
@@ -57,7 +59,9 @@ struct RunOptions {
   std::vector<double> memory_tiers_gib;  ///< --memory-tiers 6,8,11: search under each cap
   bool same_batch = false;  ///< --same-batch: each workload at the RTX 8000's 2020 batch
   std::string format = "summary";        ///< --format: the report printed on stdout at the end
-  bool quiet = false;                    ///< --quiet: no progress lines on stderr
+  bool wide = false;                     ///< --wide: the table format's every column at once
+  std::string progress = "auto";         ///< --progress auto|plain|none (on stderr)
+  bool quiet = false;                    ///< --quiet: --progress none
   bool in_process = false;               ///< --in-process: no worker processes (debugging)
   std::string worker_exe;                ///< --worker-exe PATH: another worker binary (tests)
   /// No flag: set by run_cli's check-only mode. run_run returns 0 once everything it checks
@@ -69,8 +73,9 @@ struct RunOptions {
 /// `gpubench report`
 struct ReportOptions {
   std::vector<std::string> files;  ///< result documents and journals, in any mix
-  std::string format = "table";    ///< --format table|md|csv|json|html
+  std::string format = "table";    ///< --format summary|table|md|csv|json|html
   std::string output;              ///< --output PATH (written atomically); default stdout
+  bool wide = false;               ///< --wide: the table's every column, whatever the terminal
   std::vector<std::string> prices;  ///< --price GPU=USD: a measured GPU's price, per $ section
   /// --price-per-hour GPU=USD (repeatable) or USD (every record, all of one device): the cost
   /// per unit of work (issue 46); replaces a price the records carry from their run.

@@ -19,12 +19,19 @@ void setup_compare(CLI::App& app, CompareOptions& o) {
   cmd->add_option("files", o.files,
                   "A (the baseline) and B (the candidate): result files or journals")
       ->required()
-      ->expected(2);
+      ->expected(2)
+      ->type_name("FILE");
   cmd->add_option("--noise", o.noise_pct,
                   "Percent difference taken as noise where a job has no interval (one timed "
-                  "run; --repeat 3 gives one) (default: 2)");
-  cmd->add_option("--format,-f", o.format, "table (default), md, json");
+                  "run; --repeat 3 gives one) (default: 2)")
+      ->type_name("PCT");
+  with_choices(cmd->add_option("--format,-f", o.format, "table (default), md, json"),
+               {"table", "md", "json"}, "format");
   cmd->footer(
+      "Examples:\n"
+      "  gpubench compare before.json after.json          faster, slower or within noise\n"
+      "  gpubench compare a.jsonl b.jsonl --noise 5 --format md\n"
+      "\n"
       "Jobs are matched by model, precision and memory cap; the devices may differ. With a 95%\n"
       "interval on both sides (run --repeat 2 or more) B is faster or slower when the intervals\n"
       "do not overlap; otherwise when the difference passes --noise.\n"

@@ -16,13 +16,21 @@ namespace gpubench::cli {
 void setup_info(CLI::App& app, InfoOptions& o) {
   auto* cmd = app.add_subcommand(
       "info", "Show the devices and the driver, CUDA, cuDNN and libtorch versions");
-  cmd->add_flag("--json", o.json, "Print JSON");
+  with_choices(cmd->add_option("--format,-f", o.format,
+                               "table (default): for reading; json: every field"),
+               {"table", "json"}, "format");
+  cmd->add_flag("--json", o.json, "Deprecated: --format json")->group("");
   cmd->add_flag("--no-peak", o.no_peak,
                 "Skip measuring each GPU's dense-matmul peak (fp32, tf32, bf16, fp16: a few "
                 "seconds per GPU)");
+  cmd->footer(
+      "Examples:\n"
+      "  gpubench info                          devices, versions, each GPU's matmul peak\n"
+      "  gpubench info --no-peak --format json  the same without the peaks, as JSON");
 }
 
-int run_info(const InfoOptions& o, std::ostream& out, std::ostream& /*err*/) {
+int run_info(const InfoOptions& o, std::ostream& out, std::ostream& err) {
+  const bool json = wants_json("info", o.format, o.json, err);
   std::vector<DeviceInfo> devices;
   for (int i = 0; i < cuda_device_count(); ++i) devices.push_back(cuda_device_info(i));
   // The peaks a utilisation is a share of, measured rather than read off a datasheet.
@@ -43,7 +51,7 @@ int run_info(const InfoOptions& o, std::ostream& out, std::ostream& /*err*/) {
   const Json software = software_versions();
   const Json gpubench = {{"version", version_info::kVersion},
                          {"git_commit", version_info::kGitCommit}};
-  if (o.json) {
+  if (json) {
     Json list = Json::array();
     for (std::size_t i = 0; i < devices.size(); ++i) {
       Json d = devices[i].to_json();

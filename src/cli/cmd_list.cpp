@@ -31,13 +31,25 @@ std::string params_text(const ModelConfig& m) {
 
 void setup_list(CLI::App& app, ListOptions& o) {
   auto* cmd = app.add_subcommand("list", "List the workloads with units and parameter counts");
-  cmd->add_flag("--json", o.json, "Print JSON");
-  cmd->add_option("--config", o.config_file, "Overlay a YAML or JSON config first");
+  with_choices(cmd->add_option("--format,-f", o.format,
+                               "table (default): a line per workload; json: every field"),
+               {"table", "json"}, "format");
+  cmd->add_flag("--json", o.json, "Deprecated: --format json")->group("");
+  cmd->add_option("--config", o.config_file, "Overlay a YAML or JSON config first")
+      ->type_name("FILE");
   cmd->add_option("--config-dump", o.config_dump,
-                  "Print the resolved config of one workload (what a run uses)");
+                  "Print the resolved config of one workload (what a run uses), as a document "
+                  "that --config takes back")
+      ->type_name("MODEL");
+  cmd->footer(
+      "Examples:\n"
+      "  gpubench list                            the workloads, units, parameter counts\n"
+      "  gpubench list --format json              the same, every field as JSON\n"
+      "  gpubench list --config-dump bert-base    the config a run of bert-base uses");
 }
 
 int run_list(const ListOptions& o, std::ostream& out, std::ostream& err) {
+  const bool json = wants_json("list", o.format, o.json, err);
   const ConfigStore store = load_store(o.config_file);
   if (!o.config_dump.empty()) {
     // The settings alone, so that the dump reads back as a --config (a single workload's keys
@@ -52,7 +64,7 @@ int run_list(const ListOptions& o, std::ostream& out, std::ostream& err) {
     out << dump_json(dump, 2) << '\n';
     return kExitOk;
   }
-  if (o.json) {
+  if (json) {
     Json list = Json::array();
     for (const auto& name : store.model_names()) {
       const ModelConfig& m = store.model(name);

@@ -18,25 +18,43 @@ void setup_report(CLI::App& app, ReportOptions& o) {
   cmd->add_option("files", o.files,
                   "Result files of 'gpubench run --json' and journals of 'gpubench run "
                   "--journal', in any mix; the last record of a job wins")
-      ->required();
-  cmd->add_option("--format,-f", o.format,
-                  "table (default: beside the eight 2020 GPUs), summary (a line per job), md, csv, "
-                  "json, html");
-  cmd->add_option("--output,-o", o.output, "Write the report to PATH instead of stdout");
+      ->required()
+      ->type_name("FILE");
+  with_choices(cmd->add_option("--format,-f", o.format,
+                               "table (default): beside the eight 2020 GPUs; summary: a line per "
+                               "job; md: the tables in markdown; csv, json: every field; html: "
+                               "a page with charts"),
+               report_formats(), "format");
+  cmd->add_option("--output,-o", o.output, "Write the report to FILE instead of stdout")
+      ->type_name("FILE");
+  cmd->add_flag("--wide", o.wide,
+                "Print every column of the table, however wide: on a terminal a wider section "
+                "is otherwise printed in blocks of columns that fit it");
   cmd->add_option("--price", o.prices,
-                  "GPU=USD: a measured GPU's price (say, H200=30000; repeatable), for a "
-                  "performance-per-dollar table beside the 2020 GPUs' prices");
+                  "A measured GPU's price (say, H200=30000; repeatable), for a "
+                  "performance-per-dollar table beside the 2020 GPUs' prices")
+      ->type_name("GPU=USD");
   cmd->add_option("--price-per-hour", o.hourly_prices,
-                  "GPU=USD: one card's price per hour (say, H100=2.49; repeatable), or USD when "
-                  "every record ran on one device: $ per million units and units per $; it "
-                  "replaces the price a record has from 'run --price-per-hour'");
+                  "One card's price per hour (say, H100=2.49; repeatable), or USD when every "
+                  "record ran on one device: $ per million units and units per $; it replaces "
+                  "the price a record has from 'run --price-per-hour'")
+      ->type_name("GPU=USD|USD");
+  cmd->footer(
+      "Examples:\n"
+      "  gpubench report bert.json                      the tables beside the 2020 GPUs\n"
+      "  gpubench report one.json all.jsonl --format html -o report.html\n"
+      "  gpubench report bert.json --price H200=30000   with performance per dollar\n"
+      "  gpubench report h100.json --price-per-hour H100=2.49   with $ per million units\n"
+      "  gpubench report bert.json --wide | less -S     every column, scrolled sideways");
 }
 
 int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
   // All bad input fails before anything is read or written: the format, the prices, then the
   // output path.
   std::ostringstream text;
-  auto reporter = make_reporter(o.format, text);
+  // A file gets every column; so does a pipe (report_columns).
+  auto reporter =
+      make_reporter(o.format, text, o.output.empty() ? report_columns(out, o.wide) : 0);
   const std::vector<PriceSpec> prices = parse_prices(o.prices);
   const std::vector<HourlyPrice> hourly = parse_hourly_prices(o.hourly_prices);
   if (!o.output.empty()) check_writable(o.output, "--output");

@@ -1,9 +1,10 @@
-// `gpubench run`: its options, and the steps of a run: plan the suite (run_plan.cpp), start the
-// data-parallel ranks, open or resume the journal, run the jobs, write the outputs, and say how
-// it ended.
+// `gpubench run`: the steps of a run (its options are in run_options.cpp): plan the suite
+// (run_plan.cpp), start the data-parallel ranks, open or resume the journal, run the jobs, write
+// the outputs, and say how it ended.
 #include "gpubench/base/env.h"
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
+#include "gpubench/base/terminal.h"
 #include "gpubench/config/settings.h"
 #include "gpubench/device/device.h"
 #include "gpubench/distributed/environment.h"
@@ -16,8 +17,6 @@
 #include "gpubench/run/job_spec.h"
 #include "gpubench/run/launcher.h"
 #include "src/cli/internal.h"
-
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <csignal>
@@ -46,169 +45,6 @@ std::string sigabbrev_or_number(int signal_number) {
       return fmt::format("signal {}", signal_number);
   }
 }
-
-/// A value that is given must say something: `--precision ""` is refused, not read as "not
-/// given".
-const CLI::Validator kNonEmpty(
-    [](std::string& value) {
-      return value.empty() ? std::string("expected a value, got an empty string") : std::string();
-    },
-    "", "non-empty");
-
-/// The largest --batch accepted: far above any batch a GPU trains (the H200's largest is
-/// 191,488 tokens), far below where a tensor's element count overflows.
-constexpr int64_t kMaxFixedBatch = 1'000'000'000;
-
-/// A batch as typed: a whole number from 1 to kMaxFixedBatch, checked on the text, before the
-/// conversion that would clamp 99999999999999999999999 to the int64 limit. "" when it is one.
-std::string batch_number_problem(const std::string& number, const std::string& value) {
-  const bool digits = !number.empty() && std::all_of(number.begin(), number.end(),
-                                                     [](char c) { return c >= '0' && c <= '9'; });
-  const std::string expected = fmt::format(
-      "expected a positive integer or MODEL=N (a batch for one workload), got '{}'", value);
-  if (!digits) return expected;
-  const std::size_t first = number.find_first_not_of('0');
-  if (first == std::string::npos) return expected;  // zero
-  if (number.size() - first > 10 || std::stoll(number.substr(first)) > kMaxFixedBatch) {
-    return fmt::format(
-        "got '{}', more than {} (the largest batch gpubench accepts; a "
-        "workload's batch is in its unit: images, sequences or tokens)",
-        value, with_thousands(kMaxFixedBatch));
-  }
-  return std::string();
-}
-
-/// --batch N or --batch MODEL=N as typed.
-const CLI::Validator kBatchValue(
-    [](std::string& value) {
-      const std::size_t eq = value.find('=');
-      if (eq == 0) return batch_number_problem("", value);
-      return batch_number_problem(eq == std::string::npos ? value : value.substr(eq + 1), value);
-    },
-    "", "batch");
-
-/// A number flag's value must read as a number, or the message says what the flag expects
-/// (CLI11's own says only that it "could not convert"); its range is checked with the rest
-/// (settings::flag_overlay).
-CLI::Validator number_text(const settings::Setting& setting) {
-  const settings::Flag* flag = &setting.flag;  // the settings table is static
-  return CLI::Validator(
-      [flag](std::string& value) {
-        const char* begin = value.c_str();
-        char* end = nullptr;
-        std::strtod(begin, &end);
-        if (!value.empty() && end == begin + value.size()) return std::string();
-        return fmt::format("expected {}, got '{}'{}", flag->expected, value, flag->hint);
-      },
-      "", "number");
-}
-
-/// A run setting's flag (settings::flags()), stored in RunOptions::settings by its name.
-void add_setting_flag(CLI::App& cmd, RunOptions& o, const settings::Setting& setting) {
-  const std::string name(setting.flag.name);
-  const auto keep = [&o, name](Json value) { o.settings[name] = std::move(value); };
-  switch (setting.type) {
-    case settings::Type::kInt:
-      cmd.add_option_function<int>(
-          name, [keep](const int& value) { keep(value); }, setting.help());
-      break;
-    case settings::Type::kPrecision:
-      cmd.add_option_function<std::string>(
-             name, [keep](const std::string& value) { keep(value); }, setting.help())
-          ->check(kNonEmpty);
-      break;
-    case settings::Type::kBool:  // a flag without a value (--no-cache): Flag::sets
-      cmd.add_flag_function(
-          name, [keep](std::int64_t) { keep(true); }, setting.help());
-      break;
-    case settings::Type::kNumber:
-    case settings::Type::kOptionalNumber:
-      cmd.add_option_function<double>(
-             name, [keep](const double& value) { keep(value); }, setting.help())
-          ->check(number_text(setting));
-      break;
-  }
-}
-
-}  // namespace
-
-void setup_run(CLI::App& app, RunOptions& o) {
-  auto* cmd = app.add_subcommand(
-      "run", "Find the largest batch that trains, time it, and compare with the 2020 GPUs");
-  cmd->add_option("--model,-m", o.models,
-                  "Workloads to run, repeated or comma-separated (see 'gpubench list')")
-      ->delimiter(',')
-      ->check(kNonEmpty);
-  cmd->add_option("--suite", o.suites, "Named lists of workloads: all, image, language, twins")
-      ->delimiter(',')
-      ->check(kNonEmpty);
-  cmd->add_option("--gpu", o.gpu, "CUDA device index (default: 0 when a GPU is present)");
-  cmd->add_option("--gpus", o.gpus,
-                  "Data-parallel: one rank per GPU, e.g. 0,1,2,3 or all (NCCL); each rank at "
-                  "the one-GPU max batch, throughput summed")
-      ->check(kNonEmpty);
-  cmd->add_option("--world-size", o.world_size,
-                  "Data-parallel ranks: with --device cpu, N ranks over Gloo; under torchrun or "
-                  "srun, must match WORLD_SIZE");
-  cmd->add_option("--rendezvous-timeout", o.rendezvous_timeout_s,
-                  "Seconds to wait for every rank to meet (torchrun/srun; default: 300); past "
-                  "it the run exits with code 3");
-  cmd->add_option("--device", o.device, "cpu or cuda (default: cuda when present, else cpu)")
-      ->check(kNonEmpty);
-  cmd->add_option("--config", o.config_file, "YAML or JSON config over the built-in defaults")
-      ->check(kNonEmpty);
-  cmd->add_option("--batch", o.batches,
-                  "Fixed batch in the workload's unit, no search: N for every workload, or "
-                  "MODEL=N for one (repeatable)")
-      ->check(kBatchValue);
-  cmd->add_flag("--same-batch", o.same_batch,
-                "Time each workload at the RTX 8000's 2020 batch (no search): a same-batch score "
-                "beside the max-batch one; workloads without a 2020 row are left out");
-  for (const settings::Setting* setting : settings::flags()) add_setting_flag(*cmd, o, *setting);
-  cmd->add_option("--memory-tiers", o.memory_tiers_gib,
-                  "Search the max batch under each of these caps in GiB (6,8,11,24,48) to "
-                  "emulate smaller cards; search only, no timed run")
-      ->delimiter(',');
-  cmd->add_option("--json", o.json_path, "Write the results as JSON (rewritten after each job)")
-      ->check(kNonEmpty);
-  cmd->add_option("--csv", o.csv_path, "Write the results as CSV (rewritten after each job)")
-      ->check(kNonEmpty);
-  cmd->add_option("--journal", o.journal_path,
-                  "Append each finished job to this journal (default: a new "
-                  "gpubench-DATE-TIME.jsonl in $GPUBENCH_JOURNAL_DIR, else "
-                  "$XDG_STATE_HOME/gpubench/journals, else ~/.local/state/gpubench/journals)");
-  cmd->add_option("--resume", o.resume_path,
-                  "Continue the suite of this journal, running only what it does not have");
-  cmd->add_option("--format,-f", o.format,
-                  "The report printed on stdout at the end: summary (default: a line per job), "
-                  "table (beside the eight 2020 GPUs), md, csv, json, html, or none")
-      ->check(kNonEmpty);
-  cmd->add_flag("--quiet,-q", o.quiet,
-                "No progress lines on stderr; warnings, errors and what failed are still said");
-  cmd->footer(
-      "Examples:\n"
-      "  gpubench run --gpu 0 --model bert-base             search, time, compare with 2020\n"
-      "  gpubench run --suite all --precision amp-bf16      every workload, mixed precision\n"
-      "  gpubench run -m bert-base,mt-dnn --batch 8         a fixed batch, no search\n"
-      "  gpubench run -m nasnet-large,deeplabv3 --batch nasnet-large=16 --batch deeplabv3=4\n"
-      "                                                     a batch per workload\n"
-      "  gpubench run --model bert-base --memory-tiers 6,8,11,24   emulated smaller cards\n"
-      "  gpubench run --resume JOURNAL                      continue a stopped run\n"
-      "  gpubench run -m bert-base --gpus 0,1,2,3           data-parallel on 4 GPUs (NCCL)\n"
-      "  gpubench run -m bert-base --device cpu --world-size 2   2 CPU ranks over Gloo\n"
-      "  torchrun --nnodes 2 --nproc-per-node 8 ... gpubench run -m bert-base\n"
-      "                                                     many hosts: one rank per process\n"
-      "\n"
-      "Exit codes: 0 every job ran; 1 a job failed (the others ran and are in the journal);\n"
-      "2 bad input, before anything ran; 3 no usable device; 4 the run stopped early (the\n"
-      "journal or a work file could not be written); 128+N stopped by signal N (Ctrl-C: 130),\n"
-      "the finished jobs kept in the journal.");
-  cmd->add_flag("--in-process", o.in_process, "Run jobs in this process (debugging)")
-      ->group("");  // hidden
-  cmd->add_option("--worker-exe", o.worker_exe, "Worker executable (testing)")->group("");
-}
-
-namespace {
 
 /// The result files a run rewrites after each job: --json and --csv, or on a resume given
 /// neither, the ones the journal's run named.
@@ -465,6 +301,7 @@ RunPlan plan_new(const RunOptions& o, std::ostream& err) {
 std::unique_ptr<distributed::DataParallelLauncher> start_data_parallel(const RunOptions& o,
                                                                        RunPlan& run,
                                                                        std::string& journal_flag,
+                                                                       bool quiet,
                                                                        std::ostream& err) {
   GPUBENCH_CHECK(run.suite.data_parallel.is_null() || !o.in_process, ConfigError,
                  "--in-process runs one process; a data-parallel run needs a worker per rank");
@@ -475,7 +312,7 @@ std::unique_ptr<distributed::DataParallelLauncher> start_data_parallel(const Run
     run.outputs = {};
     if (!journal_flag.empty()) journal_flag += fmt::format(".rank{}", dp.environment->rank);
   }
-  if (!o.quiet) {
+  if (!quiet) {
     err << fmt::format("gpubench: data-parallel: {} rank{} over {} ({}){}\n", dp.world_size,
                        dp.world_size == 1 ? "" : "s", dp.backend,
                        dp.environment
@@ -506,10 +343,12 @@ JournalWriter open_journal(const RunOptions& o, const RunPlan& run,
 }
 
 /// Runs the suite's jobs that the journal lacks, rewriting the result files after each; returns
-/// the document of the latest record of each job.
+/// the document of the latest record of each job. `line_start` begins what is said on `err`
+/// when a stop ends the run: on a terminal, it clears a status line a stopped worker left.
 ResultDocument run_jobs(const RunPlan& run, const ConfigStore& store, JournalWriter& journal,
                         PhaseLauncher& launcher, const std::vector<std::string>& argv,
-                        const std::function<void(const std::string&)>& log, std::ostream& err) {
+                        const std::function<void(const std::string&)>& log,
+                        const std::string& line_start, std::ostream& err) {
   const SuitePlan& plan = run.suite;
   ResultDocument document;
   document.created_utc = utc_now();
@@ -560,7 +399,8 @@ ResultDocument run_jobs(const RunPlan& run, const ConfigStore& store, JournalWri
     // Said even with --quiet: the user stopped it and should know what was kept.
     const std::vector<JobRecord> latest = latest_per_job(plan, all);
     const auto kept = std::count_if(latest.begin(), latest.end(), job_is_done);
-    err << fmt::format(
+    err << line_start
+        << fmt::format(
                "gpubench: stopped ({}); the running job was stopped and left no record; "
                "{} of {} jobs are done in the journal; continue with: gpubench run "
                "--resume {}\n",
@@ -594,12 +434,15 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
             std::ostream& err) {
   // Everything that can be wrong with the input is found before anything is measured.
   const std::unique_ptr<Reporter> reporter =
-      o.format == "none" ? nullptr : make_reporter(o.format, out);
-  if (o.quiet) env::set(env::Switch::kQuiet, "1");  // the workers' progress lines too
+      o.format == "none" ? nullptr : make_reporter(o.format, out, report_columns(out, o.wide));
+  GPUBENCH_CHECK(!o.quiet || o.progress == "auto" || o.progress == "none", ConfigError,
+                 "--quiet and --progress {} contradict each other; give one", o.progress);
+  const ProgressMode progress =
+      o.quiet ? ProgressMode::kNone : progress_mode(o.progress, progress_on_terminal(err));
   RunPlan run = o.resume_path.empty() ? plan_new(o, err) : plan_resume(o, err);
   std::string journal_flag = o.journal_path;
   const std::unique_ptr<distributed::DataParallelLauncher> data_parallel =
-      start_data_parallel(o, run, journal_flag, err);
+      start_data_parallel(o, run, journal_flag, progress == ProgressMode::kNone, err);
   const OutputPaths& outputs = run.outputs;
   if (!outputs.json.empty()) check_writable(outputs.json, "--json");
   if (!outputs.csv.empty()) check_writable(outputs.csv, "--csv");
@@ -611,8 +454,11 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
   const ConfigStore store = resolve_store(run.suite.overlays);
 
   JournalWriter journal = open_journal(o, run, argv, journal_flag);
-  auto log = [&err, quiet = o.quiet](const std::string& line) {
-    if (!quiet) err << "gpubench: " << terminal_text(line) << '\n' << std::flush;
+  // The workers print as the run does (they inherit the variable); the run's own lines stay.
+  env::set(env::Switch::kProgress, std::string(to_string(progress)));
+  ProgressPrinter printer(err, progress);
+  auto log = [&printer](const std::string& line) {
+    printer.line("gpubench: " + terminal_text(line));
   };
   log(fmt::format("journal: {} (if this run is interrupted: gpubench run --resume {})",
                   journal.path(), journal.path()));
@@ -630,7 +476,9 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
   PhaseLauncher& launcher = o.in_process    ? static_cast<PhaseLauncher&>(in_process)
                             : data_parallel ? static_cast<PhaseLauncher&>(*data_parallel)
                                             : workers;
-  const ResultDocument document = run_jobs(run, store, journal, launcher, argv, log, err);
+  const ResultDocument document =
+      run_jobs(run, store, journal, launcher, argv, log,
+               progress == ProgressMode::kTerminal ? "\r\x1b[K" : "", err);
 
   if (reporter) {
     // With gpubench's recorded numbers for the card; `gpubench compare` can take the journal.

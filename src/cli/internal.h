@@ -9,9 +9,15 @@
 #include <cstdint>
 #include <iosfwd>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace CLI {
+class FormatterBase;
+class Option;
+}  // namespace CLI
 
 namespace gpubench::cli {
 
@@ -21,6 +27,33 @@ ConfigStore builtin_store();
 
 /// The built-in configs with `config_file` (if any) over them.
 ConfigStore load_store(const std::string& config_file);
+
+// ---- Help and what goes to a terminal (help.cpp) ----
+
+/// The formatter of every command's --help (set on the app before its commands are added):
+/// CLI11's, every line within the terminal's width when `out` is the process's stdout and a
+/// terminal, else within 100 columns, and each command's footer (its examples) as written.
+std::shared_ptr<CLI::FormatterBase> help_formatter(const std::ostream& out);
+
+/// `option` takes one of `values` (each of them, for a list): --help shows them as {a,b,c}, and
+/// anything else is refused as typed (exit 2) with "unknown NOUN 'x' (did you mean 'y'?);
+/// choose one of a, b, c".
+CLI::Option* with_choices(CLI::Option* option, const std::vector<std::string>& values,
+                          const std::string& noun);
+
+/// The width the table format prints in on `out`: the terminal's (terminal_columns) when `out`
+/// is the process's stdout and that is a terminal; 0, no limit, with `wide` and off a terminal
+/// (a pipe, a file, a string stream), so that what scripts and files get never changes.
+std::size_t report_columns(const std::ostream& out, bool wide);
+
+/// Whether `err` is the process's stderr and that is a terminal.
+bool progress_on_terminal(const std::ostream& err);
+
+/// Whether `command` (list, info) prints JSON: --format json, or the deprecated --json flag
+/// (said on `err`: `--json FILE` is where `run` writes its results). ConfigError when --json
+/// comes with another --format.
+bool wants_json(const std::string& command, const std::string& format, bool json_flag,
+                std::ostream& err);
 
 // ---- run: planning a suite (run_plan.cpp) ----
 

@@ -18,7 +18,8 @@
 namespace gpubench {
 
 // Defined in the reporter files.
-std::unique_ptr<Reporter> make_table_reporter(std::ostream& out, GridStyle style);
+std::unique_ptr<Reporter> make_table_reporter(std::ostream& out, GridStyle style,
+                                              std::size_t max_width);
 std::unique_ptr<Reporter> make_csv_reporter(std::ostream& out);
 std::unique_ptr<Reporter> make_summary_reporter(std::ostream& out);
 std::unique_ptr<Reporter> make_json_reporter(std::ostream& out);
@@ -380,10 +381,11 @@ const std::vector<std::string>& report_formats() {
   return formats;
 }
 
-std::unique_ptr<Reporter> make_reporter(const std::string& format, std::ostream& out) {
+std::unique_ptr<Reporter> make_reporter(const std::string& format, std::ostream& out,
+                                        std::size_t max_width) {
   if (format == "summary") return make_summary_reporter(out);
-  if (format == "table") return make_table_reporter(out, GridStyle::kPlain);
-  if (format == "md") return make_table_reporter(out, GridStyle::kMarkdown);
+  if (format == "table") return make_table_reporter(out, GridStyle::kPlain, max_width);
+  if (format == "md") return make_table_reporter(out, GridStyle::kMarkdown, 0);
   if (format == "csv") return make_csv_reporter(out);
   if (format == "json") return make_json_reporter(out);
   if (format == "html") return make_html_reporter(out);

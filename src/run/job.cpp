@@ -293,6 +293,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   spec.search_hint = plan.search_hint;
   spec.progress_label = plan.progress_label;
   spec.progress_started_unix = plan.progress_started_unix;
+  spec.progress_eta_unix = plan.progress_eta_unix;
   spec.search_only = plan.search_only;
   spec.matmul_peak = plan.matmul_peak;
 

@@ -81,7 +81,10 @@ Json JobSpec::to_json() const {
           {"search_probes", probes_json(search_probes)},
           {"search_worker", search_worker},
           {"search_only", search_only},
-          {"progress", {{"label", progress_label}, {"started_unix", progress_started_unix}}},
+          {"progress",
+           {{"label", progress_label},
+            {"started_unix", progress_started_unix},
+            {"eta_unix", progress_eta_unix}}},
           {"distributed", distributed},
           {"matmul_peak", matmul_peak ? matmul_peak->to_json() : Json(nullptr)}};
 }
@@ -108,6 +111,7 @@ JobSpec JobSpec::from_json(const Json& json) {
   if (json.contains("progress")) {
     spec.progress_label = json["progress"].value("label", std::string());
     spec.progress_started_unix = json["progress"].value("started_unix", 0.0);
+    spec.progress_eta_unix = json["progress"].value("eta_unix", 0.0);
   }
   return spec;
 }

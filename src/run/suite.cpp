@@ -216,9 +216,12 @@ SuiteOutcome run_suite(const SuitePlan& plan, const std::vector<JobRecord>& earl
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     std::string estimate;
+    double eta_unix = 0;  // for the workers' status line
     if (i > 0) {
       const double per_job = finished_seconds / static_cast<double>(i);
-      estimate = fmt::format(", about {} left", format_clock(per_job * double(todo.size() - i)));
+      const double left = per_job * double(todo.size() - i);
+      estimate = fmt::format(", about {} left", format_clock(left));
+      eta_unix = unix_now() + left;
     }
     const ConfigStore store = resolve_store(job_overlays(plan, job));
     const std::string label = fmt::format("job {}/{} {}", i + 1, todo.size(), job.label());
@@ -235,6 +238,7 @@ SuiteOutcome run_suite(const SuitePlan& plan, const std::vector<JobRecord>& earl
     job_plan.search_hint = hint_for(job.model, outcome.records);
     job_plan.progress_label = label;
     job_plan.progress_started_unix = started_unix;
+    job_plan.progress_eta_unix = eta_unix;
     if (share_peaks) {
       const auto peak = peaks.find(matmul_peak_kind(to_string(store.run().precision)));
       if (peak != peaks.end()) job_plan.matmul_peak = peak->second;

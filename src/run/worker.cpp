@@ -284,8 +284,10 @@ void search_phase(JobRecord& record, const JobSpec& spec, const ModelConfig& con
       device.is_cuda()
           ? static_cast<int64_t>(config.search.headroom * static_cast<double>(capacity))
           : 0;
+  // Numbered from the probes an earlier worker of this search made: the probes so far.
+  std::size_t probe_number = spec.search_probes.size();
   auto probe = [&](int64_t batch) {
-    Heartbeat::phase(fmt::format("search probe at batch {}", batch));
+    Heartbeat::phase(fmt::format("search probe {} at batch {}", ++probe_number, batch));
     try {
       StepContext ctx = make_context(config, run, device, batch);
       ctx.model = probe_model;
@@ -422,7 +424,7 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store, const RankJoi
 int run_worker(const std::string& spec_path, const std::string& out_path,
                const RankJoiner& join_rank) {
   const JobSpec spec = JobSpec::from_json(load_config_file(spec_path));
-  set_progress_prefix(spec.progress_label, spec.progress_started_unix);
+  set_progress_prefix(spec.progress_label, spec.progress_started_unix, spec.progress_eta_unix);
   const JobRecord record = run_phase(spec, resolve_store(spec.overlays), join_rank);
   write_file_atomically(out_path, record.to_json().dump());
   return kExitOk;

@@ -15,6 +15,7 @@ namespace gpubench::env {
 enum class Switch {
   kQuiet,              ///< GPUBENCH_QUIET
   kHeartbeatSeconds,   ///< GPUBENCH_HEARTBEAT_S
+  kProgress,           ///< GPUBENCH_PROGRESS
   kJournalDir,         ///< GPUBENCH_JOURNAL_DIR
   kProfileTrace,       ///< GPUBENCH_PROFILE_TRACE
   kProfileSteps,       ///< GPUBENCH_PROFILE_STEPS
@@ -48,7 +49,8 @@ const SwitchInfo& info(Switch id);
 /// The variable's value, as std::getenv gives it: null when it is not set.
 const char* get(Switch id);
 
-/// Sets the variable for this process and the workers it starts (`run --quiet` quiets theirs).
+/// Sets the variable for this process and the workers it starts (`run --progress` tells them
+/// where their progress goes).
 void set(Switch id, const std::string& value);
 
 /// A variable of the platform (CUDA, cuBLAS, cuDNN, PyTorch, NCCL, OpenMP) that changes what a

@@ -25,11 +25,25 @@ enum class Type {
   kPrecision,       ///< one of precision_names()
 };
 
+/// The groups `gpubench run --help` lists its options in, in this order (the CLI's own options
+/// use them too).
+namespace group {
+inline constexpr std::string_view kWhat = "What to run";
+inline constexpr std::string_view kWhere = "Where to run";
+inline constexpr std::string_view kSearch = "Search";
+inline constexpr std::string_view kTiming = "Timing";
+inline constexpr std::string_view kDataParallel = "Data parallel";
+inline constexpr std::string_view kOutput = "Output";
+}  // namespace group
+
 /// The `gpubench run` flag of a setting, checked as typed before it becomes a config overlay.
 /// The value passes when it is at least `min` (above it with `min_exclusive`), at most `max`,
 /// and finite where `finite` says so; else "<name>: expected <expected>, got '<value>'<hint>".
 struct Flag {
   std::string_view name;  ///< "--noise"; empty for a setting that is a config key only
+  std::string_view group;  ///< its --help group (settings::group)
+  /// What --help shows for its value: "N", "S", "PCT", "GiB" (a kPrecision flag shows its choices)
+  std::string_view value_name;
   /// --help text, a format string: {default} is the default in the flag's unit; for a timing
   /// setting {gpu} and {cpu} are the defaults of `timing` and `cpu_timing`.
   std::string_view help;

@@ -249,10 +249,13 @@ class Reporter {
   std::ostream& out_;
 };
 
-/// "table", "md", "csv", "json", "html".
+/// "summary", "table", "md", "csv", "json", "html".
 const std::vector<std::string>& report_formats();
-/// Throws ConfigError for an unknown format, with a did-you-mean.
-std::unique_ptr<Reporter> make_reporter(const std::string& format, std::ostream& out);
+/// Throws ConfigError for an unknown format, with a did-you-mean. `max_width` (0: none) is the
+/// terminal's width for the "table" format: a section wider than that is printed in blocks of
+/// columns that fit, each block repeating the section's row labels, and its notes are wrapped.
+std::unique_ptr<Reporter> make_reporter(const std::string& format, std::ostream& out,
+                                        std::size_t max_width = 0);
 
 /// What read_result_files found.
 struct ResultFiles {

@@ -48,6 +48,7 @@ struct JobPlan {
   std::optional<SearchHint> search_hint;  ///< memory line of an earlier search of this model
   std::string progress_label;             ///< passed to the workers' progress lines
   double progress_started_unix = 0;       ///< when the suite started
+  double progress_eta_unix = 0;           ///< when the suite should end (0: no estimate yet)
   /// The matmul peak an earlier job of the suite measured on this device at this job's kind:
   /// its timed runs reuse it. Without one, the first timed run measures and its repeats reuse.
   std::optional<MatmulPeak> matmul_peak;

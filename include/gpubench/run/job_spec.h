@@ -47,6 +47,7 @@ struct JobSpec {
   bool search_only = false;
   std::string progress_label;        ///< "job 3/12 nasnet-large": prefix of progress lines
   double progress_started_unix = 0;  ///< when the suite started (for elapsed times)
+  double progress_eta_unix = 0;      ///< when the suite should end, as estimated (0: no estimate)
   /// A data-parallel timed run: this worker's rank (distributed::RankSpec); null otherwise.
   Json distributed;
   /// Phase "time": the peak an earlier job of the suite measured, used instead of measuring it
