@@ -179,6 +179,60 @@ TEST(BucketedGradientSync, ABucketWithoutAllItsGradientsIsReducedAtTheUpdate) {
   EXPECT_EQ(sync.info()["allreduces_started_at_update"], 1);
 }
 
+// Pix2PixHD's order: G's loss runs through D, so its backward reaches D's parameters; G
+// updates, D's gradients are zeroed, D's own backward and update follow. Told whose backward it
+// is, the reducer starts no all-reduce of D's bucket in G's backward (it would be repeated at
+// D's update, as it was before) and D's average is of D's own gradients only.
+TEST(BucketedGradientSync, AnotherNetworksBackwardStartsNoAllReduceOfItsBucket) {
+  std::vector<torch::Tensor> g = {torch::ones({4}).requires_grad_()};
+  std::vector<torch::Tensor> d = {torch::full({3}, 2.0).requires_grad_()};
+  auto fake = std::make_shared<FakeCommunicator>(2);
+  BucketedGradientSync sync(fake);
+  sync.attach("generator", g);
+  sync.attach("discriminator", d);
+
+  const auto g_loss = (g[0].sum() * d[0]).sum();  // reaches both
+  sync.backward_for("generator");
+  g_loss.backward();
+  EXPECT_EQ(fake->sizes, (std::vector<int64_t>{4})) << "only G's bucket started";
+  std::vector<torch::Tensor> g_grads = {g[0].grad()};
+  sync.synchronize("generator", g_grads);
+  EXPECT_TRUE(torch::allclose(g[0].grad(), torch::full({4}, 6.0)));
+
+  d[0].grad().zero_();
+  const auto d_loss = (d[0] * 5).sum();
+  sync.backward_for("discriminator");
+  d_loss.backward();
+  EXPECT_EQ(fake->sizes, (std::vector<int64_t>{4, 3})) << "D's bucket started once, in its own";
+  std::vector<torch::Tensor> d_grads = {d[0].grad()};
+  sync.synchronize("discriminator", d_grads);
+  EXPECT_TRUE(torch::allclose(d[0].grad(), torch::full({3}, 5.0)));
+  const Json info = sync.info();
+  EXPECT_EQ(info["allreduces_repeated"], 0);
+  EXPECT_EQ(info["allreduces_started_in_backward"], 2);
+  EXPECT_EQ(info["gradients_from_other_backward"], 1);
+}
+
+// A gradient that reaches a network whose bucket is already in flight (D's backward first, then
+// G's through D before D's update) is not lost: the bucket is reduced again at D's update, as
+// one process would apply the sum of both.
+TEST(BucketedGradientSync, AGradientAfterItsBucketStartedIsReducedAgainAtTheUpdate) {
+  std::vector<torch::Tensor> g = {torch::ones({2}).requires_grad_()};
+  std::vector<torch::Tensor> d = {torch::ones({2}).requires_grad_()};
+  auto fake = std::make_shared<FakeCommunicator>(2);
+  BucketedGradientSync sync(fake);
+  sync.attach("generator", g);
+  sync.attach("discriminator", d);
+  sync.backward_for("discriminator");
+  (d[0] * 3).sum().backward();
+  sync.backward_for("generator");
+  (g[0] * d[0] * 2).sum().backward();
+  std::vector<torch::Tensor> d_grads = {d[0].grad()};
+  sync.synchronize("discriminator", d_grads);
+  EXPECT_TRUE(torch::allclose(d[0].grad(), torch::full({2}, 5.0)));
+  EXPECT_EQ(sync.info()["allreduces_repeated"], 1);
+}
+
 /// The model of the equivalence test: small enough to check every gradient.
 torch::nn::Sequential small_model() {
   torch::manual_seed(7);

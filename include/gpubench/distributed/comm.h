@@ -104,11 +104,17 @@ class BucketedGradientSync final : public train::GradientSync {
 
   void attach(const std::string& updater, const std::vector<torch::Tensor>& parameters) override;
   void synchronize(const std::string& updater, std::vector<torch::Tensor>& gradients) override;
+  /// From this call on, a backward starts all-reduces only for `updater`'s buckets; a gradient
+  /// that reaches another network's parameter is reduced at that network's own backward or
+  /// update (or, when that network's bucket is already in flight, again at its update). Until
+  /// it is first called, every network's buckets start in any backward.
+  void backward_for(const std::string& updater) override;
   std::string name() const override;
   std::string capture_problem() const override;
 
   /// For the record: buckets per network, their sizes, all-reduces started during backward
-  /// and at the update, updates synchronized.
+  /// and at the update, those repeated, gradients left from another network's backward, updates
+  /// synchronized.
   Json info() const;
   /// Updates synchronize() has made, over all networks.
   int64_t updates() const;
