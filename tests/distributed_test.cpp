@@ -520,6 +520,75 @@ TEST(DataParallelCli, TwoProcessesWithTorchrunsVariablesTrainAsOneJob) {
   EXPECT_EQ(records0[0]["data_parallel"]["ranks"].size(), 2u);
 }
 
+// Slurm as an sbatch script with `srun` starts it: two nodes of two tasks each (simulated on
+// the loopback), each task with SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and SLURM_NODEID, and
+// MASTER_ADDR/MASTER_PORT exported by the script. The four ranks train as one job.
+TEST(DataParallelCli, FourSlurmTasksOnTwoNodesTrainAsOneJob) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const int port = free_port();
+  const std::string args = "run --model bert-base --device cpu --format none --config '" +
+                           dir.file("smoke.json") + "' --journal '" + dir.file("j.jsonl") + "'";
+  std::vector<testing::CommandResult> results(4);
+  std::vector<std::thread> tasks;
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string env = fmt::format(
+        "SLURM_PROCID={} SLURM_NTASKS=4 SLURM_LOCALID={} SLURM_NODEID={} "
+        "MASTER_ADDR=127.0.0.1 MASTER_PORT={}",
+        rank, rank % 2, rank / 2, port);
+    tasks.emplace_back([&, rank, env] {
+      results[static_cast<std::size_t>(rank)] = testing::run_gpubench(args, "", env);
+    });
+  }
+  for (auto& t : tasks) t.join();
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_EQ(results[static_cast<std::size_t>(rank)].exit_code, 0)
+        << "rank " << rank << ": " << results[static_cast<std::size_t>(rank)].err;
+  }
+  const auto records = journal_records(dir.file("j.jsonl"));
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0]["status"], "ok") << records[0].dump();
+  EXPECT_EQ(records[0]["data_parallel"]["world_size"], 4);
+  EXPECT_EQ(records[0]["data_parallel"]["ranks"].size(), 4u);
+  EXPECT_EQ(records[0]["throughput"], journal_records(dir.file("j.jsonl.rank3"))[0]["throughput"]);
+}
+
+// Ranks started with different commands (here: different batches) fail the job on every rank
+// with a message naming the rank and what differs, within the rendezvous timeout, instead of
+// training apart or waiting for an all-reduce no partner joins.
+TEST(DataParallelCli, RanksGivenDifferentJobsFailNamingTheDifference) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const std::string env = fmt::format("WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}",
+                                      free_port());
+  const auto args = [&](int batch) {
+    return fmt::format(
+        "run --model bert-base --device cpu --batch {} --rendezvous-timeout 30 --format none "
+        "--config '{}' --journal '{}'",
+        batch, dir.file("smoke.json"), dir.file("j.jsonl"));
+  };
+  const auto started = std::chrono::steady_clock::now();
+  testing::CommandResult rank1;
+  std::thread other([&] { rank1 = testing::run_gpubench(args(3), "", "RANK=1 " + env); });
+  const auto rank0 = testing::run_gpubench(args(2), "", "RANK=0 " + env);
+  other.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60));
+  EXPECT_EQ(rank0.exit_code, 1) << rank0.err;
+  EXPECT_EQ(rank1.exit_code, 1) << rank1.err;
+  for (const std::string& journal : {dir.file("j.jsonl"), dir.file("j.jsonl.rank1")}) {
+    const auto records = journal_records(journal);
+    ASSERT_EQ(records.size(), 1u) << journal;
+    EXPECT_EQ(records[0]["status"], "failed") << records[0].dump();
+    const std::string message = records[0]["message"];
+    EXPECT_NE(message.find("the ranks were not asked the same job: rank 1 was given batch 3, "
+                           "rank 0 2"),
+              std::string::npos)
+        << message;
+  }
+}
+
 // ---- the ranks agree (issue 41) ----
 
 // Wall-clock windows where one rank is slower: each rank alone would end its warm-up and its

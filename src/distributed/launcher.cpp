@@ -174,10 +174,76 @@ JobRecord ranks_record(const std::vector<RankProcess>& ranks, const Watch& watch
   return record;
 }
 
+/// What a rank of a many-host job was asked, as every rank must be asked it: the workload, the
+/// phase, the timed batch and the config over the shipped one (its documents merged; their
+/// file names may differ between hosts). The device is left out: it is each rank's own.
+Json asked_of_rank(const JobSpec& spec) {
+  Json config = Json::object();
+  for (const auto& [label, document] : spec.overlays) config.merge_patch(document);
+  if (config.contains("run") && config["run"].is_object()) {
+    // Settings that change no measurement may differ (as they may on --resume).
+    for (const char* key : {"job_timeout_s", "search_cache", "price_per_hour_usd"}) {
+      config["run"].erase(key);
+    }
+  }
+  return {{"model", spec.model},
+          {"phase", spec.phase},
+          {"batch", spec.phase == "search" ? 0 : spec.batch},
+          {"search_only", spec.search_only},
+          {"config", config}};
+}
+
+/// The first place where `a` and `b` differ, as "path: a vs b" ("" when they are equal).
+std::string first_difference(const Json& a, const Json& b, const std::string& path) {
+  if (a == b) return {};
+  if (a.is_object() && b.is_object()) {
+    for (const auto& [key, value] : a.items()) {
+      const std::string at = path.empty() ? key : path + "." + key;
+      if (!b.contains(key)) return fmt::format("{}: {} vs not set", at, value.dump());
+      if (std::string d = first_difference(value, b.at(key), at); !d.empty()) return d;
+    }
+    for (const auto& [key, value] : b.items()) {
+      if (!a.contains(key)) {
+        return fmt::format("{}: not set vs {}", path.empty() ? key : path + "." + key,
+                           value.dump());
+      }
+    }
+  }
+  return fmt::format("{}: {} vs {}", path, a.dump(), b.dump());
+}
+
 }  // namespace
 
 struct DataParallelLauncher::Impl {
   DataParallelPlan plan;
+  int agreements = 0;
+
+  /// Every rank writes what it was asked under this call's key and reads every other rank's
+  /// (waiting at most the rendezvous timeout: RendezvousError for a rank that never comes).
+  /// "" when all match rank 0's, else the first difference, naming the rank ("rank 1 was given
+  /// model: \"mt-dnn\" vs rank 0's \"bert-base\"").
+  std::string ranks_disagree(const JobSpec& spec) {
+    const EnvironmentRank& env = *plan.environment;
+    const std::string prefix = fmt::format("agree-{}/rank-", ++agreements);
+    const Json mine = asked_of_rank(spec);
+    store->set(prefix + std::to_string(env.rank), mine.dump());
+    std::vector<std::string> keys;
+    for (int r = 0; r < env.world_size; ++r) keys.push_back(prefix + std::to_string(r));
+    store->wait(keys, plan.rendezvous_timeout_s, "every rank's job");
+    const Json first = Json::parse(store->get(keys.front()));
+    for (int r = 1; r < env.world_size; ++r) {
+      const Json theirs = Json::parse(store->get(keys[static_cast<std::size_t>(r)]));
+      if (std::string d = first_difference(theirs, first, ""); !d.empty()) {
+        const std::size_t colon = d.find(": ");
+        const std::string field = d.substr(0, colon);
+        std::string values = d.substr(colon + 2);
+        const std::size_t vs = values.find(" vs ");
+        return fmt::format("rank {} was given {} {}, rank 0 {}", r, field,
+                           values.substr(0, vs), values.substr(vs + 4));
+      }
+    }
+    return {};
+  }
   std::string executable;
   WorkerLauncher single;  // the search, on one GPU
   std::unique_ptr<Store> store;
@@ -228,8 +294,21 @@ struct DataParallelLauncher::Impl {
   }
 
   /// Many hosts: this rank's worker; the search runs on rank 0 and the others read its record.
+  /// First every rank checks that all were asked the same (ranks_disagree): a rank given
+  /// another workload would otherwise take rank 0's search for its own, or wait in an
+  /// all-reduce that no partner joins.
   JobRecord launch_environment(const JobSpec& spec, double timeout_s) {
     const EnvironmentRank& env = *plan.environment;
+    if (const std::string differs = ranks_disagree(spec); !differs.empty()) {
+      JobRecord record;
+      record.model = spec.model;
+      record.status = "failed";
+      record.message = fmt::format(
+          "data-parallel {}: the ranks were not asked the same job: {}; every rank must run "
+          "the same command (models, batches, precision, config)",
+          spec.phase == "search" ? "search" : "timed run", differs);
+      return record;
+    }
     if (spec.phase == "search") {
       const std::string key = fmt::format("search-{}", ++searches);
       if (env.rank == 0) {
