@@ -554,6 +554,44 @@ TEST(DataParallelCli, FourSlurmTasksOnTwoNodesTrainAsOneJob) {
   EXPECT_EQ(records[0]["throughput"], journal_records(dir.file("j.jsonl.rank3"))[0]["throughput"]);
 }
 
+// Many hosts (torchrun's variables): a rank whose worker crashes says so under the run's key in
+// the store, and the other rank's launcher stops its worker, which waits in an all-reduce for
+// the dead one, within seconds rather than at the job's --timeout (600 s here). Both journals
+// keep a record of each job that names rank 1, and the second job runs too.
+TEST(DataParallelCli, UnderTorchrunACrashedRankStopsTheOthersWithinAMinute) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"),
+                      testing::smoke_configs_json({"bert-base", "transformer-big"}));
+  const std::string env =
+      fmt::format("WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={} GPUBENCH_FAULT_RANK=1:crash",
+                  free_port());
+  const std::string args =
+      "run --model bert-base,transformer-big --device cpu --timeout 600 --format none "
+      "--config '" + dir.file("smoke.json") + "' --journal '" + dir.file("j.jsonl") + "'";
+  const auto started = std::chrono::steady_clock::now();
+  testing::CommandResult rank1;
+  std::thread other([&] { rank1 = testing::run_gpubench(args, "", "RANK=1 " + env); });
+  const auto rank0 = testing::run_gpubench(args, "", "RANK=0 " + env);
+  other.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(150));
+  EXPECT_EQ(rank0.exit_code, 1) << rank0.err;
+  EXPECT_EQ(rank1.exit_code, 1) << rank1.err;
+  const auto records0 = journal_records(dir.file("j.jsonl"));
+  ASSERT_EQ(records0.size(), 2u) << rank0.err;
+  for (const auto& r : records0) {
+    EXPECT_EQ(r["status"], "failed") << r.dump();
+    const std::string message = r["message"];
+    EXPECT_NE(message.find("rank 1 (cpu) worker killed by signal 9"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("this host's ranks were stopped"), std::string::npos) << message;
+    EXPECT_LT(r["wall_seconds"].get<double>(), 90) << r.dump();
+  }
+  const auto records1 = journal_records(dir.file("j.jsonl.rank1"));
+  ASSERT_EQ(records1.size(), 2u) << rank1.err;
+  for (const auto& r : records1) EXPECT_EQ(r["status"], "crashed") << r.dump();
+}
+
 // Ranks started with different commands (here: different batches) fail the job on every rank
 // with a message naming the rank and what differs, within the rendezvous timeout, instead of
 // training apart or waiting for an all-reduce no partner joins.

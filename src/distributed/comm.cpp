@@ -200,6 +200,7 @@ void Store::set(const std::string& key, const std::string& value) {
   impl_->store->set(key, bytes(value));
 }
 std::string Store::get(const std::string& key) { return text(impl_->store->get(key)); }
+bool Store::check(const std::string& key) { return impl_->store->check({key}); }
 void Store::wait(const std::vector<std::string>& keys, double timeout_s, const std::string& what) {
   wait_keys(*impl_->store, keys, timeout_s, what);
 }

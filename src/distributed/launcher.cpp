@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -75,12 +76,18 @@ struct KillOnExit {
 struct Watch {
   bool timed_out = false;
   double seconds = 0;
+  /// Why the ranks were stopped from outside (another host's rank failed), or "".
+  std::string stopped_for;
 };
 
 /// Watches the ranks' workers until all ended: one that ends badly (or the timeout) stops the
 /// others, which would wait for it in a collective (SIGTERM, then SIGKILL after 10 s). A stop
 /// signal for this process kills them all and propagates (Interrupted).
-Watch watch_ranks(std::vector<RankProcess>& ranks, double timeout_s) {
+///
+/// `stop_reason`, when given, is asked about once a second: a non-empty answer (another host's
+/// rank failed) stops the ranks as a failure here would, and the watch keeps the reason.
+Watch watch_ranks(std::vector<RankProcess>& ranks, double timeout_s,
+                  const std::function<std::string()>& stop_reason = nullptr) {
   const auto started = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -88,6 +95,7 @@ Watch watch_ranks(std::vector<RankProcess>& ranks, double timeout_s) {
   Watch watch;
   double stop_at = -1;     // when the others were asked to stop (SIGTERM)
   bool escalated = false;  // and then killed (SIGKILL)
+  double next_question = 0;  // when to ask stop_reason next
   auto signal_running = [&](int signal_number) {
     for (auto& q : ranks) {
       if (q.running) signal_process_group(q.pid, signal_number);
@@ -119,6 +127,11 @@ Watch watch_ranks(std::vector<RankProcess>& ranks, double timeout_s) {
       p.record = read_record(*p.files);
       // A rank that ended badly leaves the others waiting in a collective: stop them now.
       if (!p.healthy()) stop_all(now);
+    }
+    if (stop_reason && stop_at < 0 && now >= next_question) {
+      next_question = now + 1;
+      watch.stopped_for = stop_reason();
+      if (!watch.stopped_for.empty()) stop_all(now);
     }
     if (!watch.timed_out && timeout_s > 0 && now > timeout_s) {
       watch.timed_out = true;
@@ -160,6 +173,12 @@ JobRecord ranks_record(const std::vector<RankProcess>& ranks, const Watch& watch
   const RankProcess* cause = nullptr;
   for (const auto& p : ranks) {
     if (p.record && !p.record->ok() && (!cause || p.record->status == "oom")) cause = &p;
+  }
+  if (!watch.stopped_for.empty() && !watch.timed_out) {
+    record.status = "failed";
+    record.message = fmt::format(
+        "data-parallel timed run: {}; this host's ranks were stopped", watch.stopped_for);
+    return record;
   }
   if (cause && !watch.timed_out) {
     record = *cause->record;
@@ -335,7 +354,33 @@ struct DataParallelLauncher::Impl {
                       : *nvlink              ? "NVLink within a host; the network between hosts"
                                              : "PCIe within a host; the network between hosts";
     rank_spec.distributed = rs.to_json();
-    return single.launch(rank_spec, timeout_s);
+    // This rank's worker, watched like one host's ranks, and stopped when another rank
+    // reports a failure under this run's key: a rank that died leaves the others in an
+    // all-reduce without a partner until the job's timeout otherwise.
+    const std::string failed_key = rs.prefix + "failed";
+    std::vector<RankProcess> ranks(1);
+    RankProcess& p = ranks.front();
+    p.rank = env.rank;
+    p.device = spec.device;
+    p.files = std::make_unique<WorkerFiles>(rank_spec);
+    const KillOnExit kill_on_exit{ranks};
+    p.pid = start_process(p.files->command(executable), {});
+    p.running = true;
+    const Watch watch = watch_ranks(ranks, timeout_s, [&] {
+      return store->check(failed_key) ? store->get(failed_key) : std::string();
+    });
+    if (!p.healthy() && !p.stopped_by_us) {
+      // Say so to the other ranks (the first to fail names the cause).
+      std::string cause = p.record && !p.record->ok()
+                              ? fmt::format("{} {}: {}", p.describe(), p.record->status,
+                                            p.record->message)
+                              : fmt::format("{} worker {}", p.describe(),
+                                            ProcessResult{p.exit_code, p.signal}.describe());
+      if (watch.timed_out) cause = fmt::format("{} timed out after {:.0f} s", p.describe(),
+                                               watch.seconds);
+      store->set(failed_key, cause);
+    }
+    return ranks_record(ranks, watch, spec);
   }
 };
 

@@ -48,6 +48,8 @@ class Store {
   int port() const;
   void set(const std::string& key, const std::string& value);
   std::string get(const std::string& key);
+  /// Whether `key` is set, without waiting.
+  bool check(const std::string& key);
   /// Waits up to `timeout_s` for `keys`; RendezvousError naming `what` past it.
   void wait(const std::vector<std::string>& keys, double timeout_s, const std::string& what);
 
