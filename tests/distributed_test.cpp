@@ -179,6 +179,60 @@ TEST(BucketedGradientSync, ABucketWithoutAllItsGradientsIsReducedAtTheUpdate) {
   EXPECT_EQ(sync.info()["allreduces_started_at_update"], 1);
 }
 
+// Pix2PixHD's order: G's loss runs through D, so its backward reaches D's parameters; G
+// updates, D's gradients are zeroed, D's own backward and update follow. Told whose backward it
+// is, the reducer starts no all-reduce of D's bucket in G's backward (it would be repeated at
+// D's update, as it was before) and D's average is of D's own gradients only.
+TEST(BucketedGradientSync, AnotherNetworksBackwardStartsNoAllReduceOfItsBucket) {
+  std::vector<torch::Tensor> g = {torch::ones({4}).requires_grad_()};
+  std::vector<torch::Tensor> d = {torch::full({3}, 2.0).requires_grad_()};
+  auto fake = std::make_shared<FakeCommunicator>(2);
+  BucketedGradientSync sync(fake);
+  sync.attach("generator", g);
+  sync.attach("discriminator", d);
+
+  const auto g_loss = (g[0].sum() * d[0]).sum();  // reaches both
+  sync.backward_for("generator");
+  g_loss.backward();
+  EXPECT_EQ(fake->sizes, (std::vector<int64_t>{4})) << "only G's bucket started";
+  std::vector<torch::Tensor> g_grads = {g[0].grad()};
+  sync.synchronize("generator", g_grads);
+  EXPECT_TRUE(torch::allclose(g[0].grad(), torch::full({4}, 6.0)));
+
+  d[0].grad().zero_();
+  const auto d_loss = (d[0] * 5).sum();
+  sync.backward_for("discriminator");
+  d_loss.backward();
+  EXPECT_EQ(fake->sizes, (std::vector<int64_t>{4, 3})) << "D's bucket started once, in its own";
+  std::vector<torch::Tensor> d_grads = {d[0].grad()};
+  sync.synchronize("discriminator", d_grads);
+  EXPECT_TRUE(torch::allclose(d[0].grad(), torch::full({3}, 5.0)));
+  const Json info = sync.info();
+  EXPECT_EQ(info["allreduces_repeated"], 0);
+  EXPECT_EQ(info["allreduces_started_in_backward"], 2);
+  EXPECT_EQ(info["gradients_from_other_backward"], 1);
+}
+
+// A gradient that reaches a network whose bucket is already in flight (D's backward first, then
+// G's through D before D's update) is not lost: the bucket is reduced again at D's update, as
+// one process would apply the sum of both.
+TEST(BucketedGradientSync, AGradientAfterItsBucketStartedIsReducedAgainAtTheUpdate) {
+  std::vector<torch::Tensor> g = {torch::ones({2}).requires_grad_()};
+  std::vector<torch::Tensor> d = {torch::ones({2}).requires_grad_()};
+  auto fake = std::make_shared<FakeCommunicator>(2);
+  BucketedGradientSync sync(fake);
+  sync.attach("generator", g);
+  sync.attach("discriminator", d);
+  sync.backward_for("discriminator");
+  (d[0] * 3).sum().backward();
+  sync.backward_for("generator");
+  (g[0] * d[0] * 2).sum().backward();
+  std::vector<torch::Tensor> d_grads = {d[0].grad()};
+  sync.synchronize("discriminator", d_grads);
+  EXPECT_TRUE(torch::allclose(d[0].grad(), torch::full({2}, 5.0)));
+  EXPECT_EQ(sync.info()["allreduces_repeated"], 1);
+}
+
 /// The model of the equivalence test: small enough to check every gradient.
 torch::nn::Sequential small_model() {
   torch::manual_seed(7);
@@ -464,6 +518,113 @@ TEST(DataParallelCli, TwoProcessesWithTorchrunsVariablesTrainAsOneJob) {
   EXPECT_EQ(records0[0]["data_parallel"]["world_size"], 2);
   EXPECT_EQ(records0[0]["throughput"], records1[0]["throughput"]);
   EXPECT_EQ(records0[0]["data_parallel"]["ranks"].size(), 2u);
+}
+
+// Slurm as an sbatch script with `srun` starts it: two nodes of two tasks each (simulated on
+// the loopback), each task with SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and SLURM_NODEID, and
+// MASTER_ADDR/MASTER_PORT exported by the script. The four ranks train as one job.
+TEST(DataParallelCli, FourSlurmTasksOnTwoNodesTrainAsOneJob) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const int port = free_port();
+  const std::string args = "run --model bert-base --device cpu --format none --config '" +
+                           dir.file("smoke.json") + "' --journal '" + dir.file("j.jsonl") + "'";
+  std::vector<testing::CommandResult> results(4);
+  std::vector<std::thread> tasks;
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string env = fmt::format(
+        "SLURM_PROCID={} SLURM_NTASKS=4 SLURM_LOCALID={} SLURM_NODEID={} "
+        "MASTER_ADDR=127.0.0.1 MASTER_PORT={}",
+        rank, rank % 2, rank / 2, port);
+    tasks.emplace_back([&, rank, env] {
+      results[static_cast<std::size_t>(rank)] = testing::run_gpubench(args, "", env);
+    });
+  }
+  for (auto& t : tasks) t.join();
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_EQ(results[static_cast<std::size_t>(rank)].exit_code, 0)
+        << "rank " << rank << ": " << results[static_cast<std::size_t>(rank)].err;
+  }
+  const auto records = journal_records(dir.file("j.jsonl"));
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0]["status"], "ok") << records[0].dump();
+  EXPECT_EQ(records[0]["data_parallel"]["world_size"], 4);
+  EXPECT_EQ(records[0]["data_parallel"]["ranks"].size(), 4u);
+  EXPECT_EQ(records[0]["throughput"], journal_records(dir.file("j.jsonl.rank3"))[0]["throughput"]);
+}
+
+// Many hosts (torchrun's variables): a rank whose worker crashes says so under the run's key in
+// the store, and the other rank's launcher stops its worker, which waits in an all-reduce for
+// the dead one, within seconds rather than at the job's --timeout (600 s here). Both journals
+// keep a record of each job that names rank 1, and the second job runs too.
+TEST(DataParallelCli, UnderTorchrunACrashedRankStopsTheOthersWithinAMinute) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"),
+                      testing::smoke_configs_json({"bert-base", "transformer-big"}));
+  const std::string env =
+      fmt::format("WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={} GPUBENCH_FAULT_RANK=1:crash",
+                  free_port());
+  const std::string args =
+      "run --model bert-base,transformer-big --device cpu --timeout 600 --format none "
+      "--config '" + dir.file("smoke.json") + "' --journal '" + dir.file("j.jsonl") + "'";
+  const auto started = std::chrono::steady_clock::now();
+  testing::CommandResult rank1;
+  std::thread other([&] { rank1 = testing::run_gpubench(args, "", "RANK=1 " + env); });
+  const auto rank0 = testing::run_gpubench(args, "", "RANK=0 " + env);
+  other.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(150));
+  EXPECT_EQ(rank0.exit_code, 1) << rank0.err;
+  EXPECT_EQ(rank1.exit_code, 1) << rank1.err;
+  const auto records0 = journal_records(dir.file("j.jsonl"));
+  ASSERT_EQ(records0.size(), 2u) << rank0.err;
+  for (const auto& r : records0) {
+    EXPECT_EQ(r["status"], "failed") << r.dump();
+    const std::string message = r["message"];
+    EXPECT_NE(message.find("rank 1 (cpu) worker killed by signal 9"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("this host's ranks were stopped"), std::string::npos) << message;
+    EXPECT_LT(r["wall_seconds"].get<double>(), 90) << r.dump();
+  }
+  const auto records1 = journal_records(dir.file("j.jsonl.rank1"));
+  ASSERT_EQ(records1.size(), 2u) << rank1.err;
+  for (const auto& r : records1) EXPECT_EQ(r["status"], "crashed") << r.dump();
+}
+
+// Ranks started with different commands (here: different batches) fail the job on every rank
+// with a message naming the rank and what differs, within the rendezvous timeout, instead of
+// training apart or waiting for an all-reduce no partner joins.
+TEST(DataParallelCli, RanksGivenDifferentJobsFailNamingTheDifference) {
+  if (!distributed::gloo_compiled()) GTEST_SKIP() << distributed::backend_support();
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
+  const std::string env = fmt::format("WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}",
+                                      free_port());
+  const auto args = [&](int batch) {
+    return fmt::format(
+        "run --model bert-base --device cpu --batch {} --rendezvous-timeout 30 --format none "
+        "--config '{}' --journal '{}'",
+        batch, dir.file("smoke.json"), dir.file("j.jsonl"));
+  };
+  const auto started = std::chrono::steady_clock::now();
+  testing::CommandResult rank1;
+  std::thread other([&] { rank1 = testing::run_gpubench(args(3), "", "RANK=1 " + env); });
+  const auto rank0 = testing::run_gpubench(args(2), "", "RANK=0 " + env);
+  other.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60));
+  EXPECT_EQ(rank0.exit_code, 1) << rank0.err;
+  EXPECT_EQ(rank1.exit_code, 1) << rank1.err;
+  for (const std::string& journal : {dir.file("j.jsonl"), dir.file("j.jsonl.rank1")}) {
+    const auto records = journal_records(journal);
+    ASSERT_EQ(records.size(), 1u) << journal;
+    EXPECT_EQ(records[0]["status"], "failed") << records[0].dump();
+    const std::string message = records[0]["message"];
+    EXPECT_NE(message.find("the ranks were not asked the same job: rank 1 was given batch 3, "
+                           "rank 0 2"),
+              std::string::npos)
+        << message;
+  }
 }
 
 // ---- the ranks agree (issue 41) ----

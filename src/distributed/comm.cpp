@@ -200,6 +200,7 @@ void Store::set(const std::string& key, const std::string& value) {
   impl_->store->set(key, bytes(value));
 }
 std::string Store::get(const std::string& key) { return text(impl_->store->get(key)); }
+bool Store::check(const std::string& key) { return impl_->store->check({key}); }
 void Store::wait(const std::vector<std::string>& keys, double timeout_s, const std::string& what) {
   wait_keys(*impl_->store, keys, timeout_s, what);
 }
@@ -236,6 +237,11 @@ struct BucketedGradientSync::State {
   int64_t launched_in_backward = 0;
   int64_t launched_at_update = 0;
   int64_t relaunched = 0;
+  /// The network the current backward is for (backward_for); empty until first told, when
+  /// every network's buckets start in any backward.
+  std::string backward_for;
+  /// Gradients that reached a parameter in another network's backward (left to its own).
+  int64_t stray_gradients = 0;
 
   /// Copies the bucket's gradients into its flat buffer (zeros for a parameter without one)
   /// and starts its all-reduce. One concatenation kernel fills the buffer: a copy per
@@ -329,10 +335,19 @@ void BucketedGradientSync::attach(const std::string& updater,
                      "gradient sync: a parameter of '{}' has no gradient accumulator", updater);
       State* state = state_.get();
       Bucket* bucket = &b;  // the vector does not change after this loop
-      const uintptr_t key = acc->add_post_hook(std::make_unique<AccumulatedHook>([state, bucket, i] {
+      const std::string* network = &s.networks.find(updater)->first;  // a map key stays put
+      const uintptr_t key = acc->add_post_hook(std::make_unique<AccumulatedHook>([state, bucket,
+                                                                                  network, i] {
         std::lock_guard<std::mutex> lock(state->mutex);
         if (bucket->wait) {
           bucket->dirty = true;  // a second backward before the update: reduce again there
+          return;
+        }
+        if (!state->backward_for.empty() && state->backward_for != *network) {
+          // Another network's backward reached this parameter (a GAN's G loss through D): its
+          // gradient is in .grad, which this network's own backward or update copies when it
+          // starts the bucket. Starting it now would only be repeated there.
+          ++state->stray_gradients;
           return;
         }
         if (!bucket->ready[i]) {
@@ -392,6 +407,11 @@ void BucketedGradientSync::synchronize(const std::string& updater,
   delay_if_asked(s.comm->rank());
 }
 
+void BucketedGradientSync::backward_for(const std::string& updater) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->backward_for = updater;
+}
+
 std::string BucketedGradientSync::name() const {
   return state_->comm->backend() + "-allreduce-bucketed";
 }
@@ -417,7 +437,8 @@ Json BucketedGradientSync::info() const {
           {"updates", state_->updates},
           {"allreduces_started_in_backward", state_->launched_in_backward},
           {"allreduces_started_at_update", state_->launched_at_update},
-          {"allreduces_repeated", state_->relaunched}};
+          {"allreduces_repeated", state_->relaunched},
+          {"gradients_from_other_backward", state_->stray_gradients}};
 }
 
 int64_t BucketedGradientSync::updates() const { return state_->updates; }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -75,12 +76,18 @@ struct KillOnExit {
 struct Watch {
   bool timed_out = false;
   double seconds = 0;
+  /// Why the ranks were stopped from outside (another host's rank failed), or "".
+  std::string stopped_for;
 };
 
 /// Watches the ranks' workers until all ended: one that ends badly (or the timeout) stops the
 /// others, which would wait for it in a collective (SIGTERM, then SIGKILL after 10 s). A stop
 /// signal for this process kills them all and propagates (Interrupted).
-Watch watch_ranks(std::vector<RankProcess>& ranks, double timeout_s) {
+///
+/// `stop_reason`, when given, is asked about once a second: a non-empty answer (another host's
+/// rank failed) stops the ranks as a failure here would, and the watch keeps the reason.
+Watch watch_ranks(std::vector<RankProcess>& ranks, double timeout_s,
+                  const std::function<std::string()>& stop_reason = nullptr) {
   const auto started = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -88,6 +95,7 @@ Watch watch_ranks(std::vector<RankProcess>& ranks, double timeout_s) {
   Watch watch;
   double stop_at = -1;     // when the others were asked to stop (SIGTERM)
   bool escalated = false;  // and then killed (SIGKILL)
+  double next_question = 0;  // when to ask stop_reason next
   auto signal_running = [&](int signal_number) {
     for (auto& q : ranks) {
       if (q.running) signal_process_group(q.pid, signal_number);
@@ -119,6 +127,11 @@ Watch watch_ranks(std::vector<RankProcess>& ranks, double timeout_s) {
       p.record = read_record(*p.files);
       // A rank that ended badly leaves the others waiting in a collective: stop them now.
       if (!p.healthy()) stop_all(now);
+    }
+    if (stop_reason && stop_at < 0 && now >= next_question) {
+      next_question = now + 1;
+      watch.stopped_for = stop_reason();
+      if (!watch.stopped_for.empty()) stop_all(now);
     }
     if (!watch.timed_out && timeout_s > 0 && now > timeout_s) {
       watch.timed_out = true;
@@ -161,6 +174,12 @@ JobRecord ranks_record(const std::vector<RankProcess>& ranks, const Watch& watch
   for (const auto& p : ranks) {
     if (p.record && !p.record->ok() && (!cause || p.record->status == "oom")) cause = &p;
   }
+  if (!watch.stopped_for.empty() && !watch.timed_out) {
+    record.status = "failed";
+    record.message = fmt::format(
+        "data-parallel timed run: {}; this host's ranks were stopped", watch.stopped_for);
+    return record;
+  }
   if (cause && !watch.timed_out) {
     record = *cause->record;
     record.message = fmt::format("{}: {}", cause->describe(), record.message);
@@ -174,10 +193,76 @@ JobRecord ranks_record(const std::vector<RankProcess>& ranks, const Watch& watch
   return record;
 }
 
+/// What a rank of a many-host job was asked, as every rank must be asked it: the workload, the
+/// phase, the timed batch and the config over the shipped one (its documents merged; their
+/// file names may differ between hosts). The device is left out: it is each rank's own.
+Json asked_of_rank(const JobSpec& spec) {
+  Json config = Json::object();
+  for (const auto& [label, document] : spec.overlays) config.merge_patch(document);
+  if (config.contains("run") && config["run"].is_object()) {
+    // Settings that change no measurement may differ (as they may on --resume).
+    for (const char* key : {"job_timeout_s", "search_cache", "price_per_hour_usd"}) {
+      config["run"].erase(key);
+    }
+  }
+  return {{"model", spec.model},
+          {"phase", spec.phase},
+          {"batch", spec.phase == "search" ? 0 : spec.batch},
+          {"search_only", spec.search_only},
+          {"config", config}};
+}
+
+/// The first place where `a` and `b` differ, as "path: a vs b" ("" when they are equal).
+std::string first_difference(const Json& a, const Json& b, const std::string& path) {
+  if (a == b) return {};
+  if (a.is_object() && b.is_object()) {
+    for (const auto& [key, value] : a.items()) {
+      const std::string at = path.empty() ? key : path + "." + key;
+      if (!b.contains(key)) return fmt::format("{}: {} vs not set", at, value.dump());
+      if (std::string d = first_difference(value, b.at(key), at); !d.empty()) return d;
+    }
+    for (const auto& [key, value] : b.items()) {
+      if (!a.contains(key)) {
+        return fmt::format("{}: not set vs {}", path.empty() ? key : path + "." + key,
+                           value.dump());
+      }
+    }
+  }
+  return fmt::format("{}: {} vs {}", path, a.dump(), b.dump());
+}
+
 }  // namespace
 
 struct DataParallelLauncher::Impl {
   DataParallelPlan plan;
+  int agreements = 0;
+
+  /// Every rank writes what it was asked under this call's key and reads every other rank's
+  /// (waiting at most the rendezvous timeout: RendezvousError for a rank that never comes).
+  /// "" when all match rank 0's, else the first difference, naming the rank ("rank 1 was given
+  /// model: \"mt-dnn\" vs rank 0's \"bert-base\"").
+  std::string ranks_disagree(const JobSpec& spec) {
+    const EnvironmentRank& env = *plan.environment;
+    const std::string prefix = fmt::format("agree-{}/rank-", ++agreements);
+    const Json mine = asked_of_rank(spec);
+    store->set(prefix + std::to_string(env.rank), mine.dump());
+    std::vector<std::string> keys;
+    for (int r = 0; r < env.world_size; ++r) keys.push_back(prefix + std::to_string(r));
+    store->wait(keys, plan.rendezvous_timeout_s, "every rank's job");
+    const Json first = Json::parse(store->get(keys.front()));
+    for (int r = 1; r < env.world_size; ++r) {
+      const Json theirs = Json::parse(store->get(keys[static_cast<std::size_t>(r)]));
+      if (std::string d = first_difference(theirs, first, ""); !d.empty()) {
+        const std::size_t colon = d.find(": ");
+        const std::string field = d.substr(0, colon);
+        std::string values = d.substr(colon + 2);
+        const std::size_t vs = values.find(" vs ");
+        return fmt::format("rank {} was given {} {}, rank 0 {}", r, field,
+                           values.substr(0, vs), values.substr(vs + 4));
+      }
+    }
+    return {};
+  }
   std::string executable;
   WorkerLauncher single;  // the search, on one GPU
   std::unique_ptr<Store> store;
@@ -228,8 +313,21 @@ struct DataParallelLauncher::Impl {
   }
 
   /// Many hosts: this rank's worker; the search runs on rank 0 and the others read its record.
+  /// First every rank checks that all were asked the same (ranks_disagree): a rank given
+  /// another workload would otherwise take rank 0's search for its own, or wait in an
+  /// all-reduce that no partner joins.
   JobRecord launch_environment(const JobSpec& spec, double timeout_s) {
     const EnvironmentRank& env = *plan.environment;
+    if (const std::string differs = ranks_disagree(spec); !differs.empty()) {
+      JobRecord record;
+      record.model = spec.model;
+      record.status = "failed";
+      record.message = fmt::format(
+          "data-parallel {}: the ranks were not asked the same job: {}; every rank must run "
+          "the same command (models, batches, precision, config)",
+          spec.phase == "search" ? "search" : "timed run", differs);
+      return record;
+    }
     if (spec.phase == "search") {
       const std::string key = fmt::format("search-{}", ++searches);
       if (env.rank == 0) {
@@ -256,7 +354,33 @@ struct DataParallelLauncher::Impl {
                       : *nvlink              ? "NVLink within a host; the network between hosts"
                                              : "PCIe within a host; the network between hosts";
     rank_spec.distributed = rs.to_json();
-    return single.launch(rank_spec, timeout_s);
+    // This rank's worker, watched like one host's ranks, and stopped when another rank
+    // reports a failure under this run's key: a rank that died leaves the others in an
+    // all-reduce without a partner until the job's timeout otherwise.
+    const std::string failed_key = rs.prefix + "failed";
+    std::vector<RankProcess> ranks(1);
+    RankProcess& p = ranks.front();
+    p.rank = env.rank;
+    p.device = spec.device;
+    p.files = std::make_unique<WorkerFiles>(rank_spec);
+    const KillOnExit kill_on_exit{ranks};
+    p.pid = start_process(p.files->command(executable), {});
+    p.running = true;
+    const Watch watch = watch_ranks(ranks, timeout_s, [&] {
+      return store->check(failed_key) ? store->get(failed_key) : std::string();
+    });
+    if (!p.healthy() && !p.stopped_by_us) {
+      // Say so to the other ranks (the first to fail names the cause).
+      std::string cause = p.record && !p.record->ok()
+                              ? fmt::format("{} {}: {}", p.describe(), p.record->status,
+                                            p.record->message)
+                              : fmt::format("{} worker {}", p.describe(),
+                                            ProcessResult{p.exit_code, p.signal}.describe());
+      if (watch.timed_out) cause = fmt::format("{} timed out after {:.0f} s", p.describe(),
+                                               watch.seconds);
+      store->set(failed_key, cause);
+    }
+    return ranks_record(ranks, watch, spec);
   }
 };
 

@@ -181,6 +181,11 @@ int64_t detect_anomaly_from() {
 }  // namespace
 
 void Runtime::backward(Updater& updater, const torch::Tensor& loss, bool retain_graph) {
+  auto found = std::find_if(updaters_.begin(), updaters_.end(),
+                            [&](const auto& entry) { return entry.second.get() == &updater; });
+  TORCH_CHECK(found != updaters_.end(),
+              "Runtime::backward: an updater this runtime does not hold");
+  sync_->backward_for(found->first);
   if (detect_anomaly_from() > 0) {
     static int64_t calls = 0;
     if (++calls >= detect_anomaly_from()) {

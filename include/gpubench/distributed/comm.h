@@ -48,6 +48,8 @@ class Store {
   int port() const;
   void set(const std::string& key, const std::string& value);
   std::string get(const std::string& key);
+  /// Whether `key` is set, without waiting.
+  bool check(const std::string& key);
   /// Waits up to `timeout_s` for `keys`; RendezvousError naming `what` past it.
   void wait(const std::vector<std::string>& keys, double timeout_s, const std::string& what);
 
@@ -104,11 +106,17 @@ class BucketedGradientSync final : public train::GradientSync {
 
   void attach(const std::string& updater, const std::vector<torch::Tensor>& parameters) override;
   void synchronize(const std::string& updater, std::vector<torch::Tensor>& gradients) override;
+  /// From this call on, a backward starts all-reduces only for `updater`'s buckets; a gradient
+  /// that reaches another network's parameter is reduced at that network's own backward or
+  /// update (or, when that network's bucket is already in flight, again at its update). Until
+  /// it is first called, every network's buckets start in any backward.
+  void backward_for(const std::string& updater) override;
   std::string name() const override;
   std::string capture_problem() const override;
 
   /// For the record: buckets per network, their sizes, all-reduces started during backward
-  /// and at the update, updates synchronized.
+  /// and at the update, those repeated, gradients left from another network's backward, updates
+  /// synchronized.
   Json info() const;
   /// Updates synchronize() has made, over all networks.
   int64_t updates() const;

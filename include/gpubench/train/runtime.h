@@ -77,6 +77,11 @@ class GradientSync {
   virtual void attach(const std::string& updater, const std::vector<torch::Tensor>& parameters) {
     (void)updater, (void)parameters;
   }
+  /// Called before each backward the runtime runs, with the network whose update its gradients
+  /// are for. A backward can reach another network's parameters too (a GAN's generator loss
+  /// runs through the discriminator): a reducer leaves those gradients to that network's own
+  /// backward or update rather than all-reducing them now and again there. Default: nothing
+  virtual void backward_for(const std::string& updater) { (void)updater; }
   /// Why iterations with this sync cannot be captured as CUDA graphs, or "" when they can.
   virtual std::string capture_problem() const { return {}; }
 };
