@@ -340,7 +340,7 @@ def unsupmt(m, batch, info):
     return {"words per step": words}, fwd / words, 2 * train / words
 
 
-# ---- mask-rcnn: R-50-FPN, RPN, box and mask heads on the batch's RoI slots (models/mask_rcnn.cpp) ----
+# ---- mask-rcnn: R-50-FPN, RPN, box and mask heads on the batch's RoI slots (models/mask_rcnn*.cpp) ----
 
 def mask_rcnn_slots(m, images):
     """The heads' slot counts as MaskRcnnImpl::roi_slots sizes them (roi_heads per_batch)."""
