@@ -91,7 +91,7 @@ def deeplabv3(m, batch):
     return out, fwd, 2 * train
 
 
-# ---- stylegan: G (mapping + synthesis) and D_basic (models/stylegan.cpp) ----
+# ---- stylegan: G (mapping + synthesis) and D_basic (models/stylegan_modules.cpp) ----
 
 def stylegan_nets(m):
     R = int(math.log2(m["resolution"]))
