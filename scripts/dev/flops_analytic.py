@@ -299,7 +299,7 @@ def mt_dnn(m, batch, info=None):
     return parts, total_fwd / examples, 2 * total_train / examples
 
 
-# ---- unsupmt: XLM encoder-decoder, AE x 2 + BT x 2 (models/unsupmt.cpp) ----
+# ---- unsupmt: XLM encoder-decoder, AE x 2 + BT x 2 (models/unsupmt*.cpp) ----
 
 def unsupmt(m, batch, info):
     if info is None:
