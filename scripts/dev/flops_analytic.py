@@ -91,7 +91,7 @@ def deeplabv3(m, batch):
     return out, fwd, 2 * train
 
 
-# ---- stylegan: G (mapping + synthesis) and D_basic (models/stylegan.cpp) ----
+# ---- stylegan: G (mapping + synthesis) and D_basic (models/stylegan_modules.cpp) ----
 
 def stylegan_nets(m):
     R = int(math.log2(m["resolution"]))
@@ -299,7 +299,7 @@ def mt_dnn(m, batch, info=None):
     return parts, total_fwd / examples, 2 * total_train / examples
 
 
-# ---- unsupmt: XLM encoder-decoder, AE x 2 + BT x 2 (models/unsupmt.cpp) ----
+# ---- unsupmt: XLM encoder-decoder, AE x 2 + BT x 2 (models/unsupmt*.cpp) ----
 
 def unsupmt(m, batch, info):
     if info is None:
@@ -340,7 +340,7 @@ def unsupmt(m, batch, info):
     return {"words per step": words}, fwd / words, 2 * train / words
 
 
-# ---- mask-rcnn: R-50-FPN, RPN, box and mask heads on the batch's RoI slots (models/mask_rcnn.cpp) ----
+# ---- mask-rcnn: R-50-FPN, RPN, box and mask heads on the batch's RoI slots (models/mask_rcnn*.cpp) ----
 
 def mask_rcnn_slots(m, images):
     """The heads' slot counts as MaskRcnnImpl::roi_slots sizes them (roi_heads per_batch)."""
