@@ -400,6 +400,7 @@ std::optional<BarChart> scaling_chart(const ReportView& view) {
   BarChart chart;
   chart.id = "chart-scaling";
   chart.marker = 100.0;
+  chart.min_axis_max = 150.0;  // the efficiencies are about 100%: room for their texts
   std::vector<std::string> groups;
   for (const JobRecord* j : rows) {
     const std::string device = j->device.name.empty() ? j->device.type : j->device.name;
@@ -424,7 +425,7 @@ std::optional<BarChart> scaling_chart(const ReportView& view) {
       bar.value = 100.0;
       bar.muted = true;
       bar.color = kMutedColor;
-      bar.text = fmt::format("100% (baseline: {} at batch {})", throughput, j->batch);
+      bar.text = fmt::format("100% ({}, batch {})", throughput, j->batch);
       bar.tooltip = fmt::format("{}: one device, {} at batch {}", label, throughput, j->batch);
     } else if (efficiency) {
       bar.value = *efficiency * 100;
