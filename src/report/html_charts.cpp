@@ -7,9 +7,12 @@
 // axis, a broken axis, or a linear axis with the value printed at every bar. Linear it is, from 0:
 // bar length stays proportional to speed (a log axis makes 40x look like 2x more than 20x), and
 // the printed values carry the small differences between the 2020 cards (which the tables give
-// exactly). Bars are at least 1 px wide. Charts whose groups are in different units (images per $
-// beside tokens per $, a batch of sequences beside one of tokens) scale each group's bars to its
-// largest (1.0) and print the value in its unit at each bar.
+// exactly). Bars are at least 1 px wide. The throughput charts are one per workload (issue 46
+// item 5; they were one panel per family), each on its own axis, so a workload where the new
+// cards are 5x is not squeezed beside one where they are 50x; the family means chart compares
+// across workloads. Charts whose groups are in different units (images per $ beside tokens per $,
+// a batch of sequences beside one of tokens) scale each group's bars to its largest (1.0) and
+// print the value in its unit at each bar.
 #include "src/report/html_charts.h"
 
 #include "gpubench/base/strings.h"

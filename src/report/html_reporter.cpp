@@ -207,7 +207,7 @@ class HtmlReporter final : public Reporter {
     if (auto s = report::recorded_section(view, reference)) section(*s);
     if (scaling) {
       heading(*scaling);
-      if (auto chart = report::scaling_chart(view)) out_ << report::figure(*chart, false);
+      if (auto chart = report::scaling_chart(view)) out_ << report::figure(*chart, /*caption=*/false);
       table(*scaling);
     }
     const std::vector<std::string> notes = report::report_notes(view);
