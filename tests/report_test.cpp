@@ -8,6 +8,7 @@
 #include "gpubench/report/reporter.h"
 #include "gpubench/run/job.h"
 #include "gpubench/base/strings.h"
+#include "src/report/html_charts.h"
 #include "src/report/svg.h"
 #include "tests/builtin_store.h"
 #include "tests/testing.h"
@@ -730,12 +731,227 @@ TEST(ReportTest, HtmlEscapesRecordTextAndLoadsNothingFromOutside) {
   };
   EXPECT_EQ(count("http:"), count("xmlns=\"http://www.w3.org/2000/svg\""));  // a name, not a load
   // Charts carry accessible text.
-  EXPECT_NE(html.find("role=\"img\" aria-labelledby=\"chart-language-title chart-language-desc\""),
+  EXPECT_NE(html.find("role=\"img\" aria-labelledby=\"chart-language-bert-base-title "
+                      "chart-language-bert-base-desc\""),
             std::string::npos);
-  EXPECT_NE(html.find("<title id=\"chart-language-title\">Language models: throughput normalized "
-                      "to the RTX 8000</title>"),
+  EXPECT_NE(html.find("<title id=\"chart-language-bert-base-title\">bert-base (2020: BERT Base): "
+                      "throughput normalized to the RTX 8000</title>"),
             std::string::npos);
   EXPECT_NE(html.find("<td class=\"fail\">failed</td>"), std::string::npos);
+}
+
+// ---- HTML charts (issue 43 item 6, issue 46 item 5) ----
+
+JobRecord on_device(JobRecord job, const std::string& device) {
+  job.device.name = device;
+  return job;
+}
+
+std::size_t occurrences(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(ReportTest, HtmlDrawsOneChartPerWorkloadWithEveryRunBesideThe2020Gpus) {
+  const auto& reference = builtin_store().reference();
+  const report::ReportView view = report::make_view(sample(), reference);
+  const auto families = report::workload_charts(view, reference);
+  ASSERT_EQ(families.size(), 1u);  // bert-base-mlm has no 2020 row, so no chart
+  EXPECT_EQ(families[0].family, "language");
+  ASSERT_EQ(families[0].charts.size(), 1u);
+  const report::BarChart& chart = families[0].charts[0];
+  EXPECT_EQ(chart.id, "chart-language-bert-base");
+  EXPECT_EQ(chart.marker, 1.0);
+  ASSERT_EQ(chart.groups.size(), 2u);
+  std::vector<std::string> measured;
+  for (const auto& bar : chart.groups[0].bars) measured.push_back(bar.label);
+  EXPECT_EQ(measured, (std::vector<std::string>{"H200 fp32", "H200 amp-bf16", "H200 fp32 @24GiB"}));
+  EXPECT_DOUBLE_EQ(*chart.groups[0].bars[1].value, 50.0);
+  ASSERT_EQ(chart.groups[1].bars.size(), reference.gpus().size());
+  EXPECT_EQ(chart.groups[1].bars.back().label, "RTX 8000");
+  EXPECT_DOUBLE_EQ(*chart.groups[1].bars.back().value, 1.0);
+  EXPECT_TRUE(chart.groups[1].bars.back().muted);
+
+  const std::string html = render("html", sample());
+  EXPECT_NE(html.find("<h3 id=\"charts-language\">Language models</h3>"), std::string::npos);
+  EXPECT_EQ(occurrences(html, "<title id=\"chart-language-bert-base-title\">"), 1u);
+  EXPECT_NE(html.find("<desc id=\"chart-language-bert-base-desc\">"), std::string::npos);
+  EXPECT_NE(html.find("throughput / the RTX 8000&#39;s 2020 throughput on BERT Base (ratio, linear)"),
+            std::string::npos);
+}
+
+TEST(ReportTest, HtmlChartsThePrecisionGainPerCard) {
+  const auto& reference = builtin_store().reference();
+  const std::vector<JobRecord> jobs = {
+      h200("bert-base", "fp32", 1312, 1880),
+      h200("bert-base", "amp-bf16", 1400, 4700),
+      on_device(h200("bert-base", "fp32", 1000, 1000), "NVIDIA H100"),
+      on_device(h200("bert-base", "amp-bf16", 1200, 2000), "NVIDIA H100"),
+      h200("bert-base-mlm", "fp32", 1100, 1500),
+      h200("bert-base-mlm", "amp-bf16", 1200, 3000)};
+  const auto chart = report::precision_gain_chart(report::make_view(jobs, reference));
+  ASSERT_TRUE(chart.has_value());
+  EXPECT_EQ(chart->id, "chart-precision-gain");
+  EXPECT_EQ(chart->marker, 1.0);
+  // bert-base on both cards, bert-base-mlm (no 2020 row, still a gain) on the H200, the means.
+  ASSERT_EQ(chart->groups.size(), 3u);
+  EXPECT_EQ(chart->groups[0].label, "bert-base (examples/s)");
+  ASSERT_EQ(chart->groups[0].bars.size(), 2u);
+  EXPECT_EQ(chart->groups[0].bars[0].label, "H200 amp-bf16");
+  EXPECT_DOUBLE_EQ(*chart->groups[0].bars[0].value, 4700.0 / 1880.0);
+  EXPECT_EQ(chart->groups[0].bars[0].text, "2.50x");
+  EXPECT_EQ(chart->groups[0].bars[1].label, "H100 amp-bf16");
+  EXPECT_DOUBLE_EQ(*chart->groups[0].bars[1].value, 2.0);
+  ASSERT_EQ(chart->groups[1].bars.size(), 1u);
+  EXPECT_DOUBLE_EQ(*chart->groups[1].bars[0].value, 2.0);
+  const auto& means = chart->groups[2].bars;
+  ASSERT_EQ(means.size(), 2u);
+  EXPECT_NEAR(*means[0].value, std::sqrt(2.5 * 2.0), 1e-12);
+  EXPECT_EQ(means[0].text, "2.24x (2 workloads)");
+  EXPECT_EQ(means[1].text, "2.00x (1 workload)");
+
+  const std::string html = render("html", jobs);
+  EXPECT_NE(html.find("<title id=\"chart-precision-gain-title\">Precision gain per card"),
+            std::string::npos);
+  EXPECT_NE(html.find(">2.50x</text>"), std::string::npos);
+  EXPECT_EQ(html.find("No device has an fp32 run and a run at another precision"),
+            std::string::npos);
+}
+
+TEST(ReportTest, HtmlSaysWhyThereIsNoPrecisionGainChart) {
+  const auto& reference = builtin_store().reference();
+  // One precision only; and a failed amp-bf16 run gives a bar without a ratio, not a number.
+  std::vector<JobRecord> jobs = {h200("bert-base", "fp32", 1312, 1880)};
+  EXPECT_FALSE(report::precision_gain_chart(report::make_view(jobs, reference)));
+  EXPECT_NE(render("html", jobs).find("<p class=\"note\">No device has an fp32 run and a run at "
+                                      "another precision"),
+            std::string::npos);
+  JobRecord failed = h200("bert-base", "amp-bf16", 1400, 0);
+  failed.status = "failed";
+  jobs.push_back(failed);
+  const auto chart = report::precision_gain_chart(report::make_view(jobs, reference));
+  ASSERT_TRUE(chart.has_value());
+  ASSERT_EQ(chart->groups.size(), 1u);
+  EXPECT_FALSE(chart->groups[0].bars[0].value.has_value());
+  EXPECT_EQ(chart->groups[0].bars[0].text, "no ratio: amp-bf16 failed");
+}
+
+TEST(ReportTest, HtmlChartsThroughputPerDollarAndPerJouleOrSaysWhyNot) {
+  const auto& reference = builtin_store().reference();
+  std::vector<JobRecord> jobs = sample();
+  std::string html = render("html", jobs);
+  EXPECT_NE(html.find("<p class=\"note\">No record has a price per hour or an energy reading, so "
+                      "there is no per-dollar or per-joule chart"),
+            std::string::npos);
+  EXPECT_EQ(html.find("chart-per-dollar"), std::string::npos);
+  EXPECT_EQ(html.find("chart-per-joule"), std::string::npos);
+
+  // Energy on two runs, no price: the per-joule chart, and a note for the per-dollar one.
+  jobs[0].clocks = {{"energy", {{"joules", 100.0}, {"units_per_joule", 2.5}}}};
+  jobs[1].clocks = {{"energy", {{"joules", 100.0}, {"units_per_joule", 5.0}}}};
+  auto view = report::make_view(jobs, reference);
+  EXPECT_FALSE(report::per_dollar_chart(view));
+  auto joule = report::per_joule_chart(view);
+  ASSERT_TRUE(joule.has_value());
+  ASSERT_EQ(joule->groups.size(), 1u);
+  ASSERT_EQ(joule->groups[0].bars.size(), 2u);
+  EXPECT_DOUBLE_EQ(*joule->groups[0].bars[0].value, 0.5);  // scaled to the workload's best
+  EXPECT_DOUBLE_EQ(*joule->groups[0].bars[1].value, 1.0);
+  EXPECT_EQ(joule->groups[0].bars[0].text, "2.50 examples/J");
+  html = render("html", jobs);
+  EXPECT_NE(html.find("<title id=\"chart-per-joule-title\">"), std::string::npos);
+  EXPECT_NE(html.find("<p class=\"note\">No record has a price per hour, so there is no "
+                      "per-dollar chart"),
+            std::string::npos);
+
+  // A price on the fp32 run: units per dollar = throughput x 3600 / price per hour.
+  jobs[0].cost = JobCost{2.5, "report --price-per-hour"};
+  view = report::make_view(jobs, reference);
+  const auto dollar = report::per_dollar_chart(view);
+  ASSERT_TRUE(dollar.has_value());
+  ASSERT_EQ(dollar->groups.size(), 1u);
+  EXPECT_EQ(dollar->groups[0].label, "bert-base (examples per dollar)");
+  ASSERT_EQ(dollar->groups[0].bars.size(), 1u);
+  EXPECT_EQ(dollar->groups[0].bars[0].label, "H200 fp32");
+  EXPECT_EQ(dollar->groups[0].bars[0].text, "2.71 M examples/$");  // 1880 x 3600 / 2.5
+  html = render("html", jobs);
+  EXPECT_NE(html.find("<title id=\"chart-per-dollar-title\">"), std::string::npos);
+  EXPECT_EQ(html.find("No record has a price per hour"), std::string::npos);
+}
+
+TEST(ReportTest, HtmlChartsMemoryTiersAsMaxBatchPerCap) {
+  const auto& reference = builtin_store().reference();
+  const std::vector<JobRecord> jobs = {
+      tier_record("bert-base", 24, 233), tier_record("bert-base", 8, 49),
+      tier_record("bert-base", 6, 0), h200("bert-base", "fp32", 1312, 1880),
+      tier_record("bert-base", 11, 80)};
+  const auto view = report::make_view(jobs, reference);
+  ASSERT_EQ(view.tiers.size(), 1u);
+  const report::BarChart chart = report::memory_tier_chart(view, 0, reference);
+  EXPECT_EQ(chart.id, "chart-memory-tiers-1");
+  ASSERT_EQ(chart.groups.size(), 1u);
+  EXPECT_EQ(chart.groups[0].label, "bert-base (batch in sequences)");
+  const auto& bars = chart.groups[0].bars;
+  ASSERT_GE(bars.size(), 5u);
+  EXPECT_EQ(bars[0].label, "6 GiB cap");
+  EXPECT_EQ(bars[0].text, "OOM");
+  EXPECT_FALSE(bars[0].value.has_value());
+  EXPECT_EQ(bars[1].label, "8 GiB cap");
+  EXPECT_EQ(bars[1].text, "49");
+  EXPECT_DOUBLE_EQ(*bars[1].value, 49.0 / 1312.0);  // scaled to the model's largest batch
+  EXPECT_EQ(bars[4].label, "uncapped");
+  EXPECT_DOUBLE_EQ(*bars[4].value, 1.0);
+  // Then the 2020 cards of the closest memory sizes, muted.
+  ASSERT_EQ(bars.size(), 5u + view.tiers[0].reference_tiers.size());
+  EXPECT_TRUE(bars[5].muted);
+  EXPECT_EQ(bars[5].label, "2020 6 GB");
+  EXPECT_EQ(bars[5].text, "8");
+
+  const std::string html = render("html", jobs);
+  const auto chart_at = html.find("<title id=\"chart-memory-tiers-1-title\">");
+  const auto table_at = html.find("<h2 id=\"memory-tiers-1\">");
+  ASSERT_NE(chart_at, std::string::npos);
+  ASSERT_NE(table_at, std::string::npos);
+  EXPECT_LT(table_at, chart_at);  // under the table's heading, above the table
+  EXPECT_EQ(render("html", sample()).find("chart-memory-tiers"), std::string::npos);
+}
+
+TEST(ReportTest, HtmlChartsDataParallelScalingEfficiency) {
+  const auto& reference = builtin_store().reference();
+  JobRecord two = h200("bert-base", "fp32", 32, 190);
+  two.data_parallel = {{"world_size", 2}, {"backend", "nccl"}};
+  const std::vector<JobRecord> jobs = {h200("bert-base", "fp32", 32, 100), two};
+  const auto chart = report::scaling_chart(report::make_view(jobs, reference));
+  ASSERT_TRUE(chart.has_value());
+  EXPECT_EQ(chart->marker, 100.0);
+  ASSERT_EQ(chart->groups.size(), 1u);
+  EXPECT_EQ(chart->groups[0].label, "bert-base, fp32, NVIDIA H200");
+  ASSERT_EQ(chart->groups[0].bars.size(), 2u);
+  EXPECT_EQ(chart->groups[0].bars[0].label, "1 device (baseline)");
+  EXPECT_DOUBLE_EQ(*chart->groups[0].bars[0].value, 100.0);
+  EXPECT_EQ(chart->groups[0].bars[1].label, "2 ranks (nccl)");
+  EXPECT_NEAR(*chart->groups[0].bars[1].value, 95.0, 1e-9);
+  EXPECT_EQ(chart->groups[0].bars[1].text.rfind("95.0% (190.0 examples/s in total)", 0), 0u)
+      << chart->groups[0].bars[1].text;
+
+  const std::string html = render("html", jobs);
+  EXPECT_NE(html.find("<title id=\"chart-scaling-title\">"), std::string::npos);
+  EXPECT_NE(html.find("<a href=\"#scaling\">Scaling</a>"), std::string::npos);
+  EXPECT_FALSE(report::scaling_chart(report::make_view(sample(), reference)));
+  EXPECT_EQ(render("html", sample()).find("chart-scaling"), std::string::npos);
+}
+
+TEST(ReportTest, ChartIdsAreSlugsUniqueInThePage) {
+  EXPECT_EQ(report::id_slug("bert-base"), "bert-base");
+  EXPECT_EQ(report::id_slug("Bert <b> \"x\""), "bert-b-x");
+  EXPECT_EQ(report::id_slug("<>"), "x");
+  std::vector<JobRecord> jobs = sample();
+  jobs.push_back(h200("bert-base", "fp32", 1312, 1880));
+  jobs.back().model = "bert base";  // slugs to "bert-base" as well; its 2020 row is BERT Base
+  const std::string html = render("html", jobs);
+  EXPECT_EQ(occurrences(html, "<title id=\"chart-language-bert-base-title\">"), 1u);
+  EXPECT_EQ(occurrences(html, "<title id=\"chart-language-bert-base-2-title\">"), 1u);
 }
 
 TEST(ReportTest, BarChartScalesLinearlyFromZero) {

@@ -130,6 +130,8 @@ Comparison build_comparison(const std::vector<JobRecord>& jobs, const ReferenceT
     cell.modified = !job.on_cpu() && !job.modifications().empty();  // a CPU row is never scored
     cell.usd_per_million_units = usd_per_million_units(job);
     cell.units_per_usd = units_per_usd(job);
+    const auto joules = joules_per_unit(job);
+    cell.units_per_joule = joules ? std::optional<double>(1.0 / *joules) : std::nullopt;
     cell.normalized.reset();
     if (c.reference[r] && job.ok() && job.normalized) {
       cell.normalized =

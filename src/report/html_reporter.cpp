@@ -3,21 +3,24 @@
 //
 //   gpubench report: H200 fp32, H200 amp-bf16
 //   Environment          GPU, memory, driver, CUDA, cuDNN, libtorch, gpubench, host, dates
-//   Throughput ...       one bar chart per family (image, language): per model a group of bars,
-//                        one per measured run, then the eight 2020 GPUs
-//   Geometric mean ...   a small chart per family summary, and its table
-//   then the normalized table, the max-batch table, the memory-tier tables (when there are tier
-//   records), the measured jobs (failures with their message), energy and cost per unit of work,
-//   the runs against gpubench's recorded numbers for their card, and the notes.
+//   Throughput ...       per family (image, language), one bar chart per workload: each measured
+//                        run (device, precision), then the eight 2020 GPUs
+//   Geometric mean ...   a chart of the family summaries, and its table
+//   then the normalized table, the precision gain per card (a chart), the like-for-like
+//   precision and per-$1000 tables, the max-batch table, the memory tiers (a chart and a table
+//   each, when there are tier records), the measured jobs (failures with their message),
+//   throughput per dollar and per joule (charts, or a note saying why there are none), energy
+//   and cost per unit of work, the runs against gpubench's recorded numbers for their card,
+//   data-parallel scaling (a chart and the table, with data-parallel records), and the notes.
 //
-// Every text from the records (model names, messages, device names) is escaped. Nothing depends
-// on the clock: dates come from the records.
+// The charts are built in html_charts.cpp from the same view as the tables. Every text from the
+// records (model names, messages, device names) is escaped. Nothing depends on the clock: dates
+// come from the records.
 #include "gpubench/report/reporter.h"
 #include "gpubench/base/strings.h"
+#include "src/report/html_charts.h"
 #include "src/report/sections.h"
 #include "src/report/svg.h"
-
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
@@ -28,20 +31,13 @@ namespace {
 
 using report::html_escape;
 
-// Measured runs in strong colours (one per run column, in order); every 2020 bar in one muted
-// grey, labelled with its GPU, so the eye finds this run's bars first.
-const std::vector<std::string>& strong_colors() {
-  static const std::vector<std::string> colors = {"#c0392b", "#1f5fbf", "#1e8449",
-                                                  "#d35400", "#7d3c98", "#117a8b"};
-  return colors;
-}
-constexpr const char* kMutedColor = "#b3bac2";
-
 const char* kStyle =
     R"(body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #1d2329; margin: 24px auto; max-width: 1320px; padding: 0 16px; overflow-wrap: break-word; }
 h1 { font-size: 24px; margin: 0 0 4px; }
 h2 { font-size: 18px; margin: 32px 0 8px; border-bottom: 1px solid #d9dee3; padding-bottom: 4px; }
+h3 { font-size: 15px; margin: 20px 0 6px; }
 p.lede { color: #56616c; margin-top: 0; }
+p.note { color: #56616c; font-size: 13px; }
 nav a { margin-right: 12px; }
 .scroll { overflow-x: auto; }
 table { border-collapse: collapse; font-size: 13px; }
@@ -185,24 +181,35 @@ class HtmlReporter final : public Reporter {
     std::optional<report::Section> summary = report::summary_section(view, reference);
     std::optional<report::Section> max_batch = report::max_batch_section(view, reference);
     const std::vector<report::Section> tiers = report::memory_tier_sections(view, reference);
-    nav(summary.has_value(), max_batch.has_value(), tiers);
+    std::optional<report::Section> scaling = report::scaling_section(view);
+    nav(summary.has_value(), max_batch.has_value(), tiers, scaling.has_value());
 
     environment_section(view.jobs);
-    throughput_charts(c, reference);
+    throughput_charts(view, reference);
     if (summary) {
       out_ << "<h2 id=\"summary\">" << html_escape(summary->title) << "</h2>\n";
-      summary_chart(view, reference);
+      out_ << report::figure(report::summary_chart(view, reference), /*caption=*/false);
       table(*summary);
     }
     section(report::normalized_section(view, reference));
+    precision_gain(view);
     if (auto s = report::precision_section(view, reference)) section(*s);
     if (auto s = report::cost_section(view, reference)) section(*s);
     if (max_batch) section(*max_batch);
-    for (const auto& s : tiers) section(s);
+    for (std::size_t i = 0; i < tiers.size(); ++i) {
+      heading(tiers[i]);
+      out_ << report::figure(report::memory_tier_chart(view, i, reference), /*caption=*/false);
+      table(tiers[i]);
+    }
     section(report::measured_section(view, /*with_message=*/true));
+    per_dollar_and_joule(view);
     if (auto s = report::energy_cost_section(view)) section(*s);
     if (auto s = report::recorded_section(view, reference)) section(*s);
-    if (auto s = report::scaling_section(view)) section(*s);
+    if (scaling) {
+      heading(*scaling);
+      if (auto chart = report::scaling_chart(view)) out_ << report::figure(*chart, /*caption=*/false);
+      table(*scaling);
+    }
     const std::vector<std::string> notes = report::report_notes(view);
     if (!notes.empty()) {
       out_ << "<h2 id=\"notes\">Notes</h2>\n";
@@ -214,13 +221,18 @@ class HtmlReporter final : public Reporter {
   }
 
  private:
-  void nav(bool summary, bool max_batch, const std::vector<report::Section>& tiers) {
+  void nav(bool summary, bool max_batch, const std::vector<report::Section>& tiers,
+           bool scaling) {
     out_ << "<nav><a href=\"#environment\">Environment</a><a href=\"#charts\">Charts</a>";
     if (summary) out_ << "<a href=\"#summary\">Geometric means</a>";
-    out_ << "<a href=\"#normalized\">Normalized</a>";
+    out_ << "<a href=\"#normalized\">Normalized</a>"
+         << "<a href=\"#precision-gain\">Precision gain</a>";
     if (max_batch) out_ << "<a href=\"#max-batch\">Max batch</a>";
     if (!tiers.empty()) out_ << "<a href=\"#" << tiers.front().id << "\">Memory tiers</a>";
-    out_ << "<a href=\"#measured\">Measured</a></nav>\n";
+    out_ << "<a href=\"#measured\">Measured</a>"
+         << "<a href=\"#per-dollar-joule\">Per $ and per J</a>";
+    if (scaling) out_ << "<a href=\"#scaling\">Scaling</a>";
+    out_ << "</nav>\n";
   }
 
   void environment_section(const std::vector<JobRecord>& jobs) {
@@ -240,98 +252,26 @@ class HtmlReporter final : public Reporter {
     table(s);
   }
 
-  // The scale. A 2026 GPU can be 40x an RTX 8000 while a 2020 card is 0.3x, so on one axis the
-  // 2020 bars are short. Options were a log axis, a broken axis, one chart per model, or a
-  // linear axis with the value printed at every bar. Linear it is, one axis per family panel:
-  // bar length stays proportional to speed (a log axis makes 40x look like 2x more than 20x),
-  // bars compare across the panel's models, and the printed values carry the small differences
-  // between the 2020 cards (which the tables below give exactly). Bars are at least 1 px wide,
-  // and a dashed line marks 1.0, the RTX 8000.
-  void throughput_charts(const Comparison& c, const ReferenceTable& reference) {
+  // One chart per workload, under a heading per family; html_charts.cpp says why each has its
+  // own linear axis from 0 with the values printed.
+  void throughput_charts(const report::ReportView& view, const ReferenceTable& reference) {
+    const Comparison& c = view.comparison;
     out_ << "<h2 id=\"charts\">Throughput normalized to the " << html_escape(reference.baseline().name)
          << "</h2>\n";
     legend(c, reference);
-    std::vector<std::string> families;
-    for (std::size_t r = 0; r < c.models.size(); ++r) {
-      if (c.reference[r] &&
-          std::find(families.begin(), families.end(), c.families[r]) == families.end()) {
-        families.push_back(c.families[r]);
-      }
-    }
     std::vector<std::string> uncharted;
     for (std::size_t r = 0; r < c.models.size(); ++r) {
       if (!c.reference[r]) uncharted.push_back(c.models[r]);
     }
+    const std::vector<report::FamilyCharts> families = report::workload_charts(view, reference);
     if (families.empty()) {
       out_ << "<p>No measured model has a 2020 row, so there is nothing to chart.</p>\n";
       return;
     }
-    // The 2020 table's family order (image, then language).
-    std::vector<std::string> ordered;
-    for (const auto& row : reference.rows()) {
-      if (std::find(families.begin(), families.end(), row.family) != families.end() &&
-          std::find(ordered.begin(), ordered.end(), row.family) == ordered.end()) {
-        ordered.push_back(row.family);
-      }
-    }
-    for (const auto& family : ordered) {
-      report::BarChart chart;
-      chart.id = "chart-" + family;
-      chart.marker = 1.0;
-      chart.axis_label = fmt::format("throughput / {}'s 2020 throughput (linear)",
-                                     reference.baseline().name);
-      std::vector<std::string> models;
-      for (std::size_t r = 0; r < c.models.size(); ++r) {
-        if (!c.reference[r] || c.families[r] != family) continue;
-        models.push_back(c.models[r]);
-        report::BarGroup group;
-        group.label = c.models[r] + " (2020: " + c.reference[r]->model + ")";
-        for (std::size_t k = 0; k < c.runs.size(); ++k) {
-          const RunCell& cell = c.cells[r][k];
-          if (!cell.present) continue;
-          report::Bar bar;
-          bar.label = c.runs[k].label;
-          bar.color = strong_colors()[k % strong_colors().size()];
-          if (cell.status == "ok" && cell.normalized) {
-            bar.value = *cell.normalized;
-            bar.text = format_significant(*cell.normalized);
-            bar.tooltip = fmt::format("{}, {}: {} x {} (batch {} {}, {} {})", c.models[r],
-                                      bar.label, bar.text, reference.baseline().name, cell.batch,
-                                      c.batch_units[r], format_significant(cell.throughput, 4),
-                                      c.units[r]);
-          } else {
-            bar.text = report::normalized_text(cell);
-          }
-          group.bars.push_back(bar);
-        }
-        for (std::size_t g = 0; g < reference.gpus().size(); ++g) {
-          const ReferenceRow& row = *c.reference[r];
-          report::Bar bar;
-          bar.label = reference.gpus()[g].name;
-          bar.muted = true;
-          bar.color = kMutedColor;
-          if (row.throughput[g] > 0) {
-            bar.value = reference.normalized(row, g);
-            bar.text = format_significant(*bar.value);
-            bar.tooltip = fmt::format("{}, {} (2020): {} x {} (batch {})", c.models[r],
-                                      bar.label, bar.text, reference.baseline().name,
-                                      format_number(row.max_batch[g]));
-          } else {
-            bar.text = "OOM";
-          }
-          group.bars.push_back(bar);
-        }
-        chart.groups.push_back(group);
-      }
-      chart.title = fmt::format("{} models: throughput normalized to the {}", capitalized(family),
-                                reference.baseline().name);
-      chart.description = fmt::format(
-          "Horizontal bars on a linear axis, one group per model ({}): each measured run, then "
-          "the eight 2020 GPUs, as throughput divided by the {}'s 2020 throughput on the same "
-          "model; the value is printed at the end of each bar.",
-          join(models, ", "), reference.baseline().name);
-      out_ << "<figure>\n<figcaption>" << html_escape(chart.title) << "</figcaption>\n"
-           << report::render_bar_chart(chart) << "</figure>\n";
+    for (const auto& family : families) {
+      out_ << "<h3 id=\"charts-" << report::id_slug(family.family) << "\">"
+           << html_escape(capitalized(family.family)) << " models</h3>\n";
+      for (const auto& chart : family.charts) out_ << report::figure(chart);
     }
     if (!uncharted.empty()) {
       out_ << "<p class=\"lede\">Not charted (no 2020 row, so no normalized score): "
@@ -342,70 +282,60 @@ class HtmlReporter final : public Reporter {
   void legend(const Comparison& c, const ReferenceTable& reference) {
     out_ << "<ul class=\"legend\">\n";
     for (std::size_t k = 0; k < c.runs.size(); ++k) {
-      out_ << "<li><span class=\"swatch\" style=\"background:"
-           << strong_colors()[k % strong_colors().size()] << "\"></span>"
-           << html_escape(shortened(c.runs[k].label, 200)) << " (measured)</li>\n";
+      out_ << "<li><span class=\"swatch\" style=\"background:" << report::run_color(k)
+           << "\"></span>" << html_escape(shortened(c.runs[k].label, 200)) << " (measured)</li>\n";
     }
-    out_ << "<li><span class=\"swatch\" style=\"background:" << kMutedColor
+    out_ << "<li><span class=\"swatch\" style=\"background:" << report::kMutedColor
          << "\"></span>Lambda 2020 GPUs (labelled bar by bar)</li>\n"
          << "<li><span class=\"swatch marker\"></span>1.0 = "
          << html_escape(reference.baseline().name) << "</li>\n</ul>\n";
   }
 
-  void summary_chart(const report::ReportView& view, const ReferenceTable& reference) {
-    const Comparison& c = view.comparison;
-    report::BarChart chart;
-    chart.id = "chart-summary";
-    chart.marker = 1.0;
-    chart.title = fmt::format("Geometric mean of normalized throughput per family ({} = 1.00)",
-                              reference.baseline().name);
-    chart.axis_label = fmt::format("geometric mean of throughput / {}'s 2020 throughput (linear)",
-                                   reference.baseline().name);
-    std::vector<std::string> groups;
-    for (const auto& s : view.summary) {
-      report::BarGroup group;
-      group.label = fmt::format("{}: {} of {} models", s.family, s.models.size(),
-                                s.models.size() + s.missing.size());
-      if (!s.missing.empty()) group.label += " (not " + join(s.missing, ", ") + ")";
-      groups.push_back(group.label);
-      for (std::size_t k = 0; k < s.runs.size(); ++k) {
-        if (!s.runs[k] || !s.runs[k]->value) continue;
-        report::Bar bar;
-        bar.label = c.runs[k].label;
-        bar.color = strong_colors()[k % strong_colors().size()];
-        bar.value = *s.runs[k]->value;
-        bar.text = format_significant(*bar.value);
-        bar.tooltip = fmt::format("{}, {}: geometric mean {} over {}", s.family, bar.label,
-                                  bar.text, join(s.runs[k]->counted, ", "));
-        group.bars.push_back(bar);
-      }
-      for (std::size_t g = 0; g < s.reference.size(); ++g) {
-        const GeoMean& mean = s.reference[g];
-        report::Bar bar;
-        bar.label = reference.gpus()[g].name;
-        bar.muted = true;
-        bar.color = kMutedColor;
-        bar.value = mean.value;
-        bar.text = mean.value ? format_significant(*mean.value) : "OOM";
-        if (mean.counted.size() < mean.of) {
-          bar.text += fmt::format(" ({} of {})", mean.counted.size(), mean.of);
-        }
-        bar.tooltip = fmt::format("{}, {} (2020): geometric mean {} over {}", s.family,
-                                  bar.label, bar.text,
-                                  mean.counted.empty() ? "no model" : join(mean.counted, ", "));
-        group.bars.push_back(bar);
-      }
-      chart.groups.push_back(group);
+  void precision_gain(const report::ReportView& view) {
+    if (auto chart = report::precision_gain_chart(view)) {
+      out_ << "<h2 id=\"precision-gain\">" << html_escape(chart->title) << "</h2>\n"
+           << report::figure(*chart, /*caption=*/false);
+      return;
     }
-    chart.description = fmt::format(
-        "Horizontal bars on a linear axis, one group per family summary ({}): the geometric "
-        "mean of each run's normalized throughput, then each 2020 GPU's over the same models.",
-        join(groups, "; "));
-    out_ << "<figure>\n" << report::render_bar_chart(chart) << "</figure>\n";
+    out_ << "<h2 id=\"precision-gain\">Precision gain per card</h2>\n";
+    note("No device has an fp32 run and a run at another precision (amp-bf16, tf32, ...) of the "
+         "same workload, so there is no precision gain to chart.");
+  }
+
+  void per_dollar_and_joule(const report::ReportView& view) {
+    const auto dollar = report::per_dollar_chart(view);
+    const auto joule = report::per_joule_chart(view);
+    out_ << "<h2 id=\"per-dollar-joule\">Throughput per dollar and per joule</h2>\n";
+    if (!dollar && !joule) {
+      note("No record has a price per hour or an energy reading, so there is no per-dollar or "
+           "per-joule chart (prices: run or report --price-per-hour; energy: NVML's counter on a "
+           "GPU).");
+      return;
+    }
+    if (dollar) {
+      out_ << report::figure(*dollar);
+    } else {
+      note("No record has a price per hour, so there is no per-dollar chart (give one with run or "
+           "report --price-per-hour, as in H100=2.49).");
+    }
+    if (joule) {
+      out_ << report::figure(*joule);
+    } else {
+      note("No record has an energy reading (NVML's counter on a GPU), so there is no per-joule "
+           "chart.");
+    }
+  }
+
+  void note(const std::string& text) {
+    out_ << "<p class=\"note\">" << html_escape(text) << "</p>\n";
+  }
+
+  void heading(const report::Section& s) {
+    out_ << "<h2 id=\"" << html_escape(s.id) << "\">" << html_escape(s.title) << "</h2>\n";
   }
 
   void section(const report::Section& s) {
-    out_ << "<h2 id=\"" << html_escape(s.id) << "\">" << html_escape(s.title) << "</h2>\n";
+    heading(s);
     table(s);
   }
 

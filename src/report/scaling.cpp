@@ -50,10 +50,7 @@ std::optional<double> scaling_efficiency(const JobRecord& job, const std::vector
   return std::nullopt;
 }
 
-std::optional<Section> scaling_section(const ReportView& view) {
-  const bool any = std::any_of(view.jobs.begin(), view.jobs.end(),
-                               [](const JobRecord& j) { return !j.data_parallel.empty(); });
-  if (!any) return std::nullopt;
+std::vector<const JobRecord*> scaling_rows(const ReportView& view) {
   // Rows: the data-parallel jobs and the one-device jobs of the same workload beside them.
   using Key = std::tuple<std::string, std::string, std::string>;  // model, precision, device
   std::map<Key, bool> with_ranks;
@@ -68,6 +65,14 @@ std::optional<Section> scaling_section(const ReportView& view) {
     return std::make_tuple(a->model, a->precision, a->device.name, world_size_of(*a)) <
            std::make_tuple(b->model, b->precision, b->device.name, world_size_of(*b));
   });
+  return rows;
+}
+
+std::optional<Section> scaling_section(const ReportView& view) {
+  const bool any = std::any_of(view.jobs.begin(), view.jobs.end(),
+                               [](const JobRecord& j) { return !j.data_parallel.empty(); });
+  if (!any) return std::nullopt;
+  const std::vector<const JobRecord*> rows = scaling_rows(view);
   Section s;
   s.id = "scaling";
   s.title = "Data-parallel scaling (weak: every rank at the per-rank batch, throughput summed)";

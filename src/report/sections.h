@@ -55,6 +55,10 @@ Section measured_section(const ReportView& view, bool with_message);
 /// Data-parallel scaling (issue 15, src/report/scaling.cpp): one row per world size of each
 /// job that ran on several ranks, beside its one-device run; none without data-parallel jobs.
 std::optional<Section> scaling_section(const ReportView& view);
+/// The scaling table's jobs, in its row order: each timed job of a workload, precision and device
+/// that has a data-parallel job, sorted by model, precision, device and world size; empty
+/// without data-parallel jobs.
+std::vector<const JobRecord*> scaling_rows(const ReportView& view);
 /// A record's world size: data_parallel.world_size, else 1.
 int world_size_of(const JobRecord& job);
 /// throughput / (ranks x the one-device throughput of the same job in `jobs`), when known.

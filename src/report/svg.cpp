@@ -69,7 +69,7 @@ double nice_step(double max, int ticks) {
 }
 
 std::string render_bar_chart(const BarChart& chart) {
-  double max = chart.marker.value_or(0);
+  double max = std::max(chart.marker.value_or(0), chart.min_axis_max);
   std::size_t rows = 0;
   for (const auto& group : chart.groups) {
     rows += group.bars.size();

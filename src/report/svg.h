@@ -35,6 +35,7 @@ struct BarChart {
   std::string description;  ///< the SVG's <desc>: what it shows, in words
   std::string axis_label;   ///< under the axis
   std::optional<double> marker;  ///< a dashed line at this value (1.0: the baseline)
+  double min_axis_max = 0;  ///< the axis reaches at least this (room for long value texts)
   std::vector<BarGroup> groups;
 };
 

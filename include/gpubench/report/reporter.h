@@ -56,6 +56,8 @@ struct RunCell {
   bool modified = false;
   std::optional<double> usd_per_million_units;  ///< with a price per hour (JobRecord::cost)
   std::optional<double> units_per_usd;
+  /// Throughput units per joule: 1 / joules_per_unit, with an energy reading (NVML's counter).
+  std::optional<double> units_per_joule;
 };
 
 /// Models x (measured runs + 2020 GPUs).
