@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace gpubench {
 namespace {
 
@@ -247,6 +249,8 @@ Json other_value(const settings::Setting& setting, const Json& current) {
       return static_cast<int64_t>(current == Json(setting.min) ? setting.min + 1 : setting.min);
     case settings::Type::kNumber:
     case settings::Type::kOptionalNumber:
+      // An unset optional number (the price) may have an exclusive minimum: one above it.
+      if (current.is_null()) return setting.min + 1;
       return current == Json(setting.min) ? setting.min + 1 : setting.min;
   }
   return nullptr;
@@ -287,7 +291,7 @@ TEST(ConfigTest, EveryRunSettingFlagBecomesItsConfigKey) {
     const Json current = s->timing() ? defaults["timing"][key] : defaults[key];
     Json value = other_value(*s, current);
     // --noise 0 is no percentage the flag takes; its value is in percent.
-    if (s->flag.min_exclusive) value = s->flag.max / s->flag.scale;
+    if (s->flag.min_exclusive && std::isfinite(s->flag.max)) value = s->flag.max / s->flag.scale;
     const Json flag_value =
         value.is_number_float() ? Json(value.get<double>() * s->flag.scale) : value;
     const Json overlay = settings::flag_overlay({{std::string(s->flag.name), flag_value}});

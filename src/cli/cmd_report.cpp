@@ -2,14 +2,18 @@
 // and prices per hour given, and against gpubench's recorded numbers for the cards measured.
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
+#include "gpubench/base/terminal.h"
 #include "gpubench/records/result.h"
 #include "gpubench/report/reporter.h"
 #include "src/cli/internal.h"
 
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <ostream>
 #include <sstream>
+#include <string>
 
 namespace gpubench::cli {
 
@@ -43,8 +47,7 @@ void setup_report(CLI::App& app, ReportOptions& o) {
       "Examples:\n"
       "  gpubench report bert.json                      the tables beside the 2020 GPUs\n"
       "  gpubench report one.json all.jsonl --format html -o report.html\n"
-      "  gpubench report bert.json --price H200=30000   with performance per dollar\n"
-      "  gpubench report h100.json --price-per-hour H100=2.49   with $ per million units\n"
+      "  gpubench report h100.json --price-per-hour H100=2.49   $ per million units\n"
       "  gpubench report bert.json --wide | less -S     every column, scrolled sideways");
 }
 
@@ -60,7 +63,17 @@ int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
   if (!o.output.empty()) check_writable(o.output, "--output");
   const ConfigStore store = builtin_store();
   ResultFiles files = read_result_files(o.files);
-  for (const auto& note : files.notes) err << "gpubench: " << terminal_text(note) << '\n';
+  // On a terminal the notes wrap to its width, as the tables do (a path can make one long).
+  const std::size_t note_columns =
+      progress_on_terminal(err) ? terminal_columns(STDERR_FILENO) : 0;
+  for (const auto& note : files.notes) {
+    const std::string line = "gpubench: " + terminal_text(note);
+    if (note_columns == 0) {
+      err << line << '\n';
+      continue;
+    }
+    for (const auto& part : wrap_words(line, note_columns, 2)) err << part << '\n';
+  }
   ReferenceTable reference = store.reference();
   apply_prices(reference, prices, files.jobs);  // a GPU no record ran on fails here
   apply_hourly_prices(files.jobs, hourly);      // and here

@@ -370,17 +370,40 @@ struct DataParallelLauncher::Impl {
       return store->check(failed_key) ? store->get(failed_key) : std::string();
     });
     if (!p.healthy() && !p.stopped_by_us) {
-      // Say so to the other ranks (the first to fail names the cause).
-      std::string cause = p.record && !p.record->ok()
-                              ? fmt::format("{} {}: {}", p.describe(), p.record->status,
-                                            p.record->message)
-                              : fmt::format("{} worker {}", p.describe(),
-                                            ProcessResult{p.exit_code, p.signal}.describe());
-      if (watch.timed_out) cause = fmt::format("{} timed out after {:.0f} s", p.describe(),
-                                               watch.seconds);
-      store->set(failed_key, cause);
+      std::string own = p.record && !p.record->ok()
+                            ? fmt::format("{} {}: {}", p.describe(), p.record->status,
+                                          p.record->message)
+                            : fmt::format("{} worker {}", p.describe(),
+                                          ProcessResult{p.exit_code, p.signal}.describe());
+      if (watch.timed_out) {
+        own = fmt::format("{} timed out after {:.0f} s", p.describe(), watch.seconds);
+      }
+      // A rank whose peer died often fails on its own first (Gloo: "Connection closed by
+      // peer"), before the dead rank's launcher has said why: wait a little for that cause, so
+      // that every journal names the rank that failed first rather than its echo.
+      if (const std::string first = reported_failure(failed_key, 5.0); !first.empty()) {
+        JobRecord record;
+        record.model = spec.model;
+        record.status = "failed";
+        record.message = fmt::format("data-parallel timed run: {}; then on this host: {}",
+                                     first, own);
+        return record;
+      }
+      store->set(failed_key, own);  // the first to fail: the others stop on it
     }
     return ranks_record(ranks, watch, spec);
+  }
+
+  /// Another rank's failure under `key`, waiting up to `wait_s` for one; "" when none came.
+  std::string reported_failure(const std::string& key, double wait_s) {
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(wait_s));
+    while (true) {
+      if (store->check(key)) return store->get(key);
+      if (std::chrono::steady_clock::now() >= until) return {};
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
   }
 };
 
