@@ -2,6 +2,7 @@
 // error path with its message (file, key, bad value, fix).
 #include "gpubench/config/config.h"
 
+#include "gpubench/base/env.h"
 #include "gpubench/base/errors.h"
 #include "gpubench/config/settings.h"
 #include "gpubench/device/device.h"
@@ -233,6 +234,20 @@ TEST(ConfigTest, TheAllocatorOptionKeepsTheUsersOtherOptionsAndOverridesOnlyItsO
             "garbage_collection_threshold:0.6,expandable_segments:False");
   EXPECT_EQ(allocator_options_with("expandable_segments:False,,", true),
             "expandable_segments:True");
+}
+
+// The one reader of the allocator's option list: what the worker keeps of the user's options and
+// what the record's modified mark looks at are the same pairs.
+TEST(ConfigTest, AllocatorOptionsAreReadOnceTrimmedAndFilteredByTheirKey) {
+  EXPECT_EQ(env::allocator_options_without(" a:1 , expandable_segments:True,,b:2 ",
+                                           "expandable_segments"),
+            (std::vector<std::string>{"a:1", "b:2"}));
+  EXPECT_TRUE(env::allocator_options_without("expandable_segments:False", "expandable_segments")
+                  .empty());
+  EXPECT_TRUE(env::allocator_options_without(" , ,", "expandable_segments").empty());
+  // A key that only begins like it is another option.
+  EXPECT_EQ(env::allocator_options_without("expandable_segments_x:1", "expandable_segments"),
+            (std::vector<std::string>{"expandable_segments_x:1"}));
 }
 
 /// A valid value of `setting` other than `current`: the smallest in range, else one above it.

@@ -118,24 +118,6 @@ const PlatformVariable* platform_variable(const std::string& name) {
   return nullptr;
 }
 
-/// `options` without its expandable_segments entry: what the user set beyond gpubench's own.
-std::string without_expandable_segments(const std::string& options) {
-  std::string kept;
-  std::size_t start = 0;
-  while (start <= options.size()) {
-    std::size_t end = options.find(',', start);
-    if (end == std::string::npos) end = options.size();
-    std::string pair = options.substr(start, end - start);
-    const auto first = pair.find_first_not_of(" \t");
-    pair = first == std::string::npos ? "" : pair.substr(first);
-    if (!pair.empty() && pair.compare(0, 19, "expandable_segments") != 0) {
-      kept += kept.empty() ? pair : "," + pair;
-    }
-    start = end + 1;
-  }
-  return kept;
-}
-
 }  // namespace
 
 Json select_variables(const char* const* entries) {
@@ -169,12 +151,32 @@ std::vector<std::string> modifying_variables(const Json& variables) {
     if (const PlatformVariable* v = platform_variable(name); v && v->changes_computation) {
       modifies = true;
       if (name == "PYTORCH_CUDA_ALLOC_CONF" || name == "PYTORCH_ALLOC_CONF") {
-        modifies = value.is_string() && !without_expandable_segments(value.get<std::string>()).empty();
+        modifies = value.is_string() &&
+                   !allocator_options_without(value.get<std::string>(), "expandable_segments")
+                        .empty();
       }
     }
     if (modifies) names.push_back(name);
   }
   return names;
+}
+
+std::vector<std::string> allocator_options_without(const std::string& conf,
+                                                   const std::string& key) {
+  std::vector<std::string> kept;
+  std::size_t start = 0;
+  while (start <= conf.size()) {
+    std::size_t end = conf.find(',', start);
+    if (end == std::string::npos) end = conf.size();
+    const std::string pair = conf.substr(start, end - start);
+    const auto first = pair.find_first_not_of(" \t");
+    if (first != std::string::npos) {
+      const std::string trimmed = pair.substr(first, pair.find_last_not_of(" \t") - first + 1);
+      if (trimmed.substr(0, trimmed.find(':')) != key) kept.push_back(trimmed);
+    }
+    start = end + 1;
+  }
+  return kept;
 }
 
 }  // namespace gpubench::env

@@ -314,19 +314,7 @@ Json cudnn_algorithm_choice_json() {
 }
 
 std::string allocator_options_with(const std::string& options, bool expandable_segments) {
-  std::vector<std::string> kept;
-  std::size_t start = 0;
-  while (start <= options.size()) {
-    std::size_t end = options.find(',', start);
-    if (end == std::string::npos) end = options.size();
-    const std::string pair = options.substr(start, end - start);
-    const auto first = pair.find_first_not_of(" \t");
-    if (first != std::string::npos) {
-      const std::string trimmed = pair.substr(first, pair.find_last_not_of(" \t") - first + 1);
-      if (trimmed.substr(0, trimmed.find(':')) != "expandable_segments") kept.push_back(trimmed);
-    }
-    start = end + 1;
-  }
+  std::vector<std::string> kept = env::allocator_options_without(options, "expandable_segments");
   kept.push_back(expandable_segments ? "expandable_segments:True" : "expandable_segments:False");
   return join(kept, ",");
 }

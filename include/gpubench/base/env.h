@@ -85,4 +85,11 @@ Json select_variables(const char* const* entries);
 /// run.expandable_segments and records in the job's runtime, is taken out of it.
 std::vector<std::string> modifying_variables(const Json& variables);
 
+/// The options of a caching-allocator configuration (PYTORCH_CUDA_ALLOC_CONF's "key:value" pairs
+/// separated by commas), each trimmed, in order, without empty ones and without those whose key
+/// is `key`. The one reading of that format: the records' modified mark and the worker's own
+/// expandable_segments option (device.h's allocator_options_with) both use it.
+std::vector<std::string> allocator_options_without(const std::string& conf,
+                                                   const std::string& key);
+
 }  // namespace gpubench::env
