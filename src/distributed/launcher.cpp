@@ -212,23 +212,29 @@ Json asked_of_rank(const JobSpec& spec) {
           {"config", config}};
 }
 
-/// The first place where `a` and `b` differ, as "path: a vs b" ("" when they are equal).
-std::string first_difference(const Json& a, const Json& b, const std::string& path) {
-  if (a == b) return {};
+/// Where two ranks' jobs first differ: the field's path and each side's value ("not set" for
+/// none).
+struct Difference {
+  std::string path, a, b;
+};
+
+/// The first place where `a` and `b` differ; none when they are equal.
+std::optional<Difference> first_difference(const Json& a, const Json& b,
+                                           const std::string& path) {
+  if (a == b) return std::nullopt;
   if (a.is_object() && b.is_object()) {
     for (const auto& [key, value] : a.items()) {
       const std::string at = path.empty() ? key : path + "." + key;
-      if (!b.contains(key)) return fmt::format("{}: {} vs not set", at, value.dump());
-      if (std::string d = first_difference(value, b.at(key), at); !d.empty()) return d;
+      if (!b.contains(key)) return Difference{at, value.dump(), "not set"};
+      if (auto d = first_difference(value, b.at(key), at)) return d;
     }
     for (const auto& [key, value] : b.items()) {
       if (!a.contains(key)) {
-        return fmt::format("{}: not set vs {}", path.empty() ? key : path + "." + key,
-                           value.dump());
+        return Difference{path.empty() ? key : path + "." + key, "not set", value.dump()};
       }
     }
   }
-  return fmt::format("{}: {} vs {}", path, a.dump(), b.dump());
+  return Difference{path, a.dump(), b.dump()};
 }
 
 }  // namespace
@@ -240,7 +246,7 @@ struct DataParallelLauncher::Impl {
   /// Every rank writes what it was asked under this call's key and reads every other rank's
   /// (waiting at most the rendezvous timeout: RendezvousError for a rank that never comes).
   /// "" when all match rank 0's, else the first difference, naming the rank ("rank 1 was given
-  /// model: \"mt-dnn\" vs rank 0's \"bert-base\"").
+  /// batch 3, rank 0 2").
   std::string ranks_disagree(const JobSpec& spec) {
     const EnvironmentRank& env = *plan.environment;
     const std::string prefix = fmt::format("agree-{}/rank-", ++agreements);
@@ -252,13 +258,8 @@ struct DataParallelLauncher::Impl {
     const Json first = Json::parse(store->get(keys.front()));
     for (int r = 1; r < env.world_size; ++r) {
       const Json theirs = Json::parse(store->get(keys[static_cast<std::size_t>(r)]));
-      if (std::string d = first_difference(theirs, first, ""); !d.empty()) {
-        const std::size_t colon = d.find(": ");
-        const std::string field = d.substr(0, colon);
-        std::string values = d.substr(colon + 2);
-        const std::size_t vs = values.find(" vs ");
-        return fmt::format("rank {} was given {} {}, rank 0 {}", r, field,
-                           values.substr(0, vs), values.substr(vs + 4));
+      if (const auto d = first_difference(theirs, first, "")) {
+        return fmt::format("rank {} was given {} {}, rank 0 {}", r, d->path, d->a, d->b);
       }
     }
     return {};
