@@ -377,4 +377,45 @@ Json compute_summary(double throughput, std::optional<double> flops_per_unit,
   return out;
 }
 
+FlopsPerUnit FlopsPerUnit::of_window(std::optional<double> flops, double units, int64_t steps) {
+  FlopsPerUnit f;
+  if (!flops || !(*flops > 0) || !(units > 0) || steps <= 0) return f;
+  f.value = *flops / units;
+  f.source = "step shapes";
+  f.per_step = *flops / static_cast<double>(steps);
+  return f;
+}
+
+FlopsPerUnit FlopsPerUnit::from_compute(const Json& compute) {
+  FlopsPerUnit f;
+  if (!compute.is_object()) return f;
+  if (compute.contains("flops_per_unit") && compute["flops_per_unit"].is_number()) {
+    f.value = compute["flops_per_unit"].get<double>();
+  }
+  f.source = compute.value("flops_source", std::string());
+  if (compute.contains("flops_per_step") && compute["flops_per_step"].is_number()) {
+    f.per_step = compute["flops_per_step"].get<double>();
+  }
+  return f;
+}
+
+FlopsPerUnit FlopsPerUnit::or_config(std::optional<double> config_flops_per_unit,
+                                     bool modified) const {
+  if (value && *value > 0) return *this;
+  FlopsPerUnit f;
+  if (!modified && config_flops_per_unit && *config_flops_per_unit > 0) {
+    f.value = config_flops_per_unit;
+    f.source = "config";
+  }
+  return f;
+}
+
+Json FlopsPerUnit::to_json() const {
+  Json out = Json::object();
+  if (value) out["flops_per_unit"] = *value;
+  if (!source.empty()) out["flops_source"] = source;
+  if (per_step) out["flops_per_step"] = *per_step;
+  return out;
+}
+
 }  // namespace gpubench

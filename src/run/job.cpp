@@ -375,11 +375,8 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
       if (c.contains("peak_tflops")) peak.tflops = c["peak_tflops"].get<double>();
       peak.source = c.value("peak_source", std::string());
       peak.measured_by = c.value("peak_measured_by", std::string());
-      record.compute = compute_with_peak(
-          record.throughput,
-          c.contains("flops_per_unit") ? std::optional<double>(c["flops_per_unit"].get<double>())
-                                       : std::nullopt,
-          c.value("peak_kind", std::string()), peak);
+      record.compute = compute_with_peak(record.throughput, FlopsPerUnit::from_compute(c),
+                                         c.value("peak_kind", std::string()), peak);
     }
   }
   if (!search_warning.empty() && record.ok() && record.message.empty()) {

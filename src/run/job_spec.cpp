@@ -52,6 +52,16 @@ Json compute_with_peak(double throughput, std::optional<double> flops_per_unit,
   return out;
 }
 
+Json compute_with_peak(double throughput, const FlopsPerUnit& flops, const std::string& kind,
+                       const PeakChoice& peak) {
+  Json out = compute_with_peak(throughput, flops.value, kind, peak);
+  if (out.contains("flops_per_unit")) {
+    if (!flops.source.empty()) out["flops_source"] = flops.source;
+    if (flops.per_step) out["flops_per_step"] = *flops.per_step;
+  }
+  return out;
+}
+
 std::optional<MatmulPeak> measured_matmul_peak(const JobRecord& record, const std::string& device) {
   const Json& c = record.compute;
   if (!c.is_object() || c.value("peak_source", std::string()) != "measured" ||

@@ -284,6 +284,8 @@ void mark_diverged(JobRecord& record, const std::string& problem) {
 /// What the timed window measured.
 struct Window {
   double units = 0;  ///< the units the steps trained
+  /// Their training FLOPs (TrainStep::step_flops() summed); none once a step had none.
+  std::optional<double> flops = 0.0;
   int steps = 0;
   std::vector<double> times;  ///< each step's device time [ms]
   std::optional<double> noise;
@@ -339,6 +341,8 @@ Window time_window(JobRecord& record, TrainStep& step, StepClock& clock, const S
   while (true) {
     w.units += step.run();
     clock.mark();
+    const std::optional<double> step_flops = step.step_flops();  // host arithmetic, no sync
+    w.flops = w.flops && step_flops ? std::optional<double>(*w.flops + *step_flops) : std::nullopt;
     ++w.steps;
     if (w.steps >= kMaxSteps) {
       w.times = clock.intervals_ms();
@@ -379,6 +383,9 @@ void record_window(JobRecord& record, const Window& w, const torch::Device& devi
   record.timing.noise = w.noise;
   record.timing.stop = w.stop;
   record.units_per_step = w.units / w.steps;
+  // The FLOPs the window's steps ran, per unit: batch_phase (worker.cpp) turns them into the
+  // record's compute.
+  record.compute = FlopsPerUnit::of_window(w.flops, w.units, w.steps).to_json();
   record.throughput = w.seconds > 0 ? w.units / w.seconds : 0;
   const MemoryStats stats = memory_stats(device);
   record.peak_memory_bytes = std::max(warm_stats.reserved_peak, stats.reserved_peak);

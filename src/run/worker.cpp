@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 namespace gpubench {
 
@@ -368,6 +369,11 @@ void batch_phase(JobRecord& record, const JobSpec& spec, const ModelConfig& conf
     time_phase(record, arch, ctx, run, &rank->agreement());
     rank->finish(record);
   }
+  // The timed window's FLOPs per unit, from the shapes its steps ran (time_phase), where the
+  // step derives them; else the config's constant for a model as shipped.
+  const Json window_flops = std::exchange(record.compute, Json::object());
+  const FlopsPerUnit flops =
+      FlopsPerUnit::from_compute(window_flops).or_config(config.flops_per_unit, config.modified);
   if (!record.ok()) return;
   // The step is gone: the device's matmul peak at this precision, for the utilisation;
   // measured once per suite, by its first timed run on this device at this kind.
@@ -381,7 +387,7 @@ void batch_phase(JobRecord& record, const JobSpec& spec, const ModelConfig& conf
   // (the mean over the ranks against one GPU's peak), and the total beside it.
   const int world_size = spec.distributed.is_null() ? 1 : spec.distributed.value("world_size", 1);
   record.compute =
-      compute_with_peak(record.throughput / world_size, config.flops_per_unit, kind, peak);
+      compute_with_peak(record.throughput / world_size, flops, kind, peak);
   if (world_size > 1 && record.compute.contains("tflops")) {
     record.compute["tflops_total"] = record.compute["tflops"].get<double>() * world_size;
   }

@@ -149,4 +149,28 @@ std::string window_stop(const std::optional<double>& noise, int cycles, double e
 Json compute_summary(double throughput, std::optional<double> flops_per_unit,
                      const std::string& peak_kind, std::optional<double> peak_tflops);
 
+/// A record's training FLOPs per unit and how they were derived (its compute.flops_source):
+/// - "step shapes": each timed step's own analytic count from the shapes it ran
+///   (TrainStep::step_flops()), summed over the window and divided by the units it trained, so
+///   they follow the batch actually run (its lengths, tokens, RoIs);
+/// - "config": the workload's flops_per_unit constant (docs/workloads/), taken only for a model
+///   as shipped: a step without a formula of its own;
+/// - none: a model changed by a config whose step has no formula (never the shipped constant).
+struct FlopsPerUnit {
+  std::optional<double> value;     ///< FLOPs per unit; none: not derived
+  std::string source;              ///< "step shapes" | "config" | "" (none)
+  std::optional<double> per_step;  ///< "step shapes": the window's mean FLOPs per step
+
+  /// The window's: `flops`, the sum of its `steps` steps' step_flops() (none when a step had
+  /// none), over the `units` they trained.
+  static FlopsPerUnit of_window(std::optional<double> flops, double units, int64_t steps);
+  /// What a record's compute object says (flops_per_unit, flops_source, flops_per_step).
+  static FlopsPerUnit from_compute(const Json& compute);
+  /// These where derived, else `config_flops_per_unit` ("config") when the model is as shipped
+  /// (`modified` false), else none.
+  FlopsPerUnit or_config(std::optional<double> config_flops_per_unit, bool modified) const;
+  /// {flops_per_unit, flops_source, flops_per_step}, each where known.
+  Json to_json() const;
+};
+
 }  // namespace gpubench

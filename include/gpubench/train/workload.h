@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,21 @@ class TrainStep {
 
   /// Facts about the synthetic batch for the record ({"sentences": 528, ...}).
   virtual Json batch_info() const { return Json::object(); }
+
+  /// The training FLOPs of the last run(), computed analytically from the shapes that step
+  /// actually ran (its sentence lengths and tokens, RoIs, image size) by the workload's own
+  /// formula (docs/workloads/<name>.md, "FLOPs"): matmul and convolution multiply-adds, 2 FLOPs
+  /// each, every input and weight gradient the backward computes at the cost of the forward.
+  /// The timed window sums it over its steps and divides by the units they trained, so the
+  /// record's FLOPs per unit follow the batch that ran. Host arithmetic only (never reads the
+  /// device). None where the workload has no formula (the record then takes the config's
+  /// constant for a model as shipped, and nothing for a changed one). Default: none
+  virtual std::optional<double> step_flops() const { return std::nullopt; }
+  /// The FLOPs the last run()'s kernels computed by the same formula, padding included: what
+  /// a count of its matrix products finds (tests/flop_counter.h, the workloads' FLOPs test).
+  /// Differs from step_flops() where the unit counts useful work only (translation: words
+  /// without padding). Default: step_flops()
+  virtual std::optional<double> computed_step_flops() const { return step_flops(); }
 
   /// Steps after which every distinct batch this step cycles through has run once, so cuDNN
   /// autotuning and allocator growth are over for all of them. The warm-up runs at least this
