@@ -149,6 +149,14 @@ torch::Tensor BertLayerImpl::forward(const torch::Tensor& x,
   return output_norm(h + dropout(ff));
 }
 
+double bert_encoder_macs(const BertOptions& o, int64_t sequences, int64_t length) {
+  const auto h = static_cast<double>(o.hidden_size());
+  const auto ff = static_cast<double>(o.intermediate_size());
+  const auto l = static_cast<double>(length);
+  return static_cast<double>(sequences) * static_cast<double>(o.layers()) *
+         (l * (4 * h * h + 2 * h * ff) + 2 * l * l * h);
+}
+
 BertModelImpl::BertModelImpl(const BertOptions& o) : options(o) {
   embeddings = register_module("embeddings", BertEmbeddings(o));
   layers = register_module("layers", torch::nn::ModuleList());
@@ -335,6 +343,28 @@ class BertPretrainingStep final : public train::RuntimeStep {
 
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
     return {{"model", model_->parameters()}};
+  }
+
+  // docs/workloads/bert-base.md, "FLOPs": the encoder, the masked-LM head (transform and the
+  // tied output layer) at the positions it reads, next sentence on the pooled output; the
+  // backward computes every one's input and weight gradients (the embeddings' output needs
+  // one), so each costs three forwards. A pooler without next sentence runs outside the loss's
+  // graph: forward only.
+  std::optional<double> step_flops() const override {
+    const BertOptions& o = model_->bert->options;
+    const int64_t sequences = batch_.input_ids.size(0), length = batch_.input_ids.size(1);
+    const auto h = static_cast<double>(o.hidden_size());
+    const double positions = all_logits_ ? static_cast<double>(sequences * length)
+                                         : static_cast<double>(batch_.masked_positions.numel());
+    double trained = bert_encoder_macs(o, sequences, length) +
+                     positions * (h * h + h * static_cast<double>(o.vocab_size()));
+    double forward_only = 0;
+    if (model_->next_sentence) {
+      trained += static_cast<double>(sequences) * (h * h + 2 * h);
+    } else if (o.pooler()) {
+      forward_only += static_cast<double>(sequences) * h * h;
+    }
+    return 2 * (3 * trained + forward_only);
   }
 
   Json batch_info() const override {

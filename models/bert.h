@@ -73,6 +73,12 @@ BertOptions bert_options(const Params& model);
 /// GELU in the configured form.
 torch::Tensor bert_gelu(const torch::Tensor& x, const std::string& form);
 
+/// Forward multiply-adds of the encoder's layers on `sequences` sequences of `length` positions
+/// each, padding included (it is computed): per layer and position the Q, K, V and output
+/// projections (4 h^2) and the feed-forward (2 h x intermediate), and per layer and sequence the
+/// attention's scores and context (2 L^2 h). Not the embeddings (look-ups) nor the pooler.
+double bert_encoder_macs(const BertOptions& options, int64_t sequences, int64_t length);
+
 /// Word + position + segment embeddings, LayerNorm, dropout.
 class BertEmbeddingsImpl : public torch::nn::Module {
  public:

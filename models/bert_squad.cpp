@@ -143,6 +143,19 @@ class BertSquadStep final : public train::RuntimeStep {
     return {{"model", model_->parameters()}};
   }
 
+  // docs/workloads/bert-finetune.md, "FLOPs": the encoder on every position of the padded
+  // window (padding is computed) and the span head, three forwards each (input and weight
+  // gradients); a pooler, where a config builds one, runs outside the loss's graph.
+  std::optional<double> step_flops() const override {
+    const BertOptions& o = model_->bert->options;
+    const int64_t sequences = batch_.input_ids.size(0), length = batch_.input_ids.size(1);
+    const auto h = static_cast<double>(o.hidden_size());
+    const double trained = bert_encoder_macs(o, sequences, length) +
+                           static_cast<double>(sequences * length) * h * 2;
+    const double forward_only = o.pooler() ? static_cast<double>(sequences) * h * h : 0.0;
+    return 2 * (3 * trained + forward_only);
+  }
+
   Json batch_info() const override {
     const int64_t total = batch_.input_ids.numel();
     return Json{

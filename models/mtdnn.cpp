@@ -226,6 +226,32 @@ torch::Tensor MtDnnImpl::forward(int64_t t, const torch::Tensor& input_ids,
   return task.head == "regression" ? out.squeeze(-1) : out;
 }
 
+BatchMacs mtdnn_batch_macs(const BertOptions& encoder, const GlueTask& task, int64_t san_turns,
+                           int64_t sequences, int64_t length, int64_t first_length) {
+  const auto b = static_cast<double>(sequences);
+  const auto h = static_cast<double>(encoder.hidden_size());
+  const auto l = static_cast<double>(length);
+  const auto classes = static_cast<double>(task.classes);
+  BatchMacs m;
+  m.trained = bert_encoder_macs(encoder, sequences, length);
+  const double pooler = b * h * h;  // computed for every task
+  if (task.head != "san") {
+    m.trained += pooler + b * h * classes;
+    return m;
+  }
+  // SAN: the initial state's linear self-attention over the first segment (query_wsum and its
+  // weighted sum), then per turn the bilinear attention Linear(h, h), the scores and summary
+  // over all `length` positions, the classifier on [x, h, |x - h|, x * h] and a GRU cell (input
+  // and hidden projections, 6 h^2). The last turn's GRU update and the pooler are not on the
+  // loss's graph: forward only.
+  const auto turns = static_cast<double>(san_turns);
+  const auto first = static_cast<double>(first_length);
+  m.trained += b * (2 * first * h + turns * (h * h + 2 * l * h + 4 * h * classes) +
+                    (turns - 1) * 6 * h * h);
+  m.forward_only = pooler + b * 6 * h * h;
+  return m;
+}
+
 // ---- Synthetic GLUE batches ----
 
 int64_t longest_example(const GlueTask& t, int64_t max_length) {
@@ -365,6 +391,7 @@ class MtDnnStep final : public train::RuntimeStep {
         updater_(runtime_.add("model", make_updater(*model_, ctx))) {
     const int64_t max_length = ctx.model.i64("max_seq_length");
     const int64_t vocab = ctx.model.i64("vocab_size");
+    san_turns_ = ctx.model.i64("san_turns");
     cycle_ = glue_cycle(tasks_, ctx.batch, max_length, ctx.model.i64("cycle_steps"),
                         ctx.model.str("task_order") == "proportional");
     // Each task's batches, padded to the cycle's lengths; batch j of a task has its own seed.
@@ -401,6 +428,7 @@ class MtDnnStep final : public train::RuntimeStep {
     const int64_t at = next_ < size ? next_ : opening_ + (next_ - opening_) % (size - opening_);
     const int64_t index = order_[static_cast<std::size_t>(at)];
     ++next_;
+    last_ = index;
     const GlueBatch& b = batches_[static_cast<std::size_t>(index)];
     return runtime_.run(index, [&] {
       updater_.zero_grad();
@@ -424,6 +452,18 @@ class MtDnnStep final : public train::RuntimeStep {
 
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
     return {{"model", model_->parameters()}};
+  }
+
+  // docs/workloads/mt-dnn.md, "FLOPs": the batch this step ran, at its padded length and its
+  // task's head (mtdnn_batch_macs); a step's FLOPs follow the lengths its batch drew.
+  std::optional<double> step_flops() const override {
+    if (last_ < 0) return std::nullopt;
+    const GlueBatch& b = batches_[static_cast<std::size_t>(last_)];
+    const BatchMacs macs =
+        mtdnn_batch_macs(model_->bert->options, tasks_[static_cast<std::size_t>(b.task)],
+                         san_turns_, b.input_ids.size(0), b.input_ids.size(1),
+                         b.hypothesis_mask.size(1));
+    return 2 * (3 * macs.trained + macs.forward_only);
   }
 
   // The draw order opens with the peak batch twice and every task once (see draw_order).
@@ -508,6 +548,8 @@ class MtDnnStep final : public train::RuntimeStep {
   std::vector<int64_t> order_;
   int64_t opening_ = 0;  // steps of order_ before its first cycle
   int64_t next_ = 0;
+  int64_t last_ = -1;  // the batch of the last run()
+  int64_t san_turns_ = 0;
   int64_t warmup_steps_ = 1;
   int64_t representative_steps_ = 1;
 };

@@ -104,6 +104,18 @@ struct GlueCycle {
 GlueCycle glue_cycle(const std::vector<GlueTask>& tasks, int64_t batch, int64_t max_length,
                      int64_t cycle_steps, bool proportional);
 
+/// Forward multiply-adds of one training step, split by whether the backward goes through them
+/// (each of those costs three forwards: input and weight gradients) or not.
+struct BatchMacs {
+  double trained = 0;       ///< on the loss's graph
+  double forward_only = 0;  ///< computed, but not on the loss's graph
+};
+/// One mt-dnn step on a batch of `sequences` examples of `task` padded to `length`, whose first
+/// segments pad to `first_length` (the SAN's hypothesis memory); `san_turns` for a SAN head.
+/// docs/workloads/mt-dnn.md, "FLOPs".
+BatchMacs mtdnn_batch_macs(const BertOptions& encoder, const GlueTask& task, int64_t san_turns,
+                           int64_t sequences, int64_t length, int64_t first_length);
+
 /// The shared encoder and one head per task.
 class MtDnnImpl : public torch::nn::Module {
  public:
