@@ -200,6 +200,10 @@ class TokenBatches {
   std::vector<int64_t> probe_batches() const;
   /// Makes batch `index` the one the next call of next() returns.
   void seek(int64_t index);
+  /// The lengths of batch `index`.
+  const BatchShape& shape(int64_t index) const {
+    return shapes_.at(static_cast<std::size_t>(index));
+  }
 
  private:
   std::vector<BatchShape> shapes_;

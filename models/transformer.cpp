@@ -286,6 +286,19 @@ ActivationModel transformer_activation_model(const FairseqTransformerOptions& o,
   return m;
 }
 
+double transformer_pair_macs(const FairseqTransformerOptions& o, int64_t src, int64_t tgt) {
+  const auto d = static_cast<double>(o.embed_dim());
+  const auto f = static_cast<double>(o.ffn_dim());
+  const auto s = static_cast<double>(src);
+  const auto t = static_cast<double>(tgt);
+  const double encoder = s * (4 * d * d + 2 * d * f) + 2 * s * s * d;
+  const double decoder =
+      t * (6 * d * d + 2 * d * f) + 2 * t * t * d + 2 * t * s * d + s * 2 * d * d;
+  return static_cast<double>(o.encoder_layers()) * encoder +
+         static_cast<double>(o.decoder_layers()) * decoder +
+         t * d * static_cast<double>(o.vocab_size());
+}
+
 namespace {
 
 /// The transformer training step: Adam with the inverse square root schedule over token-budget
@@ -307,7 +320,11 @@ std::unique_ptr<TrainStep> prepare_transformer_step(const StepContext& ctx) {
   auto updater = transformer_updater(*model, ctx.optimizer, ctx.precision, ctx.device);
   return std::make_unique<TranslationStep<FairseqTransformer>>(std::move(model), std::move(batches),
                                                                std::move(updater), ctx,
-                                                               ctx.model.f64("label_smoothing"));
+                                                               ctx.model.f64("label_smoothing"),
+                                                               [options](int64_t src, int64_t tgt) {
+                                                                 return transformer_pair_macs(
+                                                                     options, src, tgt);
+                                                               });
 }
 
 }  // namespace

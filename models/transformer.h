@@ -144,6 +144,14 @@ TORCH_MODULE(FairseqTransformer);
 ActivationModel transformer_activation_model(const FairseqTransformerOptions& options,
                                              Precision precision);
 
+/// Forward multiply-adds of one sentence pair of `src` and `tgt` tokens: per encoder layer and
+/// source token Q, K, V, output (4 d^2) and the feed-forward (2 d ffn), the scores and context
+/// (2 src^2 d); per decoder layer and target token the self-attention's four projections, the
+/// encoder attention's query and output (2 d^2), the feed-forward, and the scores and context
+/// of both attentions (2 tgt^2 d + 2 tgt src d), and per source token its keys and values
+/// (2 d^2); the tied output projection (d V per target token). docs/workloads/transformer-big.md
+double transformer_pair_macs(const FairseqTransformerOptions& options, int64_t src, int64_t tgt);
+
 Architecture fairseq_transformer_architecture();
 
 }  // namespace gpubench::models

@@ -14,21 +14,44 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace gpubench::models {
 
+/// Forward multiply-adds of one sentence pair of `src` source and `tgt` target tokens (EOS
+/// included), by the model's own formula.
+using PairMacs = std::function<double(int64_t src, int64_t tgt)>;
+
+/// The training FLOPs of one update on a token batch: every matrix product is on the loss's
+/// graph (the embeddings' output needs a gradient), so each costs three forwards. Useful work
+/// by default, each pair at its own lengths (no padding, as fairseq's wps counts words);
+/// `padded`: every pair at the batch's longest source and target, which the device computes.
+inline double token_batch_flops(const BatchShape& shape, const PairMacs& pair_macs,
+                                bool padded = false) {
+  double macs = 0;
+  if (padded) {
+    macs = static_cast<double>(shape.sentences()) * pair_macs(shape.src_max(), shape.tgt_max());
+  } else {
+    for (const SentencePair& p : shape.pairs) macs += pair_macs(p.src, p.tgt);
+  }
+  return 2 * 3 * macs;
+}
+
 /// One fairseq update on a token batch; returns the batch's ntokens (fairseq's wps unit).
 template <typename Model>
 class TranslationStep final : public train::RuntimeStep {
  public:
-  /// `model` is on the device already and `updater` holds its parameters.
+  /// `model` is on the device already and `updater` holds its parameters; `pair_macs` its
+  /// FLOPs formula (none: the step derives no FLOPs).
   TranslationStep(Model model, TokenBatches batches, train::Updater updater, const StepContext& ctx,
-                  double label_smoothing)
+                  double label_smoothing, PairMacs pair_macs = {})
       : RuntimeStep(ctx),
+        pair_macs_(std::move(pair_macs)),
         model_(std::move(model)),
         batches_(std::move(batches)),
         updater_(runtime_.add("model", std::move(updater))),
@@ -40,6 +63,7 @@ class TranslationStep final : public train::RuntimeStep {
   }
 
   double run() override {
+    last_batches_.clear();
     if (!probe_batches_.empty()) {
       // A search probe: every batch that may peak highest (TokenBatches::probe_batches()).
       const std::vector<int64_t> batches = std::exchange(probe_batches_, {});
@@ -68,6 +92,10 @@ class TranslationStep final : public train::RuntimeStep {
 
   Json batch_info() const override { return batches_.info(max_tokens_); }
 
+  // The batches the last run() trained, at their own lengths (token_batch_flops).
+  std::optional<double> step_flops() const override { return flops(false); }
+  std::optional<double> computed_step_flops() const override { return flops(true); }
+
   // Each step takes the next of the cycled batches, whose lengths differ: warm-up runs each
   // once (twice with CUDA graphs, which capture each batch on its second run), and the timed
   // window covers whole cycles.
@@ -76,9 +104,19 @@ class TranslationStep final : public train::RuntimeStep {
   int64_t representative_steps() const override { return batches_.size(); }
 
  private:
+  std::optional<double> flops(bool padded) const {
+    if (!pair_macs_ || last_batches_.empty()) return std::nullopt;
+    double total = 0;
+    for (const int64_t index : last_batches_) {
+      total += token_batch_flops(batches_.shape(index), pair_macs_, padded);
+    }
+    return total;
+  }
+
   /// One update on the next batch in turn.
   double run_next() {
     const int64_t index = next_;
+    last_batches_.push_back(index);
     next_ = (next_ + 1) % batches_.size();
     const TokenBatch& batch = batches_.next();
     return runtime_.run(index, [&] {
@@ -103,12 +141,14 @@ class TranslationStep final : public train::RuntimeStep {
     });
   }
 
+  PairMacs pair_macs_;
   Model model_;
   TokenBatches batches_;
   train::Updater& updater_;
   int64_t max_tokens_;
   double label_smoothing_;
   int64_t next_ = 0;  // the index of the batch batches_.next() returns
+  std::vector<int64_t> last_batches_;   // the batches the last run() trained
   std::vector<int64_t> probe_batches_;  // set by prepare_probe(), trained by the next run()
   int64_t warmup_steps_ = 1;
 };
