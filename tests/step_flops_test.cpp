@@ -1,0 +1,174 @@
+// Each workload's FLOPs per step (TrainStep::step_flops(), docs/workloads/*.md "FLOPs") follow
+// the batch that ran: checked on the CPU at reduced size and at two batches against an
+// independent count, the multiply-adds of every convolution and matrix product the step
+// executed (tests/flop_counter.h); and the record's FLOPs per unit come from them
+// (FlopsPerUnit, measure/timing.h), never from the shipped constant for a changed model.
+#include "gpubench/config/config.h"
+#include "gpubench/measure/timing.h"
+#include "gpubench/train/registry.h"
+
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "flop_counter.h"
+
+namespace gpubench {
+namespace {
+
+using testing::FlopCounter;
+
+/// One step as counted and as its formula says.
+struct CountedStep {
+  double counted = 0;   ///< the FlopCounter's FLOPs
+  double computed = 0;  ///< computed_step_flops(): padding included
+  double useful = 0;    ///< step_flops(): what the record sums
+  double units = 0;
+};
+
+/// `steps` steps of `workload` at its smoke size (with `model_patch` merged over it) and `batch`
+/// on the CPU, each counted.
+std::vector<CountedStep> count_steps(const std::string& workload, int64_t batch, int steps,
+                                     const Json& model_patch = Json::object()) {
+  const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  const ModelConfig& config = store.model(workload);
+  const Architecture& arch = builtin_registry().get(config.architecture);
+  Json model = config.smoke_model.json();
+  model.merge_patch(model_patch);
+  StepContext ctx;
+  ctx.config = &config;
+  ctx.model = Params(arch.model_schema, model, Where{"step_flops_test", ""});
+  ctx.optimizer = config.smoke_optimizer;
+  ctx.batch = batch;
+  ctx.device = torch::kCPU;
+  ctx.seed = 0;
+  torch::manual_seed(0);
+  auto step = arch.prepare(ctx);
+  EXPECT_FALSE(step->step_flops().has_value()) << workload << ": no step has run yet";
+  std::vector<CountedStep> out;
+  for (int s = 0; s < steps; ++s) {
+    FlopCounter counter;
+    CountedStep c;
+    c.units = step->run();
+    c.counted = counter.flops();
+    const auto computed = step->computed_step_flops();
+    const auto useful = step->step_flops();
+    EXPECT_TRUE(computed.has_value() && useful.has_value()) << workload << " step " << s;
+    c.computed = computed.value_or(0);
+    c.useful = useful.value_or(0);
+    out.push_back(c);
+  }
+  return out;
+}
+
+/// Every step's formula against its count: the formulas are exact (the tolerance is rounding).
+void expect_exact(const std::string& workload, const std::vector<CountedStep>& steps,
+                  int64_t batch) {
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    ASSERT_GT(steps[s].counted, 0) << workload;
+    EXPECT_NEAR(steps[s].computed, steps[s].counted, 1e-5 * steps[s].counted)
+        << workload << " batch " << batch << " step " << s;
+  }
+}
+
+double per_unit(const std::vector<CountedStep>& steps, std::size_t from = 0) {
+  double flops = 0, units = 0;
+  for (std::size_t s = from; s < steps.size(); ++s) {
+    flops += steps[s].useful;
+    units += steps[s].units;
+  }
+  return flops / units;
+}
+
+TEST(StepFlops, TheBertFamilyMatchesItsCountedOpsAtTwoBatches) {
+  for (const std::string workload : {"bert-base", "bert-base-mlm", "bert-finetune"}) {
+    const auto small = count_steps(workload, 2, 1);
+    const auto large = count_steps(workload, 5, 1);
+    expect_exact(workload, small, 2);
+    expect_exact(workload, large, 5);
+    // Fixed-length sequences: padding is computed work, and the count is linear in the batch.
+    EXPECT_DOUBLE_EQ(small[0].useful, small[0].computed) << workload;
+    EXPECT_NEAR(per_unit(large), per_unit(small), 1e-9 * per_unit(small)) << workload;
+  }
+}
+
+TEST(StepFlops, MtDnnMatchesItsCountedOpsAndPerExampleGrowsWithTheBatch) {
+  // The opening (the peak batch twice, each task's first batch): every task and head, SAN and
+  // linear and regression, at each batch's own padded length.
+  const int steps = 10;
+  const auto small = count_steps("mt-dnn", 3, steps);
+  const auto large = count_steps("mt-dnn", 12, steps);
+  expect_exact("mt-dnn", small, 3);
+  expect_exact("mt-dnn", large, 12);
+  // The tasks' batches pad to the longest of more draws at the larger batch (the peak batch of
+  // the first two steps pads to the longest example at any batch): more FLOPs per example, the
+  // effect one constant taken at one batch missed.
+  EXPECT_GT(per_unit(large, 2), 1.05 * per_unit(small, 2));
+}
+
+TEST(StepFlops, TransformerBigMatchesItsCountedOpsPaddedAndCountsWordsWithout) {
+  for (const int64_t tokens : {128, 320}) {
+    const auto steps = count_steps("transformer-big", tokens, 2);  // the smoke size's 2 batches
+    expect_exact("transformer-big", steps, tokens);
+    for (const auto& s : steps) {
+      // Useful work (each pair at its own lengths, as words/s counts) is at most the padded.
+      EXPECT_GT(s.useful, 0);
+      EXPECT_LE(s.useful, s.computed * (1 + 1e-12));
+    }
+  }
+}
+
+TEST(StepFlops, AModelChangedByAConfigGetsItsFlopsFromItsShapes) {
+  // A deeper, wider encoder than the smoke size: the formula follows the model built.
+  const Json patch = {{"layers", 3}, {"intermediate_size", 96}};
+  const auto changed = count_steps("bert-base", 2, 1, patch);
+  expect_exact("bert-base", changed, 2);
+  const auto smoke = count_steps("bert-base", 2, 1);
+  EXPECT_GT(changed[0].useful, smoke[0].useful);
+}
+
+TEST(StepFlops, TheRecordTakesTheWindowsFlopsElseTheConstantOfAShippedModelOnly) {
+  // The window's sum over its steps, per unit and per step.
+  const FlopsPerUnit window = FlopsPerUnit::of_window(6e12, 300, 4);
+  ASSERT_TRUE(window.value.has_value());
+  EXPECT_DOUBLE_EQ(*window.value, 2e10);
+  EXPECT_EQ(window.source, "step shapes");
+  EXPECT_DOUBLE_EQ(*window.per_step, 1.5e12);
+  // It wins over the config's constant, changed model or not.
+  EXPECT_DOUBLE_EQ(*window.or_config(1.16e11, false).value, 2e10);
+  EXPECT_EQ(window.or_config(1.16e11, true).source, "step shapes");
+  // A step without a formula: the constant for a model as shipped, none for a changed one.
+  const FlopsPerUnit none = FlopsPerUnit::of_window(std::nullopt, 300, 4);
+  EXPECT_FALSE(none.value.has_value());
+  const FlopsPerUnit shipped = none.or_config(1.16e11, false);
+  EXPECT_DOUBLE_EQ(*shipped.value, 1.16e11);
+  EXPECT_EQ(shipped.source, "config");
+  EXPECT_FALSE(shipped.per_step.has_value());
+  EXPECT_FALSE(none.or_config(1.16e11, true).value.has_value());
+  EXPECT_TRUE(none.or_config(1.16e11, true).to_json().empty());
+  // Through the record's compute object and back (the repeats recompute from it).
+  const Json json = window.to_json();
+  EXPECT_DOUBLE_EQ(json["flops_per_unit"].get<double>(), 2e10);
+  EXPECT_EQ(json["flops_source"], "step shapes");
+  const FlopsPerUnit back = FlopsPerUnit::from_compute(json);
+  EXPECT_DOUBLE_EQ(*back.value, 2e10);
+  EXPECT_EQ(back.source, "step shapes");
+  EXPECT_DOUBLE_EQ(*back.per_step, 1.5e12);
+}
+
+TEST(StepFlops, AChangedModelNeverTakesTheShippedConstant) {
+  // Every shipped workload states a constant (the documented figure, and the record's FLOPs
+  // for a step without a formula of its own), which a changed model never gets.
+  const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  for (const std::string& name : store.model_names()) {
+    const ModelConfig& config = store.model(name);
+    EXPECT_TRUE(config.flops_per_unit.has_value()) << name;
+    EXPECT_FALSE(FlopsPerUnit{}.or_config(config.flops_per_unit, true).value.has_value()) << name;
+  }
+}
+
+}  // namespace
+}  // namespace gpubench
