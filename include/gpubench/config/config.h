@@ -60,7 +60,9 @@ struct ModelConfig {
   std::optional<ModelReference> reference_2020;  ///< absent for peer twins
   int64_t cpu_batch = 2;                         ///< fixed batch on the CPU (no search). Default: 2
   /// Training FLOPs per throughput unit (forward + backward, analytic; derived in
-  /// docs/workloads/); none where not derived. Turns a throughput into TFLOP/s.
+  /// docs/workloads/ at one batch); none where not derived. A record takes it only where the
+  /// step derives no FLOPs of its own from the shapes it ran (TrainStep::step_flops) and the
+  /// model is as shipped (FlopsPerUnit, measure/timing.h).
   std::optional<double> flops_per_unit;
   SearchSettings search;
   Params model;             ///< architecture parameters (the `model:` section)
