@@ -273,6 +273,31 @@ torch::Tensor FConvModelImpl::forward(const torch::Tensor& src_tokens,
   return decoder(prev_output_tokens, encoder(src_tokens, src_padded));
 }
 
+double fconv_pair_macs(const FConvOptions& o, int64_t src, int64_t tgt) {
+  const auto s = static_cast<double>(src);
+  const auto t = static_cast<double>(tgt);
+  const auto e = static_cast<double>(o.embed_dim());
+  const auto& convs = o.convolutions();
+  double per_source = 0, per_target = 0, per_sentence = 0;
+  auto in = static_cast<double>(convs.front().channels);
+  per_source += e * in;  // fc1
+  per_target += e * in;
+  for (const ConvSpec& c : convs) {
+    const auto channels = static_cast<double>(c.channels);
+    const auto kernel = static_cast<double>(c.kernel);
+    const double projection = in != channels ? in * channels : 0.0;
+    const double conv = kernel * in * 2 * channels;  // per output step
+    per_source += projection + conv;
+    per_target += projection + 2 * channels * e + 2 * s * e;  // attention
+    per_sentence += (t + kernel - 1) * conv;  // the causal conv's output before the trim
+    in = channels;
+  }
+  per_source += in * e;  // encoder fc2
+  const auto out = static_cast<double>(o.out_embed_dim());
+  per_target += in * out + out * static_cast<double>(o.tgt_vocab());  // decoder fc2, fc3
+  return s * per_source + t * per_target + per_sentence;
+}
+
 // ---- The workload ----
 
 namespace {
@@ -366,9 +391,12 @@ std::unique_ptr<TrainStep> prepare_fconv_step(const StepContext& ctx) {
   std::vector<train::ParamGroup> groups{{model->parameters(), 0.0}};
   train::Updater updater(std::make_unique<train::Sgd>(std::move(groups), nag), ctx.precision,
                          ctx.device, ctx.optimizer.f64("clip_norm"), train::constant(nag.lr));
-  return std::make_unique<TranslationStep<FConvModel>>(std::move(model), std::move(batches),
-                                                       std::move(updater), ctx,
-                                                       ctx.model.f64("label_smoothing"));
+  return std::make_unique<TranslationStep<FConvModel>>(
+      std::move(model), std::move(batches), std::move(updater), ctx,
+      ctx.model.f64("label_smoothing"),
+      [options = fconv_options(ctx.model)](int64_t src, int64_t tgt) {
+        return fconv_pair_macs(options, src, tgt);
+      });
 }
 
 }  // namespace

@@ -152,6 +152,16 @@ class FConvModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(FConvModel);
 
+/// Forward multiply-adds of one sentence pair of `src` and `tgt` tokens, as the step computes
+/// them: per source token fc1 (embed x C_0), each layer's residual projection where the width
+/// changes and its convolution (kernel x in x 2 C), fc2 (C_last x embed); per target token fc1,
+/// the projections, each layer's attention (in and out projections, 2 C embed; scores and
+/// context over the source, 2 src embed), fc2 (C_last x out_embed) and fc3 (out_embed x V); and
+/// per sentence and decoder layer the causal convolution on tgt + kernel - 1 steps (it pads
+/// kernel - 1 on both sides and trims the tail after computing it).
+/// docs/workloads/conv-seq2seq.md, "FLOPs".
+double fconv_pair_macs(const FConvOptions& options, int64_t src, int64_t tgt);
+
 /// The registry entry: workload conv-seq2seq.
 Architecture fairseq_fconv_architecture();
 
