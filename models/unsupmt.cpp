@@ -184,6 +184,41 @@ ParamSchema unsupmt_optimizer_schema() {
   };
 }
 
+double xlm_encoder_macs(const XlmTransformerOptions& o, int64_t sentences, int64_t rows) {
+  const auto d = static_cast<double>(o.dim());
+  const auto f = static_cast<double>(o.ffn_dim());
+  const auto s = static_cast<double>(rows);
+  return static_cast<double>(sentences) * static_cast<double>(o.layers()) *
+         (s * (4 * d * d + 2 * d * f) + 2 * s * s * d);
+}
+
+double xlm_decoder_macs(const XlmTransformerOptions& o, int64_t sentences, int64_t rows,
+                        int64_t source_rows, int64_t predicted) {
+  const auto d = static_cast<double>(o.dim());
+  const auto f = static_cast<double>(o.ffn_dim());
+  const auto s = static_cast<double>(rows);
+  const auto src = static_cast<double>(source_rows);
+  const double per_layer =
+      s * (6 * d * d + 2 * d * f) + 2 * s * s * d + 2 * s * src * d + src * 2 * d * d;
+  return static_cast<double>(sentences) * static_cast<double>(o.layers()) * per_layer +
+         static_cast<double>(predicted) * d * static_cast<double>(o.n_words());
+}
+
+double xlm_generation_macs(const XlmTransformerOptions& o, int64_t sentences,
+                           int64_t source_rows, int64_t max_len) {
+  const auto d = static_cast<double>(o.dim());
+  const auto f = static_cast<double>(o.ffn_dim());
+  const auto layers = static_cast<double>(o.layers());
+  const auto src = static_cast<double>(source_rows);
+  double per_sentence = layers * src * 2 * d * d;  // the source's keys and values, once
+  for (int64_t t = 0; t + 1 < max_len; ++t) {
+    per_sentence += layers * (6 * d * d + 2 * d * f + 2 * static_cast<double>(t + 1) * d +
+                              2 * src * d) +
+                    d * static_cast<double>(o.n_words());
+  }
+  return static_cast<double>(sentences) * per_sentence;
+}
+
 XlmTransformerOptions xlm_options(const Params& m, bool is_decoder) {
   return XlmTransformerOptions(m.i64("vocab_size"), is_decoder)
       .dim(m.i64("dim"))
@@ -338,15 +373,53 @@ void UnsupMtStep::train_back_translation(std::size_t lang, const GreedyOutput& t
 }
 
 double UnsupMtStep::run() {
-  if (probe_next_) return run_probe();
+  last_run_ = LastRun::kNone;  // set once the run is done
+  if (probe_next_) {
+    const double words = run_probe();
+    last_run_ = LastRun::kProbe;
+    return words;
+  }
   // The same four updates on the same batches every time: one captured variant.
-  return runtime_.run(0, [&] {
+  const double words = runtime_.run(0, [&] {
     for (std::size_t lang = 0; lang < ae_.size(); ++lang) train_auto_encoding(lang);
     for (std::size_t lang = 0; lang < bt_.size(); ++lang) {
       train_back_translation(lang, back_translate(lang), /*keep=*/true);
     }
     return words_;
   });
+  last_run_ = LastRun::kIteration;
+  return words;
+}
+
+std::optional<double> UnsupMtStep::step_flops() const {
+  if (last_run_ == LastRun::kNone) return std::nullopt;
+  // Each pass's shapes are fixed when the step is built (the noise, the batches, the decode
+  // lengths), so these are the shapes every run computes. Every matrix product of a training
+  // pass is on the loss's graph (the embeddings' output needs a gradient): three forwards
+  // each. The greedy decodes and their encoders run without gradient: forward only.
+  const XlmTransformerOptions& enc = encoder_->options;
+  const XlmTransformerOptions& dec = decoder_->options;
+  double trained = 0, forward_only = 0;
+  if (last_run_ == LastRun::kIteration) {
+    for (std::size_t lang = 0; lang < ae_.size(); ++lang) {
+      const XlmTargets& target = ae_[lang];
+      const int64_t sentences = target.x.size(1), noised_rows = noised_[lang].first.size(0);
+      trained += xlm_encoder_macs(enc, sentences, noised_rows) +
+                 xlm_decoder_macs(dec, sentences, target.x.size(0), noised_rows, target.words);
+    }
+  }
+  for (std::size_t lang = 0; lang < bt_.size(); ++lang) {
+    const XlmTargets& original = bt_[lang];
+    const int64_t sentences = original.x.size(1), rows = original.x.size(0);
+    const int64_t translated = decode_lengths_[lang];  // the translation's rows, stand-in or not
+    if (last_run_ == LastRun::kIteration) {
+      forward_only += xlm_encoder_macs(enc, sentences, rows) +
+                      xlm_generation_macs(dec, sentences, rows, translated);
+    }
+    trained += xlm_encoder_macs(enc, sentences, translated) +
+               xlm_decoder_macs(dec, sentences, rows, translated, original.words);
+  }
+  return 2 * (3 * trained + forward_only);
 }
 
 bool UnsupMtStep::prepare_probe() {

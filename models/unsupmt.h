@@ -241,6 +241,11 @@ class UnsupMtStep final : public train::RuntimeStep {
   /// sentence decode_lengths() long): no auto-encoding pass, no greedy decode. The run after
   /// it is a whole iteration again. False with CUDA graphs (then the probe runs two iterations).
   bool prepare_probe() override;
+  /// The last run()'s training FLOPs from its batches' shapes (docs/workloads/unsupmt.md,
+  /// "FLOPs"): both auto-encoding passes and both back-translations (encoder and greedy
+  /// generation, forward only; the training pass on the translation's decode_lengths() rows),
+  /// or the probe's two back-translation passes; every matrix product at the padded shapes.
+  std::optional<double> step_flops() const override;
 
   /// The back-translations the last run() generated, one per direction (en-fr-en, fr-en-fr);
   /// with CUDA graphs, those of the run that captured the iteration.
@@ -283,7 +288,28 @@ class UnsupMtStep final : public train::RuntimeStep {
   train::Updater* updater_ = nullptr;
   double words_ = 0;
   bool probe_next_ = false;  // prepare_probe() was called: the next run() is the probe's
+  enum class LastRun { kNone, kIteration, kProbe };
+  LastRun last_run_ = LastRun::kNone;  // what the last run() trained (step_flops())
 };
+
+/// Forward multiply-adds of XLM's transformer passes (docs/workloads/unsupmt.md, "FLOPs"),
+/// matrix products only, on `sentences` sentences padded to `rows` tokens.
+/// The encoder: per layer and token the fused Q, K, V and the output projection (4 d^2) and the
+/// feed-forward (2 d ffn), the scores and context over all rows (2 rows^2 d).
+double xlm_encoder_macs(const XlmTransformerOptions& options, int64_t sentences, int64_t rows);
+/// The decoder on `rows` target rows over a source of `source_rows`: per layer and token the
+/// self-attention's projections, the encoder attention's query and output (6 d^2 in all) and
+/// the feed-forward, the scores and context of both attentions (2 rows^2 d + 2 rows source d);
+/// per layer and source token its keys and values (2 d^2); pred_layer (d V) on the `predicted`
+/// positions only.
+double xlm_decoder_macs(const XlmTransformerOptions& options, int64_t sentences, int64_t rows,
+                        int64_t source_rows, int64_t predicted);
+/// XlmTransformerImpl::generate with the cache for `max_len` rows: the source's keys and values
+/// once, then for each of max_len - 1 positions t, every sentence (finished ones included), per
+/// layer the 6 d^2 projections, the feed-forward, the scores and context over t + 1 cached
+/// positions and over the source, and pred_layer (d V).
+double xlm_generation_macs(const XlmTransformerOptions& options, int64_t sentences,
+                           int64_t source_rows, int64_t max_len);
 
 /// The keys of the unsupmt `model:` section.
 ParamSchema unsupmt_model_schema();
