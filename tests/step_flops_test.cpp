@@ -11,7 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flop_counter.h"
@@ -29,11 +31,12 @@ struct CountedStep {
   double units = 0;
 };
 
-/// `steps` steps of `workload` at its smoke size (with `model_patch` merged over it) and `batch`
-/// on the CPU, each counted.
-std::vector<CountedStep> count_steps(const std::string& workload, int64_t batch, int steps,
-                                     const Json& model_patch = Json::object()) {
-  const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+/// The step of `workload` at its smoke size (with `model_patch` merged over it) and `batch` on
+/// the CPU.
+std::unique_ptr<TrainStep> smoke_step(const std::string& workload, int64_t batch,
+                                      const Json& model_patch = Json::object()) {
+  // Outlives the steps, which keep a pointer to their config.
+  static const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
   const ModelConfig& config = store.model(workload);
   const Architecture& arch = builtin_registry().get(config.architecture);
   Json model = config.smoke_model.json();
@@ -46,21 +49,31 @@ std::vector<CountedStep> count_steps(const std::string& workload, int64_t batch,
   ctx.device = torch::kCPU;
   ctx.seed = 0;
   torch::manual_seed(0);
-  auto step = arch.prepare(ctx);
+  return arch.prepare(ctx);
+}
+
+/// One run() of `step`, counted.
+CountedStep count_run(TrainStep& step, const std::string& workload) {
+  FlopCounter counter;
+  CountedStep c;
+  c.units = step.run();
+  c.counted = counter.flops();
+  const auto computed = step.computed_step_flops();
+  const auto useful = step.step_flops();
+  EXPECT_TRUE(computed.has_value() && useful.has_value()) << workload;
+  c.computed = computed.value_or(0);
+  c.useful = useful.value_or(0);
+  return c;
+}
+
+/// `steps` steps of `workload` at its smoke size (with `model_patch` merged over it) and `batch`
+/// on the CPU, each counted.
+std::vector<CountedStep> count_steps(const std::string& workload, int64_t batch, int steps,
+                                     const Json& model_patch = Json::object()) {
+  auto step = smoke_step(workload, batch, model_patch);
   EXPECT_FALSE(step->step_flops().has_value()) << workload << ": no step has run yet";
   std::vector<CountedStep> out;
-  for (int s = 0; s < steps; ++s) {
-    FlopCounter counter;
-    CountedStep c;
-    c.units = step->run();
-    c.counted = counter.flops();
-    const auto computed = step->computed_step_flops();
-    const auto useful = step->step_flops();
-    EXPECT_TRUE(computed.has_value() && useful.has_value()) << workload << " step " << s;
-    c.computed = computed.value_or(0);
-    c.useful = useful.value_or(0);
-    out.push_back(c);
-  }
+  for (int s = 0; s < steps; ++s) out.push_back(count_run(*step, workload));
   return out;
 }
 
@@ -119,6 +132,98 @@ TEST(StepFlops, TransformerBigMatchesItsCountedOpsPaddedAndCountsWordsWithout) {
       EXPECT_LE(s.useful, s.computed * (1 + 1e-12));
     }
   }
+}
+
+TEST(StepFlops, ConvSeq2SeqMatchesItsCountedOpsPaddedAndCountsWordsWithout) {
+  // The smoke size's kernels 3, 3, 2, 1: odd and even encoder paddings, and the decoder's
+  // causal convolutions that compute kernel - 1 steps beyond the target and trim them.
+  std::vector<double> per_step;
+  for (const int64_t tokens : {128, 320}) {
+    const auto steps = count_steps("conv-seq2seq", tokens, 2);  // the smoke size's 2 batches
+    expect_exact("conv-seq2seq", steps, tokens);
+    for (const auto& s : steps) {
+      EXPECT_GT(s.useful, 0);
+      EXPECT_LE(s.useful, s.computed * (1 + 1e-12));
+    }
+    per_step.push_back(steps[0].computed + steps[1].computed);
+  }
+  EXPECT_GT(per_step[1], 1.5 * per_step[0]);  // the budget's batches hold more sentences
+}
+
+TEST(StepFlops, UnsupMtMatchesItsCountedOpsAtTwoTokenBudgetsAndInItsProbe) {
+  std::vector<double> per_step;
+  for (const int64_t tokens : {160, 400}) {
+    auto step = smoke_step("unsupmt", tokens);
+    EXPECT_FALSE(step->step_flops().has_value());
+    // Two iterations: the same fixed batches, the same count each time; the auto-encoding
+    // passes, the greedy decodes (no gradient) and the back-translation passes.
+    const std::vector<CountedStep> steps = {count_run(*step, "unsupmt"),
+                                            count_run(*step, "unsupmt")};
+    expect_exact("unsupmt", steps, tokens);
+    // Padded work is the unit's work too: XLM's words are counted where the loss predicts.
+    EXPECT_DOUBLE_EQ(steps[0].useful, steps[0].computed);
+    EXPECT_DOUBLE_EQ(steps[1].useful, steps[0].useful);
+    per_step.push_back(steps[0].useful);
+    // A search probe trains the two back-translation passes only, on stand-in translations.
+    if (step->prepare_probe()) {
+      const std::vector<CountedStep> probe = {count_run(*step, "unsupmt")};
+      expect_exact("unsupmt probe", probe, tokens);
+      EXPECT_LT(probe[0].computed, steps[0].computed);
+      const std::vector<CountedStep> after = {count_run(*step, "unsupmt")};  // a whole iteration
+      expect_exact("unsupmt after the probe", after, tokens);
+      EXPECT_DOUBLE_EQ(after[0].computed, steps[0].computed);
+    }
+  }
+  EXPECT_GT(per_step[1], 1.5 * per_step[0]);
+}
+
+/// FLOPs counted over one step of `workload` at `batch` (smoke size), per unit.
+double counted_per_unit(const std::string& workload, int64_t batch,
+                        const Json& model_patch = Json::object()) {
+  auto step = smoke_step(workload, batch, model_patch);
+  FlopCounter counter;
+  const double units = step->run();
+  EXPECT_EQ(units, static_cast<double>(batch)) << workload << ": one unit per image";
+  EXPECT_GT(counter.flops(), 0) << workload;
+  return counter.flops() / units;
+}
+
+TEST(StepFlops, FixedShapeImageWorkloadsCountTheSameFlopsPerImageAtTwoBatches) {
+  // Their steps run fixed image shapes whatever the batch, so the counted work is linear in
+  // the batch and one FLOPs-per-image constant (flops_per_unit) holds at any batch. Batches 2
+  // and 4: training-mode BatchNorm on a 1 x 1 map (deeplabv3's image pooling) needs two
+  // images, and 4 is stylegan's minibatch-stddev group.
+  for (const std::string workload : {"nasnet-large", "deeplabv3", "deeplabv3-resnet101", "yolov3",
+                                     "pix2pixhd", "stylegan"}) {
+    const double two = counted_per_unit(workload, 2);
+    const double four = counted_per_unit(workload, 4);
+    EXPECT_NEAR(four, two, 1e-9 * two) << workload;
+  }
+}
+
+TEST(StepFlops, MaskRcnnCountsFollowItsHeadsSlotsNotTheImagesAlone) {
+  // The heads run on box_roi_slots and mask_roi_slots RoIs whatever the sampler found (empty
+  // slots are computed too). At the smoke size both grow in step with the images (no batch-wide
+  // cap binds), and so does the count: the same FLOPs per image at batches 1 and 2.
+  const auto slots = [](int64_t batch, const Json& patch) {
+    const Json info = smoke_step("mask-rcnn", batch, patch)->batch_info();
+    return std::pair<int64_t, int64_t>{info["box_roi_slots"].get<int64_t>(),
+                                       info["mask_roi_slots"].get<int64_t>()};
+  };
+  const auto one = slots(1, Json::object()), two = slots(2, Json::object());
+  ASSERT_EQ(two.first, 2 * one.first);
+  ASSERT_EQ(two.second, 2 * one.second);
+  const double per_image_one = counted_per_unit("mask-rcnn", 1);
+  const double per_image_two = counted_per_unit("mask-rcnn", 2);
+  EXPECT_NEAR(per_image_two, per_image_one, 1e-9 * per_image_one);
+  // Where the batch-wide proposal cap binds (fpn_post_nms_per_batch, as at full size at batch
+  // 16: 2000 proposals for 16 x 512 sampled RoIs), the slots grow slower than the images, and
+  // with them the heads' FLOPs: per image, the count falls with the batch.
+  const Json capped = {{"fpn_post_nms_top_n", 40}};
+  const auto capped_one = slots(1, capped), capped_two = slots(2, capped);
+  ASSERT_LT(capped_two.first, 2 * capped_one.first);
+  EXPECT_LT(counted_per_unit("mask-rcnn", 2, capped),
+            counted_per_unit("mask-rcnn", 1, capped) * (1 - 1e-6));
 }
 
 TEST(StepFlops, AModelChangedByAConfigGetsItsFlopsFromItsShapes) {
