@@ -16,6 +16,7 @@
 
 #include "gpubench/base/compat.h"
 #include "gpubench/base/params.h"
+#include "models/fast_paths.h"
 
 #include <torch/torch.h>
 
@@ -37,18 +38,67 @@ inline ParamSpec attention_param() {
           {"stored", "fused"}};
 }
 
+/// Stored attention on the fast path (runtime.fast_paths, models/fast_paths.h): the same
+/// operations as the plain one in attention() but for the scores, which one batched GEMM
+/// writes already scaled (alpha = 1/sqrt(head_dim), where the plain path divides in a pass of
+/// its own; the same value up to one rounding), on top of the causal mask built once per shape
+/// (`masks`; the plain path builds a boolean mask and fills the scores every call), the
+/// padding mask then added. q, k, v and the product with v are the plain path's.
+inline torch::Tensor stored_attention_fast(const torch::Tensor& q, const torch::Tensor& k,
+                                           const torch::Tensor& v,
+                                           const std::optional<torch::Tensor>& mask,
+                                           double dropout_p, bool is_causal, CausalMasks* masks) {
+  const int64_t batch = q.size(0), heads = q.size(1), q_len = q.size(2), k_len = k.size(2);
+  const int64_t head_dim = q.size(3);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  // [B, heads, L, d] -> [B * heads, L, d]: a copy where q, k, v are views of a fused
+  // projection, as matmul's own folding of the batch dimensions makes.
+  const auto q3 = q.reshape({batch * heads, q_len, head_dim});
+  const auto k3 = k.reshape({batch * heads, k_len, head_dim});
+  const auto v3 = v.reshape({batch * heads, k_len, v.size(3)});
+  torch::Tensor scores;
+  if (is_causal) {
+    torch::Tensor built;
+    const torch::Tensor* causal = nullptr;
+    if (masks != nullptr) {
+      causal = &masks->get(q_len, k_len, q3.options());
+    } else {
+      built = CausalMasks().get(q_len, k_len, q3.options());
+      causal = &built;
+    }
+    scores = torch::baddbmm(causal->expand({batch * heads, q_len, k_len}), q3, k3.transpose(1, 2),
+                            /*beta=*/1, /*alpha=*/scale);
+  } else {
+    // beta 0: the input is not read (zeros, so that no kernel could read a NaN from it).
+    scores = torch::baddbmm(torch::zeros({1, 1, 1}, q3.options().requires_grad(false)), q3,
+                            k3.transpose(1, 2), /*beta=*/0, /*alpha=*/scale);
+  }
+  scores = scores.view({batch, heads, q_len, k_len});
+  // Out of place: an in-place add on this view would make autograd copy the whole scores in the
+  // backward (CopySlices).
+  if (mask) scores = scores + *mask;
+  auto probs = torch::softmax(scores, -1);
+  if (dropout_p > 0) probs = torch::dropout(probs, dropout_p, /*train=*/true);
+  return torch::bmm(probs.reshape({batch * heads, q_len, k_len}), v3)
+      .view({batch, heads, q_len, v.size(3)});
+}
+
 /// softmax(q k^T / sqrt(head_dim) + mask) v with dropout `dropout_p` on the probabilities; q, k,
 /// v are [batch, heads, length, head_dim]. `mask` is additive (0 or a large negative),
 /// broadcastable to [batch, heads, q_len, k_len]; `is_causal` lets query i see keys <= i.
-/// `kind`: "stored" or "fused" (attention_param()).
+/// `kind`: "stored" or "fused" (attention_param()). `fast` (runtime.fast_paths) runs stored
+/// attention as stored_attention_fast, with the caller's cache of causal masks (`masks`, or
+/// none: built per call); fused attention is the same kernel either way.
 inline torch::Tensor attention(const std::string& kind, const torch::Tensor& q,
                                const torch::Tensor& k, const torch::Tensor& v,
                                const std::optional<torch::Tensor>& mask, double dropout_p,
-                               bool is_causal = false) {
+                               bool is_causal = false, bool fast = false,
+                               CausalMasks* masks = nullptr) {
   if (kind == "fused") {
     return compat::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal);
   }
   TORCH_CHECK(kind == "stored", "attention must be stored or fused, not ", kind);
+  if (fast) return stored_attention_fast(q, k, v, mask, dropout_p, is_causal, masks);
   // BERT's order: scores scaled after the product (fairseq scales q first: the same values up
   // to rounding), the mask added, softmax over the keys.
   auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));

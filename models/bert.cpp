@@ -139,10 +139,16 @@ torch::Tensor BertLayerImpl::forward(const torch::Tensor& x,
   // [B, L, 3H] -> 3 x [B, heads, L, head_dim]. unbind, not three selects: its backward stacks
   // the three gradients in one kernel, where each select's writes its gradient into a zeroed
   // copy of the whole projection, and the three are summed.
+  // The fast path's split_heads: the same views, with one write of the three gradients.
   const auto qkv_heads =
-      qkv(x).view({batch, length, 3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+      fast_paths
+          ? split_heads(qkv(x), 3, heads)
+          : qkv(x).view({batch, length, 3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
   auto context = models::attention(options.attention(), qkv_heads[0], qkv_heads[1], qkv_heads[2],
-                                   mask, is_training() ? options.attention_dropout() : 0.0);
+                                   mask, is_training() ? options.attention_dropout() : 0.0,
+                                   /*is_causal=*/false, fast_paths);
+  // A view where the attention kernel wrote [B, L, heads, head_dim] (the fused kernels), a copy
+  // after the stored path's batched product.
   context = context.transpose(1, 2).reshape({batch, length, options.hidden_size()});
   auto h = attention_norm(x + dropout(attention_out(context)));
   auto ff = output(bert_gelu(intermediate(h), options.gelu()));
@@ -218,7 +224,12 @@ BertForPretrainingImpl::BertForPretrainingImpl(const BertOptions& o, bool with_n
 
 torch::Tensor BertForPretrainingImpl::lm_logits(const torch::Tensor& hidden) {
   auto h = transform_norm(bert_gelu(transform(hidden), bert->options.gelu()));
+  if (fast_paths) return aligned_vocab_linear(h, bert->word_embeddings(), output_bias);
   return torch::linear(h, bert->word_embeddings(), output_bias);
+}
+
+void BertForPretrainingImpl::pad_vocab_projection() {
+  models::pad_vocab_projection(bert->word_embeddings(), output_bias);
 }
 
 // ---- The training step ----
@@ -292,6 +303,14 @@ torch::Tensor masked_lm_loss(BertForPretrainingImpl& model, const torch::Tensor&
                              const PretrainingBatch& batch, bool all_positions) {
   if (all_positions) {
     auto logits = model.lm_logits(sequence);
+    if (model.fast_paths) {
+      // cross_entropy is log_softmax then nll_loss; the padded logits' -inf columns get
+      // probability 0 and no label.
+      return torch::nll_loss(
+          torch::log_softmax(logits.view({-1, logits.size(-1)}), -1, torch::kFloat),
+          batch.lm_labels.view(-1), /*weight=*/{}, at::Reduction::Mean,
+          /*ignore_index=*/-100);
+    }
     return torch::nn::functional::cross_entropy(
         logits.view({-1, logits.size(-1)}).to(torch::kFloat), batch.lm_labels.view(-1),
         torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
@@ -299,7 +318,8 @@ torch::Tensor masked_lm_loss(BertForPretrainingImpl& model, const torch::Tensor&
   const int64_t h = sequence.size(-1);
   auto index = batch.masked_positions.unsqueeze(-1).expand({-1, -1, h});
   auto logits = model.lm_logits(sequence.gather(1, index));
-  auto log_probs = torch::log_softmax(logits.to(torch::kFloat), -1);
+  auto log_probs = model.fast_paths ? torch::log_softmax(logits, -1, torch::kFloat)
+                                    : torch::log_softmax(logits.to(torch::kFloat), -1);
   auto nll = -log_probs.gather(-1, batch.masked_ids.unsqueeze(-1)).squeeze(-1);
   return nll.sum() / (static_cast<double>(nll.numel()) + 1e-5);
 }
@@ -376,11 +396,14 @@ class BertPretrainingStep final : public train::RuntimeStep {
  private:
   /// The model on the device (before the optimizer sees its parameters), in training mode.
   static BertForPretraining build(const StepContext& ctx) {
-    return train::build_model<BertForPretraining>(
+    auto model = train::build_model<BertForPretraining>(
         train::reuse_key("bert-pretraining", ctx.model.json().dump(), ctx.seed), ctx.device,
         ctx.seed, [&] {
           return BertForPretraining(bert_options(ctx.model), ctx.model.flag("next_sentence"));
         });
+    set_fast_paths(*model, ctx.runtime.fast_paths);
+    if (ctx.runtime.fast_paths) model->pad_vocab_projection();
+    return model;
   }
 
   bool all_logits_;

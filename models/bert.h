@@ -8,6 +8,7 @@
 #include "gpubench/base/params.h"
 #include "gpubench/train/update.h"
 #include "gpubench/train/workload.h"
+#include "models/fast_paths.h"
 #include "models/linear.h"
 
 #include <torch/nn.h>
@@ -92,8 +93,9 @@ class BertEmbeddingsImpl : public torch::nn::Module {
 TORCH_MODULE(BertEmbeddings);
 
 /// One post-LayerNorm transformer layer: self-attention (fused QKV projection, attention stored
-/// or fused as options.attention() says), then the feed-forward block.
-class BertLayerImpl : public torch::nn::Module {
+/// or fused as options.attention() says), then the feed-forward block. Its fast path
+/// (models/fast_paths.h): q, k, v through split_heads, stored attention's fast form.
+class BertLayerImpl : public torch::nn::Module, public FastPathSwitch {
  public:
   explicit BertLayerImpl(const BertOptions& options);
   /// `mask`: additive attention mask [B, 1, 1, L] (0 keep, -inf drop), or none.
@@ -134,12 +136,17 @@ void init_bert_weights(torch::nn::Module& module, double init_range);
 
 /// BERT pretraining heads on an encoder: the masked-LM transform (dense + GELU + LayerNorm),
 /// the output layer tied to the word embeddings with its own bias, and next-sentence
-/// prediction on the pooled output.
-class BertForPretrainingImpl : public torch::nn::Module {
+/// prediction on the pooled output. Its fast path (models/fast_paths.h): the output layer on
+/// the padded vocabulary (pad_vocab_projection(), which the training step calls).
+class BertForPretrainingImpl : public torch::nn::Module, public FastPathSwitch {
  public:
   BertForPretrainingImpl(const BertOptions& options, bool next_sentence);
-  /// Masked-LM logits for hidden states [..., H] -> [..., vocab].
+  /// Masked-LM logits for hidden states [..., H] -> [..., vocab]; on the fast path
+  /// [..., aligned_rows(vocab)], the extra ones -inf.
   torch::Tensor lm_logits(const torch::Tensor& hidden);
+  /// Gives the output layer's weight (the word embeddings) and bias their padding rows, for
+  /// the fast path: after the model's last move to its device, before the optimizer.
+  void pad_vocab_projection();
 
   BertModel bert{nullptr};
   Linear transform{nullptr};
@@ -170,6 +177,8 @@ struct PretrainingBatch {
 ///   sum(w * nll) / (sum(w) + 1e-5) with every weight 1;
 /// - all_positions true (Hugging Face): logits at every position, mean cross-entropy over the
 ///   labelled ones.
+/// On the model's fast path the logits are the padded ones, and log-softmax writes fp32 from
+/// them directly (no fp32 copy of the logits first).
 torch::Tensor masked_lm_loss(BertForPretrainingImpl& model, const torch::Tensor& sequence,
                              const PretrainingBatch& batch, bool all_positions);
 

@@ -167,9 +167,12 @@ class BertSquadStep final : public train::RuntimeStep {
 
  private:
   static BertForQuestionAnswering build(const StepContext& ctx) {
-    return train::build_model<BertForQuestionAnswering>(
+    auto model = train::build_model<BertForQuestionAnswering>(
         train::reuse_key("bert-squad", ctx.model.json().dump(), ctx.seed), ctx.device, ctx.seed,
         [&] { return BertForQuestionAnswering(bert_options(ctx.model)); });
+    // The encoder's layers (models/fast_paths.h); the span head has two outputs, no vocabulary.
+    set_fast_paths(*model, ctx.runtime.fast_paths);
+    return model;
   }
 
   BertForQuestionAnswering model_;

@@ -503,11 +503,14 @@ class MtDnnStep final : public train::RuntimeStep {
  private:
   static MtDnn build(const StepContext& ctx, const std::vector<GlueTask>& tasks) {
     // The tasks follow from ctx.model, which the key holds.
-    return train::build_model<MtDnn>(
+    auto model = train::build_model<MtDnn>(
         train::reuse_key("mt-dnn", ctx.model.json().dump(), ctx.seed), ctx.device, ctx.seed, [&] {
           return MtDnn(bert_options(ctx.model), tasks, ctx.model.i64("san_turns"),
                        ctx.model.f64("san_memory_dropout"));
         });
+    // The encoder's layers (models/fast_paths.h); the task heads have no vocabulary.
+    set_fast_paths(*model, ctx.runtime.fast_paths);
+    return model;
   }
 
   static train::Updater make_updater(const torch::nn::Module& model, const StepContext& ctx) {

@@ -77,26 +77,31 @@ torch::Tensor FairseqAttentionImpl::forward(const torch::Tensor& query, const to
   if (!kv_proj) {
     // [B, T, 3d] -> 3 x [B, heads, T, head_dim]; unbind (one stack in backward), as Python's
     // `q, k, v = ...` does, not three selects (each a zeroed full-size gradient, then summed).
-    const auto qkv =
-        in_proj(query).view({batch, length, 3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+    // On the fast path split_heads: the same views, with one write of the three gradients.
+    const auto qkv = fast_paths ? split_heads(in_proj(query), 3, heads)
+                                : in_proj(query)
+                                      .view({batch, length, 3, heads, head_dim})
+                                      .permute({2, 0, 3, 1, 4})
+                                      .unbind(0);
     q = qkv[0];
     k = qkv[1];
     v = qkv[2];
   } else {
     const int64_t memory_length = memory.size(1);
     q = in_proj(query).view({batch, length, heads, head_dim}).transpose(1, 2);
-    const auto kv = kv_proj(memory)
-                        .view({batch, memory_length, 2, heads, head_dim})
-                        .permute({2, 0, 3, 1, 4})
-                        .unbind(0);
+    const auto kv = fast_paths ? split_heads(kv_proj(memory), 2, heads)
+                               : kv_proj(memory)
+                                     .view({batch, memory_length, 2, heads, head_dim})
+                                     .permute({2, 0, 3, 1, 4})
+                                     .unbind(0);
     k = kv[0];
     v = kv[1];
   }
   std::optional<torch::Tensor> additive;
   if (mask) additive = mask->to(q.dtype());
   // fairseq scales q by head_dim^-0.5 before q k^T; the same scale up to rounding.
-  const auto context =
-      models::attention(kind, q, k, v, additive, is_training() ? dropout : 0.0, causal);
+  const auto context = models::attention(kind, q, k, v, additive, is_training() ? dropout : 0.0,
+                                         causal, fast_paths, &causal_masks);
   return out_proj(context.transpose(1, 2).reshape({batch, length, dim}));
 }
 

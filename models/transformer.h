@@ -7,6 +7,7 @@
 #pragma once
 
 #include "gpubench/train/workload.h"
+#include "models/fast_paths.h"
 #include "models/linear.h"
 #include "models/token_batching.h"
 
@@ -61,7 +62,9 @@ torch::Tensor sinusoidal_table(int64_t rows, int64_t dim, int64_t pad);
 /// q, k, v with one [3d, d] Linear, encoder attention q with one and k, v with another (the same
 /// parameters as fairseq's four d x d layers). Softmax(q k^T / sqrt(head_dim)) v, stored or fused
 /// (`kind`, models/attention.h).
-class FairseqAttentionImpl : public torch::nn::Module {
+/// Its fast path (models/fast_paths.h): the projections' q, k, v through split_heads, stored
+/// attention's fast form with this module's causal masks.
+class FairseqAttentionImpl : public torch::nn::Module, public FastPathSwitch {
  public:
   FairseqAttentionImpl(int64_t embed_dim, int64_t heads, double dropout, bool self_attention,
                        std::string kind = "stored");
@@ -76,6 +79,7 @@ class FairseqAttentionImpl : public torch::nn::Module {
   Linear in_proj{nullptr};  ///< self: q, k, v. encoder attention: q only
   Linear kv_proj{nullptr};  ///< encoder attention: k, v; null for self-attention
   Linear out_proj{nullptr};
+  CausalMasks causal_masks;  ///< the fast path's, one per shape
 };
 TORCH_MODULE(FairseqAttention);
 

@@ -10,6 +10,7 @@
 #include "gpubench/train/runtime.h"
 #include "gpubench/train/update.h"
 #include "gpubench/train/workload.h"
+#include "models/fast_paths.h"
 #include "models/token_batching.h"
 
 #include <torch/types.h>
@@ -56,7 +57,10 @@ class TranslationStep final : public train::RuntimeStep {
         batches_(std::move(batches)),
         updater_(runtime_.add("model", std::move(updater))),
         max_tokens_(ctx.batch),
-        label_smoothing_(label_smoothing) {
+        label_smoothing_(label_smoothing),
+        fast_paths_(ctx.runtime.fast_paths) {
+    // The model's attention modules follow the setting (models/fast_paths.h).
+    set_fast_paths(*model_, fast_paths_);
     std::vector<int64_t> order;  // the batches in turn; each batch is a captured variant
     for (int64_t i = 0; i < 2 * batches_.size(); ++i) order.push_back(i % batches_.size());
     warmup_steps_ = runtime_.warmup_steps(batches_.size(), order);
@@ -128,8 +132,8 @@ class TranslationStep final : public train::RuntimeStep {
         const auto autocast = runtime_.autocast();
         const auto logits =
             model_->forward(batch.src_tokens, batch.prev_output_tokens, batch.src_padded);
-        const auto smoothed =
-            train::label_smoothed_nll_loss(logits, batch.target, label_smoothing_, kFairseqPad);
+        const auto smoothed = train::label_smoothed_nll_loss(logits, batch.target, label_smoothing_,
+                                                             kFairseqPad, fast_paths_);
         loss = smoothed.loss / ntokens;
         nll = smoothed.nll_loss.detach() / ntokens;
       }
@@ -147,7 +151,8 @@ class TranslationStep final : public train::RuntimeStep {
   train::Updater& updater_;
   int64_t max_tokens_;
   double label_smoothing_;
-  int64_t next_ = 0;  // the index of the batch batches_.next() returns
+  bool fast_paths_;                     // runtime.fast_paths
+  int64_t next_ = 0;                    // the index of the batch batches_.next() returns
   std::vector<int64_t> last_batches_;   // the batches the last run() trained
   std::vector<int64_t> probe_batches_;  // set by prepare_probe(), trained by the next run()
   int64_t warmup_steps_ = 1;

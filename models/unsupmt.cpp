@@ -244,6 +244,11 @@ UnsupMtStep::UnsupMtStep(const StepContext& ctx)
   decoder_ = train::build_model<XlmTransformer>(
       train::reuse_key("xlm-decoder", model_json, ctx.seed), ctx.device, std::nullopt,
       [&] { return XlmTransformer(xlm_options(m, true)); });
+  // The fast paths (models/fast_paths.h); only the decoder's pred_layer is ever trained, so only
+  // its vocabulary is padded.
+  set_fast_paths(*encoder_, ctx.runtime.fast_paths);
+  set_fast_paths(*decoder_, ctx.runtime.fast_paths);
+  if (ctx.runtime.fast_paths) decoder_->pad_vocab_projection();
 
   // Two monolingual corpora, sorted and cut into token batches as XLM's iterator does; each
   // sub-step takes the batch at its quantile.
@@ -311,6 +316,12 @@ torch::Tensor UnsupMtStep::prediction_loss(const torch::Tensor& hidden, const Xl
   // XLM's predict: the hidden states where a next word is predicted, pred_layer, mean
   // cross-entropy (no label smoothing).
   const auto selected = hidden.reshape({-1, hidden.size(-1)}).index_select(0, targets.predicted);
+  if (decoder_->fast_paths) {
+    // cross_entropy is log_softmax then nll_loss: here the log-softmax writes fp32 from the
+    // padded scores directly, whose -inf columns get probability 0 and no label.
+    return torch::nll_loss(
+        torch::log_softmax(decoder_->training_scores(selected), -1, torch::kFloat), targets.labels);
+  }
   return torch::nn::functional::cross_entropy(decoder_->scores(selected).to(torch::kFloat),
                                               targets.labels);
 }

@@ -10,6 +10,7 @@
 #include "gpubench/base/params.h"
 #include "gpubench/train/runtime.h"
 #include "gpubench/train/workload.h"
+#include "models/fast_paths.h"
 #include "models/linear.h"
 
 #include <torch/nn.h>
@@ -65,7 +66,9 @@ struct XlmTransformerOptions {
 /// Multi-head attention: self-attention with one fused query/key/value projection, or
 /// attention over an encoder output with a query projection and a fused key/value one (the
 /// parameters of XLM's q_lin, k_lin, v_lin and out_lin, laid out for fewer matrix products).
-class XlmAttentionImpl : public torch::nn::Module {
+/// Its fast path (models/fast_paths.h): q, k, v through split_heads in training passes, stored
+/// attention's fast form with this module's causal masks.
+class XlmAttentionImpl : public torch::nn::Module, public FastPathSwitch {
  public:
   XlmAttentionImpl(int64_t dim, int64_t heads, double dropout, bool cross,
                    std::string kind = "stored");
@@ -88,6 +91,7 @@ class XlmAttentionImpl : public torch::nn::Module {
   double dropout;
   std::string kind;  ///< "stored" or "fused" (models/attention.h)
   Linear qkv{nullptr}, q{nullptr}, kv{nullptr}, out{nullptr};
+  CausalMasks causal_masks;  ///< the fast path's, one per shape
 
  private:
   torch::Tensor split_heads(const torch::Tensor& x) const;  // [B, L, D] -> [B, h, L, D/h]
@@ -134,8 +138,9 @@ struct GreedyOutput {
 /// XLM's TransformerModel with its output layer: word + position + language embeddings,
 /// layer_norm_emb, dropout, the layers (the hidden state multiplied by the non-pad mask after
 /// the embeddings and after each layer), and pred_layer (weight tied to the word embeddings,
-/// its own bias).
-class XlmTransformerImpl : public torch::nn::Module {
+/// its own bias). Its fast path (models/fast_paths.h): training_scores() on the padded
+/// vocabulary (pad_vocab_projection(), which the training step calls).
+class XlmTransformerImpl : public torch::nn::Module, public FastPathSwitch {
  public:
   explicit XlmTransformerImpl(const XlmTransformerOptions& options);
 
@@ -148,6 +153,14 @@ class XlmTransformerImpl : public torch::nn::Module {
 
   /// pred_layer: scores over the vocabulary for hidden states [..., D].
   torch::Tensor scores(const torch::Tensor& hidden);
+  /// The scores a training loss takes: scores(), or on the fast path the scores over the
+  /// padded vocabulary [..., aligned_rows(n_words)], the extra ones -inf. (Greedy decoding keeps
+  /// scores(): under autocast its weight's cast is cached across the decoding steps, which a
+  /// padded view's would not be.)
+  torch::Tensor training_scores(const torch::Tensor& hidden);
+  /// Gives pred_layer's weight (the word embeddings) and bias their padding rows, for the fast
+  /// path: after the model's last move to its device, before the optimizer.
+  void pad_vocab_projection();
 
   /// Greedy decoding into language `lang` from an encoder output [B, S, D] with lengths [B],
   /// for max_len - 1 steps (XLM's generate without its early stop: that needs a host read of

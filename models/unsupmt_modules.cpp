@@ -58,13 +58,17 @@ torch::Tensor XlmAttentionImpl::self_attention(const torch::Tensor& x,
                                                bool causal) {
   const int64_t batch = x.size(0), length = x.size(1);
   // [B, L, 3D] -> 3 x [B, heads, L, D/heads]; unbind, whose backward is one stack (three
-  // selects would each write a zeroed full-size gradient, then be summed).
+  // selects would each write a zeroed full-size gradient, then be summed); on the fast path
+  // split_heads, whose backward writes the three gradients once.
   const auto qkv_heads =
-      qkv(x).view({batch, length, 3, heads, dim / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
+      fast_paths
+          ? models::split_heads(qkv(x), 3, heads)
+          : qkv(x).view({batch, length, 3, heads, dim / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
   std::optional<torch::Tensor> typed_mask;
   if (mask) typed_mask = mask->to(qkv_heads[0].scalar_type());
-  auto context = models::attention(kind, qkv_heads[0], qkv_heads[1], qkv_heads[2], typed_mask,
-                                   is_training() ? dropout : 0.0, causal);
+  auto context =
+      models::attention(kind, qkv_heads[0], qkv_heads[1], qkv_heads[2], typed_mask,
+                        is_training() ? dropout : 0.0, causal, fast_paths, &causal_masks);
   return out(merge_heads(context));
 }
 
@@ -86,15 +90,18 @@ torch::Tensor XlmAttentionImpl::self_attention_step(const torch::Tensor& x,
   value_cache.narrow(2, t, 1).copy_(qkv_heads[2]);
   auto context = models::attention(kind, qkv_heads[0], key_cache.narrow(2, 0, t + 1),
                                    value_cache.narrow(2, 0, t + 1), std::nullopt,
-                                   is_training() ? dropout : 0.0);
+                                   is_training() ? dropout : 0.0, /*is_causal=*/false, fast_paths);
   return out(merge_heads(context));
 }
 
 std::pair<torch::Tensor, torch::Tensor> XlmAttentionImpl::source_keys_values(
     const torch::Tensor& source) {
   const int64_t batch = source.size(0), length = source.size(1);
-  const auto kv_heads =
-      kv(source).view({batch, length, 2, heads, dim / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
+  const auto kv_heads = fast_paths ? models::split_heads(kv(source), 2, heads)
+                                   : kv(source)
+                                         .view({batch, length, 2, heads, dim / heads})
+                                         .permute({2, 0, 3, 1, 4})
+                                         .unbind(0);
   return {kv_heads[0], kv_heads[1]};
 }
 
@@ -103,7 +110,7 @@ torch::Tensor XlmAttentionImpl::cross_attention(const torch::Tensor& x, const to
                                                 const torch::Tensor& mask) {
   auto query = split_heads(q(x));
   auto context = models::attention(kind, query, keys, values, mask.to(query.scalar_type()),
-                                   is_training() ? dropout : 0.0);
+                                   is_training() ? dropout : 0.0, /*is_causal=*/false, fast_paths);
   return out(merge_heads(context));
 }
 
@@ -229,6 +236,15 @@ torch::Tensor XlmTransformerImpl::forward(const torch::Tensor& x, const torch::T
 
 torch::Tensor XlmTransformerImpl::scores(const torch::Tensor& hidden) {
   return torch::linear(hidden, embeddings->weight, pred_bias);
+}
+
+torch::Tensor XlmTransformerImpl::training_scores(const torch::Tensor& hidden) {
+  if (fast_paths) return aligned_vocab_linear(hidden, embeddings->weight, pred_bias);
+  return scores(hidden);
+}
+
+void XlmTransformerImpl::pad_vocab_projection() {
+  models::pad_vocab_projection(embeddings->weight, pred_bias);
 }
 
 GreedyOutput XlmTransformerImpl::generate(const torch::Tensor& source,

@@ -5,9 +5,11 @@
 namespace gpubench::train {
 
 SmoothedLoss label_smoothed_nll_loss(const torch::Tensor& logits, const torch::Tensor& target,
-                                     double epsilon, int64_t ignore_index) {
+                                     double epsilon, int64_t ignore_index, bool fp32_log_softmax) {
   const int64_t vocab = logits.size(-1);
-  const auto lprobs = torch::log_softmax(logits.to(torch::kFloat), -1).view({-1, vocab});
+  const auto lprobs = (fp32_log_softmax ? torch::log_softmax(logits, -1, torch::kFloat)
+                                        : torch::log_softmax(logits.to(torch::kFloat), -1))
+                          .view({-1, vocab});
   const auto flat_target = target.reshape({-1});
   const auto keep = flat_target.ne(ignore_index).to(torch::kFloat);
   const auto nll = -lprobs.gather(1, flat_target.unsqueeze(1)).squeeze(1);

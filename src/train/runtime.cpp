@@ -45,6 +45,10 @@ ParamSchema RuntimeSettings::schema() {
        "run.cudnn_benchmark_limit",
        {},
        -1.0},
+      {"fast_paths", ParamKind::kBool, true,
+       "language models: vocab projections on a weight padded to a multiple of 64 rows, "
+       "log-softmax straight to fp32, q/k/v views without copies in the backward, the scale "
+       "and cached causal masks in stored attention (the same math); false: the plain paths"},
   };
 }
 
@@ -55,6 +59,7 @@ RuntimeSettings RuntimeSettings::from_params(const Params& params) {
   s.optimizer_kernels = params.str("optimizer_kernels");
   s.cudnn_benchmark = params.flag("cudnn_benchmark");
   s.cudnn_benchmark_limit = static_cast<int>(params.i64("cudnn_benchmark_limit"));
+  s.fast_paths = params.flag("fast_paths");
   return s;
 }
 
@@ -382,6 +387,7 @@ Json Runtime::info() const {
               {"optimizer_kernels", device_.is_cuda() ? settings_.optimizer_kernels : "foreach"},
               {"cudnn_benchmark", settings_.cudnn_benchmark},
               {"cudnn_benchmark_limit", settings_.cudnn_benchmark_limit},
+              {"fast_paths", settings_.fast_paths},
               {"precision", to_string(precision_)},
               {"autocast",
                is_amp(precision_) ? (precision_ == Precision::kAmpBf16 ? "bf16" : "fp16") : "off"},

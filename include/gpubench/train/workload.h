@@ -47,6 +47,12 @@ struct RuntimeSettings {
   /// (torch.backends.cudnn.benchmark_limit; 0: all it has): the workload's own number, or -1 for
   /// the run's `run.cudnn_benchmark_limit`. Default: -1
   int cudnn_benchmark_limit = -1;
+  /// The language models' fast paths (issue 44), the same math as the plain ones: vocab
+  /// projections on a weight padded to a multiple of 64 rows (models/fast_paths.h), log-softmax
+  /// straight to fp32 in the losses, q/k/v views whose backward writes one buffer, and for
+  /// stored attention the scale in the GEMM and causal masks built once per shape. false runs
+  /// the plain paths, so that one build can time both; other workloads ignore it. Default: true
+  bool fast_paths = true;
 
   /// The keys of the `runtime:` section.
   static ParamSchema schema();
