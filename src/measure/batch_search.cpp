@@ -57,6 +57,9 @@ constexpr double kLiveAim = 0.002;
 /// prediction failed 1.7% above the limit and a bisection of the whole extrapolation took nine
 /// more probes.
 constexpr double kRetryMargin = 0.02;
+/// Inside a bracket with the allocated line, the split that is not the line's: this share of
+/// the bracket above its lower end (Search::close_bracket).
+constexpr double kCheapSplit = 0.618;
 /// A scout whose peak lies this close to the capacity is pinned there: the workspace took what
 /// was free (benchmark-mode cuDNN), so its peak says how much was free, not how much the batch
 /// needs, and there is no memory model to predict from.
@@ -352,8 +355,12 @@ class Search {
       const int64_t b = cand_.align_down(static_cast<double>(h) * (1 - kRetryMargin));
       if (b > l + (h - l) / 2) return {b, "predict"};  // else the bisection's midpoint is higher
     }
-    // After any other failed prediction (or edge or aimed probe): bisection, never a walk.
-    if (h != 0 && (failed("predict") || failed("edge") || failed("aim"))) return bisect(l, h);
+    // After any other failed prediction (or edge or aimed probe): bisection, never a walk; with
+    // the allocated line, the line's batches inside the bracket in turn with the midpoint.
+    if (h != 0 && (failed("predict") || failed("edge") || failed("aim"))) {
+      return live_line(fit_points) && capacity_ > 0 ? close_bracket(l, h, fit_points)
+                                                     : bisect(l, h);
+    }
     const Line line = capacity_ > 0 ? model_line(fit_points) : Line{};
     if (!line.valid() || lowest_scout_pinned()) {
       // No memory model: no capacity known, or a scout far below the limit already peaked at
@@ -384,7 +391,7 @@ class Search {
     // (An allocated line is not pinned: its peaks grow with the batch up to the limit.)
     const bool pinned = !live_line(fit_points) && largest_fit_pinned(fit_points);
     if (edges == 0 && !pinned && p > l && static_cast<double>(l) < limit * (1 - 2 * margin) &&
-        (h == 0 || p < h)) {
+        (h == 0 || p < h) && !predictions_walk(fit_points)) {
       return {p, "predict"};
     }
     if (h != 0 && p >= h) return bisect(l, h);  // the line says more fits than does
@@ -443,6 +450,56 @@ class Search {
   }
 
  private:
+  /// With the allocated line, inside a bracket [l, h] that a failed probe opened: the line's
+  /// batches while they lie inside it, first one granule above the line's last batch that fits
+  /// (meant to fail: near the edge a probe that fits costs about twice one that fails), then that
+  /// batch (which closes the bracket if the line was right); after a line-guided probe that
+  /// missed (it fitted, or it failed where the line put a fit), the midpoint, then the line
+  /// again (as Dekker's method alternates secant and bisection), so a wrong line never walks.
+  Step close_bracket(int64_t l, int64_t h, const std::vector<FitPoint>& fits) const {
+    const Line line = model_line(fits);
+    const ProbeRecord* last = last_outcome();
+    if (!line.valid() || !last) return bisect(l, h);
+    const int64_t under = cand_.align_down(line.batch_at(target_));
+    const int64_t above = under < cand_.top() ? cand_.next_above(under) : under;
+    const bool guided = last->phase == "aim" && count_phase("bisect") + count_phase("aim") > 0;
+    const bool missed = guided && (last->fits || last->batch != above);
+    if (!missed) {
+      if (above > l && above < h) return {above, "aim"};
+      if (under > l && under < h) return {under, "aim"};
+    }
+    // A line-guided probe that fitted: the line lies under the limit. One step above, twice
+    // what that probe gained on the largest fit before it (a gallop), when it lies inside.
+    if (missed && last->fits) {
+      int64_t before = 0;
+      for (const auto& p : probes_) {
+        if (!p.sticky && p.fits && p.batch < last->batch) before = std::max(before, p.batch);
+      }
+      const int64_t u = cand_.align_down(static_cast<double>(l) + 2.0 * static_cast<double>(l - before));
+      if (before > 0 && u > l && u < h) return {u, "edge"};
+    }
+    // The cheaper side: a probe that fails costs about half one that fits, so the split goes
+    // above the midpoint, where it fails more often (golden section: with costs 2 and 1 the
+    // bracket left after a fit is 0.382 of it, after a failure 0.618).
+    int64_t split = cand_.align_down(static_cast<double>(l) + kCheapSplit * static_cast<double>(h - l));
+    if (split <= l) split = cand_.next_above(l);
+    if (split >= h) return bisect(l, h);
+    return {split, "bisect"};
+  }
+  /// With the allocated line: the predictions so far fitted and each refitted line put the
+  /// limit only a little further (curvature, or peaks that grow less near the limit: mask-rcnn
+  /// fp32 on the H200 predicted 120, 129, 133, 135, 138). After two that fitted, the next probe
+  /// goes above the line (an edge), not under it.
+  bool predictions_walk(const std::vector<FitPoint>& fits) const {
+    if (!live_line(fits)) return false;
+    int fitted = 0;
+    for (const auto& p : probes_) {
+      if (p.sticky) continue;
+      if (p.phase == "predict" && !p.fits) return false;
+      if (p.phase == "predict") ++fitted;
+    }
+    return fitted >= 2;
+  }
   /// With the allocated line, after the first edge probe fitted past the line's limit: the
   /// line was right about the bytes and only the share it keeps free (kLiveHeadroom) was wrong.
   /// Two probes aimed from the line close in from there before any gallop: where it reaches
@@ -454,7 +511,10 @@ class Search {
     // Reached only while every aimed probe so far fitted (a failed one leads to bisection).
     const int aims = count_phase("aim");
     if (edges != 1 || aims >= 2) return std::nullopt;
-    const Line line = allocated_line(fits);
+    // The model line: drawn under a workspace spike the fits exposed, not through it (a line
+    // through the spike and a fit past it is nearly flat and aims far past the limit: mask-rcnn
+    // amp-bf16 on the H100, 2026-12-06, aimed at 261 from 162 where 168 failed).
+    const Line line = model_line(fits);
     if (!line.valid()) return std::nullopt;
     const int64_t b = cand_.align_down(line.batch_at(capacity_ * (aims == 0 ? 1 - kLiveAim : 1.0)));
     if (b <= l || (h != 0 && b >= h)) return std::nullopt;
