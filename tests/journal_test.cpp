@@ -173,7 +173,7 @@ TEST(RecordEnumsTest, JournalsOfEarlierRunsReadAndWriteBackTheSameStrings) {
   // A measured journal (memory tiers: confirms that stepped down and bisected, out-of-memory
   // attempts) and the report golden's (failed, timed out and crashed jobs, a torn last line).
   const std::string data = GPUBENCH_TEST_DATA_DIR;
-  for (const std::string path :
+  for (const std::string& path :
        {data + "/../../docs/results/2026-12-04-h200-bf16-suite-tiers-repeats/tiers/tiers.jsonl",
         data + "/../golden/inputs/h200-amp-bf16.jsonl"}) {
     SCOPED_TRACE(path);
