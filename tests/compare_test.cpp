@@ -12,7 +12,7 @@
 namespace gpubench {
 namespace {
 
-JobRecord job(const std::string& model, double throughput, const std::string& status = "ok") {
+JobRecord job(const std::string& model, double throughput, JobStatus status = JobStatus::ok) {
   JobRecord r;
   r.model = model;
   r.precision = "fp32";
@@ -20,7 +20,7 @@ JobRecord job(const std::string& model, double throughput, const std::string& st
   r.device.type = "cuda";
   r.device.name = "NVIDIA H200";
   r.status = status;
-  r.throughput = status == "ok" ? throughput : 0;
+  r.throughput = status == JobStatus::ok ? throughput : 0;
   r.batch = 64;
   r.batch_source = "search";
   return r;
@@ -216,7 +216,7 @@ TEST(CompareTest, EveryIdentityFieldIsNamedWithBothValues) {
   bare.config = Json::object();
   EXPECT_EQ(compare_results({a}, {bare}, 0.02).jobs[0].verdict, "within noise");
   // A job that did not train has no batch of its own: it failed, whatever the batch.
-  JobRecord failed = job("bert-base", 0, "failed");
+  JobRecord failed = job("bert-base", 0, JobStatus::failed);
   failed.batch = 0;
   failed.config = a.config;
   const auto lost = compare_results({a}, {failed}, 0.02);
@@ -277,8 +277,8 @@ TEST(CompareTest, TheJsonKeepsItsKeysAndGainsTheIntervalAndTheReason) {
 
 TEST(CompareTest, FailedJobsAreVerdictsNotRatiosAndOneSidedJobsAreListed) {
   const auto result = compare_results(
-      {job("a", 100), job("b", 0, "diverged"), job("c", 100), job("only-a", 1)},
-      {job("a", 0, "failed"), job("b", 100), job("c", 100), job("only-b", 1)}, 0.02);
+      {job("a", 100), job("b", 0, JobStatus::diverged), job("c", 100), job("only-a", 1)},
+      {job("a", 0, JobStatus::failed), job("b", 100), job("c", 100), job("only-b", 1)}, 0.02);
   EXPECT_EQ(find(result, "a").verdict, "failed in B");
   EXPECT_FALSE(find(result, "a").ratio.has_value());
   EXPECT_EQ(find(result, "b").verdict, "failed in A");

@@ -100,7 +100,7 @@ TEST(CostEnergyTest, CostPerMillionUnitsAndUnitsPerDollarFollowThePricePerHour) 
   EXPECT_NEAR(*usd_per_million_units(j), 4.0, 1e-12);
   EXPECT_NEAR(*units_per_usd(j), 250000, 1e-6);
   // A job that did not train has no throughput to price.
-  j.status = "failed";
+  j.status = JobStatus::failed;
   EXPECT_FALSE(usd_per_million_units(j).has_value());
   EXPECT_FALSE(units_per_usd(j).has_value());
 }
@@ -125,7 +125,7 @@ TEST(CostEnergyTest, EnergyPerUnitAndUnitsPerKwhComeFromTheEnergyCounter) {
   // Without an energy reading or a price there is no such table.
   EXPECT_EQ(render("table", {timed("bert-base", 500)}).find("Energy and cost"), std::string::npos);
   JobRecord failed = j;
-  failed.status = "failed";
+  failed.status = JobStatus::failed;
   EXPECT_FALSE(joules_per_unit(failed).has_value());
 }
 

@@ -715,7 +715,7 @@ JobRecord scaling_record(int world_size, int64_t batch, double throughput) {
   r.model = "bert-base";
   r.precision = "fp32";
   r.device.name = "CPU";
-  r.status = "ok";
+  r.status = JobStatus::ok;
   r.batch = batch;
   r.throughput = throughput;
   if (world_size > 1) r.data_parallel = {{"world_size", world_size}, {"backend", "gloo"}};

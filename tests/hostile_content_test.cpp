@@ -42,7 +42,7 @@ JobRecord hostile(const std::string& model, const std::string& precision) {
   r.throughput_unit = "examples/s" + kInvalid;
   r.device.type = "cuda";
   r.device.name = "NVIDIA " + kHtml + kEsc + kCsi8 + kInvalid;
-  r.status = "crashed";
+  r.status = JobStatus::crashed;
   r.message = "worker said: " + kHtml + kMarkdown + kEsc + kCsi8 + kInvalid + "\nsecond line\r" +
               std::string(5000, 'A') + "\xe2\x82\xac";
   r.batch = 8;
@@ -55,7 +55,7 @@ JobRecord hostile(const std::string& model, const std::string& precision) {
 
 std::vector<JobRecord> hostile_jobs() {
   JobRecord ok = hostile("bert-base", "fp32");
-  ok.status = "ok";
+  ok.status = JobStatus::ok;
   ok.throughput = 100;
   ok.timing = summarize_steps({10, 11, 12}, 0.1);
   return {ok, hostile(kHtml + kMarkdown + kEsc + kCsi8 + kInvalid + std::string(3000, 'm'),

@@ -2,11 +2,14 @@
 #include "gpubench/records/journal.h"
 
 #include "gpubench/base/errors.h"
+#include "gpubench/records/enums.h"
+#include "gpubench/run/job_spec.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <sstream>
 
 namespace gpubench {
 namespace {
@@ -118,6 +121,115 @@ TEST(JournalTest, DamageInTheMiddleIsAnErrorNamingTheLine) {
   EXPECT_THROWS_WITH(read_journal(path), ConfigError, "not a gpubench journal");
   EXPECT_FALSE(is_journal_file(path));
   EXPECT_THROWS_WITH(read_journal(dir.file("missing.jsonl")), ConfigError, "cannot be read");
+}
+
+// ---- Statuses and phases (records/enums.h): enums in the code, the same strings in the files ----
+
+TEST(RecordEnumsTest, EachValueIsWrittenAsItsStringAndReadBack) {
+  const std::vector<std::pair<JobStatus, std::string>> statuses = {
+      {JobStatus::ok, "ok"},           {JobStatus::no_fit, "no-fit"},
+      {JobStatus::diverged, "diverged"}, {JobStatus::failed, "failed"},
+      {JobStatus::timeout, "timeout"}, {JobStatus::crashed, "crashed"},
+      {JobStatus::oom, "oom"}};
+  for (const auto& [status, text] : statuses) {
+    EXPECT_EQ(to_string(status), text);
+    EXPECT_EQ(parse_job_status(text), status) << text;
+  }
+  const std::vector<std::pair<WorkerPhase, std::string>> worker_phases = {
+      {WorkerPhase::search, "search"}, {WorkerPhase::time, "time"},
+      {WorkerPhase::confirm, "confirm"}};
+  for (const auto& [phase, text] : worker_phases) {
+    EXPECT_EQ(to_string(phase), text);
+    EXPECT_EQ(parse_worker_phase(text), phase) << text;
+  }
+  const std::vector<std::pair<AttemptPhase, std::string>> attempt_phases = {
+      {AttemptPhase::confirm, "confirm"}, {AttemptPhase::step_down, "step-down"},
+      {AttemptPhase::bisect, "bisect"}};
+  for (const auto& [phase, text] : attempt_phases) {
+    EXPECT_EQ(to_string(phase), text);
+    EXPECT_EQ(parse_attempt_phase(text), phase) << text;
+  }
+  // Only the exact strings: no other spelling, case or blank is read as one of them.
+  for (const char* text : {"", "OK", "no_fit", "nofit", " ok", "skipped", "timed"}) {
+    EXPECT_FALSE(parse_job_status(text).has_value()) << text;
+    EXPECT_FALSE(parse_worker_phase(text).has_value()) << text;
+    EXPECT_FALSE(parse_attempt_phase(text).has_value()) << text;
+  }
+}
+
+/// Each job line of a journal as its file holds it (the header and a torn last line left out).
+std::vector<Json> job_lines(const std::string& path) {
+  std::istringstream in(testing::read_file(path));
+  std::vector<Json> jobs;
+  std::string line;
+  while (std::getline(in, line)) {
+    const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("job")) jobs.push_back(j["job"]);
+  }
+  return jobs;
+}
+
+TEST(RecordEnumsTest, JournalsOfEarlierRunsReadAndWriteBackTheSameStrings) {
+  // A measured journal (memory tiers: confirms that stepped down and bisected, out-of-memory
+  // attempts) and the report golden's (failed, timed out and crashed jobs, a torn last line).
+  const std::string data = GPUBENCH_TEST_DATA_DIR;
+  for (const std::string& path :
+       {data + "/../../docs/results/2026-12-04-h200-bf16-suite-tiers-repeats/tiers/tiers.jsonl",
+        data + "/../golden/inputs/h200-amp-bf16.jsonl"}) {
+    SCOPED_TRACE(path);
+    const std::vector<Json> lines = job_lines(path);
+    const Journal journal = read_journal(path);
+    ASSERT_FALSE(lines.empty());
+    ASSERT_EQ(journal.jobs.size(), lines.size());
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      const Json& before = lines[i];
+      const Json after = journal.jobs[i].to_json();
+      EXPECT_EQ(after["status"], before["status"]) << i;
+      EXPECT_EQ(after.contains("diverged_throughput"), before.contains("diverged_throughput"));
+      EXPECT_EQ(after["confirm"], before.value("confirm", Json::array())) << i;
+      EXPECT_EQ(after.value("repeats", Json::array()), before.value("repeats", Json::array()));
+      // Every status and attempt phase written is one the parsers know.
+      for (const Json& attempt : before.value("confirm", Json::array())) {
+        EXPECT_TRUE(parse_job_status(attempt.value("status", std::string())).has_value())
+            << attempt.dump();
+        EXPECT_TRUE(parse_attempt_phase(attempt.value("phase", std::string())).has_value())
+            << attempt.dump();
+      }
+    }
+  }
+}
+
+TEST(RecordEnumsTest, AnUnknownStatusIsRefusedNamingTheFieldTheValueAndTheAllowedOnes) {
+  TempDir dir;
+  const std::string path = dir.file("j.jsonl");
+  testing::write_file(path, header().to_json().dump() + "\n" +
+                                Json{{"job", record("bert-base", 1).to_json()}}.dump() + "\n" +
+                                "{\"job\": {\"model\": \"yolov3\", \"status\": \"skipped\"}}\n");
+  EXPECT_THROWS_WITH(read_journal(path), ConfigError,
+                     "j.jsonl:3: status 'skipped' is not a job status; the allowed values are: ok, "
+                     "no-fit, diverged, failed, timeout, crashed, oom");
+  Json document = ResultDocument().to_json();
+  document["jobs"] = Json::array({{{"model", "yolov3"}, {"status", "no_fit"}}});
+  EXPECT_THROWS_WITH(ResultDocument::from_json(document, "r.json"), ConfigError,
+                     "r.json: jobs[0]: status 'no_fit' is not a job status (did you mean "
+                     "'no-fit'?)");
+  // A status that is not a string stays a record of the wrong type.
+  EXPECT_THROWS_WITH(JobRecord::from_json({{"status", 3}}), ConfigError, "not a job record");
+  // A record without a status is "ok", as it always was.
+  EXPECT_EQ(JobRecord::from_json({{"model", "yolov3"}}).status, JobStatus::ok);
+}
+
+TEST(RecordEnumsTest, AJobSpecWritesItsPhaseAsBeforeAndRefusesAnUnknownOne) {
+  JobSpec spec;
+  spec.model = "bert-base";
+  spec.phase = WorkerPhase::confirm;
+  Json j = spec.to_json();
+  EXPECT_EQ(j["phase"], "confirm");
+  EXPECT_EQ(JobSpec::from_json(j).phase, WorkerPhase::confirm);
+  j["phase"] = "timed";
+  EXPECT_THROWS_WITH(JobSpec::from_json(j), ConfigError,
+                     "phase 'timed' is not a worker phase (did you mean 'time'?); the allowed "
+                     "values are: search, time, confirm");
 }
 
 }  // namespace

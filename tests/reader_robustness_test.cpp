@@ -237,11 +237,11 @@ TEST(ReaderRobustnessTest, AWorkerThatWritesGarbageFailsOnlyItsJob) {
   const Journal journal = read_journal(dir.file("j.jsonl"));
   ASSERT_EQ(journal.jobs.size(), 2u) << run.err;
   EXPECT_EQ(journal.jobs[0].model, "bert-base");
-  EXPECT_EQ(journal.jobs[0].status, "failed");
+  EXPECT_EQ(journal.jobs[0].status, JobStatus::failed);
   EXPECT_NE(journal.jobs[0].message.find("record cannot be read"), std::string::npos)
       << journal.jobs[0].message;
   EXPECT_EQ(journal.jobs[1].model, "bert-base-mlm");
-  EXPECT_EQ(journal.jobs[1].status, "ok") << journal.jobs[1].message;
+  EXPECT_EQ(journal.jobs[1].status, JobStatus::ok) << journal.jobs[1].message;
 }
 
 }  // namespace

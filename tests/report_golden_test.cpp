@@ -85,7 +85,7 @@ struct Spec {
   std::string model;
   std::string gpu = "NVIDIA H200";
   std::string precision = "fp32";
-  std::string status = "ok";
+  JobStatus status = JobStatus::ok;
   int64_t batch = 0;
   double throughput = 0;
   std::string message;
@@ -111,12 +111,14 @@ JobRecord record(const Spec& spec) {
   r.config = {{"name", config.name}};
   if (config.reference_2020) r.config["reference_2020"] = {{"row", config.reference_2020->row}};
   r.batch_source = "search";
-  if (spec.status != "crashed") {  // a crashed search leaves no record of its probes
+  if (spec.status != JobStatus::crashed) {  // a crashed search leaves no record of its probes
     SearchRecord s;
-    s.max_batch = spec.status == "no-fit" ? 0 : spec.max_batch.value_or(spec.batch + spec.batch / 50);
+    s.max_batch = spec.status == JobStatus::no_fit
+                      ? 0
+                      : spec.max_batch.value_or(spec.batch + spec.batch / 50);
     s.largest_pow2 = largest_power_of_two_at_most(s.max_batch);
-    s.probes.resize(spec.status == "no-fit" ? 1 : 5);
-    s.stop_reason = spec.status == "no-fit" ? "min_batch does not fit" : "bracket closed";
+    s.probes.resize(spec.status == JobStatus::no_fit ? 1 : 5);
+    s.stop_reason = spec.status == JobStatus::no_fit ? "min_batch does not fit" : "bracket closed";
     s.converged = true;
     s.seconds = 12.5;
     s.bytes_per_sample = 5.5e7;
@@ -138,7 +140,7 @@ JobRecord record(const Spec& spec) {
                   {"allocator_cap_bytes", allocator_cap_bytes(cap, outside)}}}};
     return r;
   }
-  if (spec.status == "ok") {
+  if (spec.status == JobStatus::ok) {
     r.batch = spec.batch;
     r.throughput = spec.throughput;
     r.timing = summarize_steps({100, 102, 98, 100}, 0.4);
@@ -195,7 +197,7 @@ JobRecord tier(const std::string& model, double cap, int64_t max_batch) {
   s.model = model;
   s.cap_gib = cap;
   s.max_batch = max_batch;
-  s.status = max_batch > 0 ? "ok" : "no-fit";
+  s.status = max_batch > 0 ? JobStatus::ok : JobStatus::no_fit;
   s.date = "2026-12-03";
   return record(s);
 }
@@ -236,8 +238,7 @@ void write_inputs(const std::string& dir) {
   {
     auto writer = JournalWriter::create(
         journal, journal_header({"gpubench", "run", "--suite", "all", "--precision", "amp-bf16"}));
-    auto failure = [](const std::string& model, const std::string& status,
-                      const std::string& message) {
+    auto failure = [](const std::string& model, JobStatus status, const std::string& message) {
       Spec s;
       s.model = model;
       s.precision = "amp-bf16";
@@ -247,10 +248,10 @@ void write_inputs(const std::string& dir) {
       return record(s);
     };
     writer.append(bf16("nasnet-large", 640, 820.0));
-    writer.append(failure("bert-base", "failed",
+    writer.append(failure("bert-base", JobStatus::failed,
                           "timed run out of memory at batch 2741, then at 2713, 2686 and 2659"));
-    writer.append(failure("deeplabv3", "timeout", "time worker timed out after 1800 s"));
-    writer.append(failure("pix2pixhd", "crashed",
+    writer.append(failure("deeplabv3", JobStatus::timeout, "time worker timed out after 1800 s"));
+    writer.append(failure("pix2pixhd", JobStatus::crashed,
                           "search worker died of signal 11 <SIGSEGV> & left no record"));
     writer.append(bf16("transformer-big", 520000, 611000));
     writer.append(bf16("bert-base", 2688, 3484.0));
@@ -260,7 +261,7 @@ void write_inputs(const std::string& dir) {
   Spec no_fit;
   no_fit.model = "pix2pixhd";
   no_fit.gpu = "NVIDIA GeForce RTX 3090";
-  no_fit.status = "no-fit";
+  no_fit.status = JobStatus::no_fit;
   no_fit.date = "2026-12-02";
   write_document(dir + "/rtx3090-fp32.json",
                  {rtx3090("nasnet-large", 30, 26.4), record(no_fit),

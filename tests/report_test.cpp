@@ -246,9 +246,9 @@ TEST(ReportTest, JsonHasTheComparisonAndTheJobs) {
 TEST(ReportTest, FailedAndNoFitRunsShowTheirStatus) {
   std::vector<JobRecord> jobs = sample();
   jobs.resize(2);
-  jobs[0].status = "no-fit";
+  jobs[0].status = JobStatus::no_fit;
   jobs[0].normalized.reset();
-  jobs[1].status = "timeout";
+  jobs[1].status = JobStatus::timeout;
   jobs[1].message = "time worker timed out after 1800 s";
   jobs[1].normalized.reset();
   const std::string table = render("table", jobs);
@@ -261,7 +261,7 @@ TEST(ReportTest, FailedAndNoFitRunsShowTheirStatus) {
 TEST(ReportTest, ADivergedJobIsAFailedRowNeverAThroughput) {
   std::vector<JobRecord> jobs = sample();
   jobs.resize(2);
-  jobs[1].status = "diverged";
+  jobs[1].status = JobStatus::diverged;
   jobs[1].message = "loss 'mlm' is NaN at the end of the timed window";
   jobs[1].diverged_throughput = jobs[1].throughput;
   jobs[1].throughput = 0;
@@ -481,7 +481,7 @@ JournalHeader suite_header() {
 TEST(ReportTest, TheLastRecordOfAJobWinsAndKeepsItsPlace) {
   testing::TempDir dir;
   JobRecord failed = h200("bert-base", "fp32", 0, 0);
-  failed.status = "crashed";
+  failed.status = JobStatus::crashed;
   failed.message = "worker died of signal 9";
   failed.normalized.reset();
   {
@@ -495,12 +495,12 @@ TEST(ReportTest, TheLastRecordOfAJobWinsAndKeepsItsPlace) {
   const auto merged = latest_records(jobs);
   ASSERT_EQ(merged.size(), 2u);
   EXPECT_EQ(merged[0].model, "bert-base");
-  EXPECT_EQ(merged[0].status, "ok");
+  EXPECT_EQ(merged[0].status, JobStatus::ok);
   EXPECT_EQ(merged[1].model, "bert-base-mlm");
 
   const Comparison c = build_comparison(jobs, builtin_store().reference());
   ASSERT_EQ(c.runs.size(), 1u);
-  EXPECT_EQ(c.cells[0][0].status, "ok");
+  EXPECT_EQ(c.cells[0][0].status, JobStatus::ok);
   EXPECT_DOUBLE_EQ(*c.cells[0][0].normalized, 20.0);
 
   const std::string table = render("table", jobs);
@@ -604,7 +604,7 @@ TEST(ReportTest, GeometricMeanPerFamilyComparesLikeWithLike) {
 TEST(ReportTest, RunsThatMeasuredDifferentModelsGetTheirOwnSummary) {
   JobRecord transformer = h200("transformer-big", "fp32", 262000, 15014);
   JobRecord failed = h200("transformer-big", "amp-bf16", 0, 0);
-  failed.status = "failed";
+  failed.status = JobStatus::failed;
   failed.normalized.reset();
   const std::vector<JobRecord> jobs = {h200("bert-base", "fp32", 1312, 1880), transformer,
                                        h200("bert-base", "amp-bf16", 1400, 4700), failed};
@@ -633,7 +633,7 @@ JobRecord tier_record(const std::string& model, double cap, int64_t max_batch) {
   r.emulated = true;
   r.memory_cap_gib = cap;
   r.search->max_batch = max_batch;
-  if (max_batch == 0) r.status = "no-fit";
+  if (max_batch == 0) r.status = JobStatus::no_fit;
   return r;
 }
 
@@ -654,7 +654,7 @@ TEST(ReportTest, MemoryTierRecordsMakeTheirOwnTableNotThroughputColumns) {
   EXPECT_TRUE(t.has_uncapped);
   ASSERT_EQ(t.models, (std::vector<std::string>{"bert-base", "bert-base-mlm"}));
   ASSERT_EQ(t.cells[0].size(), 5u);
-  EXPECT_EQ(t.cells[0][0].status, "no-fit");
+  EXPECT_EQ(t.cells[0][0].status, JobStatus::no_fit);
   EXPECT_FALSE(t.cells[0][0].max_batch.has_value());
   EXPECT_EQ(*t.cells[0][1].max_batch, 49);
   EXPECT_EQ(*t.cells[0][4].max_batch, 1312);  // uncapped: the full run's search
@@ -709,7 +709,7 @@ TEST(ReportTest, EachCapIsMatchedWithTheClosest2020MemorySize) {
 
 TEST(ReportTest, HtmlEscapesRecordTextAndLoadsNothingFromOutside) {
   std::vector<JobRecord> jobs = sample();
-  jobs[1].status = "failed";
+  jobs[1].status = JobStatus::failed;
   jobs[1].normalized.reset();
   jobs[1].message = "<script>alert('x')</script> & \"more\"";
   jobs[2].model = "bert<b>";
@@ -828,7 +828,7 @@ TEST(ReportTest, HtmlSaysWhyThereIsNoPrecisionGainChart) {
                                       "another precision"),
             std::string::npos);
   JobRecord failed = h200("bert-base", "amp-bf16", 1400, 0);
-  failed.status = "failed";
+  failed.status = JobStatus::failed;
   jobs.push_back(failed);
   const auto chart = report::precision_gain_chart(report::make_view(jobs, reference));
   ASSERT_TRUE(chart.has_value());

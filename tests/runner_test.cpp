@@ -32,12 +32,12 @@ std::vector<ConfigOverlay> smoke_overlays(const std::string& model) {
 TEST(RunnerTest, TimePhaseOnTheCpuProducesACompleteRecord) {
   JobSpec spec;
   spec.model = "bert-base";
-  spec.phase = "time";
+  spec.phase = WorkerPhase::time;
   spec.batch = 2;
   spec.overlays = smoke_overlays("bert-base");
   const ConfigStore store = resolve_store(spec.overlays);
   const JobRecord r = run_phase(spec, store);
-  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_EQ(r.status, JobStatus::ok) << r.message;
   EXPECT_EQ(r.batch, 2);
   EXPECT_EQ(r.device.type, "cpu");
   EXPECT_EQ(r.timing.steps, 2);
@@ -62,7 +62,7 @@ TEST(RunnerTest, TheWorkloadsCudnnSettingIsAppliedAndRecorded) {
     for (const bool run : {true, false}) {
       JobSpec spec;
       spec.model = "bert-base";
-      spec.phase = "time";
+      spec.phase = WorkerPhase::time;
       spec.batch = 1;
       spec.overlays = smoke_overlays("bert-base");
       spec.overlays.push_back(
@@ -70,7 +70,7 @@ TEST(RunnerTest, TheWorkloadsCudnnSettingIsAppliedAndRecorded) {
            Json{{"run", {{"cudnn_benchmark", run}}},
                 {"models", {{"bert-base", {{"runtime", {{"cudnn_benchmark", workload}}}}}}}}});
       const JobRecord r = run_phase(spec, resolve_store(spec.overlays));
-      ASSERT_EQ(r.status, "ok") << r.message;
+      ASSERT_EQ(r.status, JobStatus::ok) << r.message;
       // On only when both the run and the workload want it; what the worker set before it built
       // the model is what the record's runtime and cuDNN sections say.
       EXPECT_EQ(r.runtime["cudnn_benchmark"], workload && run) << workload << run;
@@ -84,7 +84,7 @@ TEST(RunnerTest, AWorkloadsCudnnAlgorithmLimitReplacesTheRunsAndIsRecorded) {
   for (const int workload : {-1, 0, 10}) {
     JobSpec spec;
     spec.model = "bert-base";
-    spec.phase = "time";
+    spec.phase = WorkerPhase::time;
     spec.batch = 1;
     spec.overlays = smoke_overlays("bert-base");
     spec.overlays.push_back(
@@ -92,7 +92,7 @@ TEST(RunnerTest, AWorkloadsCudnnAlgorithmLimitReplacesTheRunsAndIsRecorded) {
          Json{{"run", {{"cudnn_benchmark_limit", 5}}},
               {"models", {{"bert-base", {{"runtime", {{"cudnn_benchmark_limit", workload}}}}}}}}});
     const JobRecord r = run_phase(spec, resolve_store(spec.overlays));
-    ASSERT_EQ(r.status, "ok") << r.message;
+    ASSERT_EQ(r.status, JobStatus::ok) << r.message;
     // -1 leaves the run's number; any other is the workload's own (0: every algorithm). The
     // worker set it before the model was built, and the record's cuDNN section read it back.
     const int expected = workload >= 0 ? workload : 5;
@@ -179,26 +179,26 @@ Architecture cycling_architecture(int64_t cycle) {
 TEST(RunnerTest, TheWindowStopsAtItsMinimumWhenQuietOrHopelessAndGoesOnOtherwise) {
   // A target no noise exceeds: the window ends at its minimum of 4 steps and says why.
   JobRecord r = time_on_cpu(diverging_architecture(1000000, 1.0), 10.0, 1e9);
-  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_EQ(r.status, JobStatus::ok) << r.message;
   EXPECT_EQ(r.timing.steps, 4);
   EXPECT_EQ(r.timing.stop, "noise");
   ASSERT_TRUE(r.timing.noise.has_value());
   // No host-timed step is known to a billionth: four cycles project the target far past the
   // 10 s limit, so the window ends at its minimum instead of running to the limit.
   r = time_on_cpu(diverging_architecture(1000000, 1.0), 10.0, 1e-9);
-  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_EQ(r.status, JobStatus::ok) << r.message;
   EXPECT_EQ(r.timing.stop, "noise unreachable");
   EXPECT_EQ(r.timing.steps, 4);
   EXPECT_TRUE(r.timing.noise.has_value());
   // Cycles of 8 steps: the minimum is one cycle (no noise yet), two are too few to project
   // from; the window goes on and stops at three (the looks come a cycle apart here).
   r = time_on_cpu(cycling_architecture(8), 10.0, 1e-9);
-  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_EQ(r.status, JobStatus::ok) << r.message;
   EXPECT_EQ(r.timing.stop, "noise unreachable");
   EXPECT_EQ(r.timing.steps, 24);
   // ... unless its time limit comes first: there the window stops at the limit.
   r = time_on_cpu(cycling_architecture(8), 1e-9, 1e-9);
-  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_EQ(r.status, JobStatus::ok) << r.message;
   EXPECT_EQ(r.timing.stop, "time limit");
   EXPECT_EQ(r.timing.steps, 8);
   EXPECT_FALSE(r.timing.noise.has_value());
@@ -210,7 +210,7 @@ TEST(RunnerTest, TheWindowStopsAtItsMinimumWhenQuietOrHopelessAndGoesOnOtherwise
 
 TEST(RunnerTest, ALossThatTurnsNaNInTheWindowMakesTheJobDivergedWithoutAThroughput) {
   const JobRecord r = time_on_cpu(diverging_architecture(/*finite_runs=*/3, std::nan("")));
-  EXPECT_EQ(r.status, "diverged");
+  EXPECT_EQ(r.status, JobStatus::diverged);
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.message.find("loss 'box' is NaN at the end of the timed window"), std::string::npos)
       << r.message;
@@ -222,7 +222,7 @@ TEST(RunnerTest, ALossThatTurnsNaNInTheWindowMakesTheJobDivergedWithoutAThroughp
   EXPECT_DOUBLE_EQ(r.losses["aux"].get<double>(), 0.25);
   // The record says so when read back.
   const JobRecord back = JobRecord::from_json(r.to_json());
-  EXPECT_EQ(back.status, "diverged");
+  EXPECT_EQ(back.status, JobStatus::diverged);
   EXPECT_TRUE(back.losses["box"].is_null());
   EXPECT_DOUBLE_EQ(back.losses_start["box"].get<double>(), 1.5);
   EXPECT_DOUBLE_EQ(back.diverged_throughput, r.diverged_throughput);
@@ -230,7 +230,7 @@ TEST(RunnerTest, ALossThatTurnsNaNInTheWindowMakesTheJobDivergedWithoutAThroughp
 
 TEST(RunnerTest, ALossAlreadyInfiniteAfterWarmUpStopsTheJobBeforeTheWindow) {
   const JobRecord r = time_on_cpu(diverging_architecture(/*finite_runs=*/0, INFINITY));
-  EXPECT_EQ(r.status, "diverged");
+  EXPECT_EQ(r.status, JobStatus::diverged);
   EXPECT_NE(r.message.find("loss 'box' is +inf at the start of the timed window"),
             std::string::npos)
       << r.message;
@@ -240,7 +240,7 @@ TEST(RunnerTest, ALossAlreadyInfiniteAfterWarmUpStopsTheJobBeforeTheWindow) {
 
 TEST(RunnerTest, FiniteLossesKeepTheJobOkAndRecordBothEnds) {
   const JobRecord r = time_on_cpu(diverging_architecture(/*finite_runs=*/1000, std::nan("")));
-  EXPECT_EQ(r.status, "ok") << r.message;
+  EXPECT_EQ(r.status, JobStatus::ok) << r.message;
   EXPECT_GT(r.throughput, 0);
   EXPECT_DOUBLE_EQ(r.losses_start["box"].get<double>(), 1.5);
   EXPECT_DOUBLE_EQ(r.losses["box"].get<double>(), 1.5);
@@ -250,7 +250,7 @@ TEST(RunnerTest, FiniteLossesKeepTheJobOkAndRecordBothEnds) {
 TEST(RunnerTest, AWorkloadsOwnDegeneracyCheckMakesTheJobDiverged) {
   const JobRecord r =
       time_on_cpu(diverging_architecture(1000, 0, "D's scores no longer depend on its input"));
-  EXPECT_EQ(r.status, "diverged");
+  EXPECT_EQ(r.status, JobStatus::diverged);
   EXPECT_NE(r.message.find("degenerate: D's scores no longer depend on its input"),
             std::string::npos)
       << r.message;
@@ -307,7 +307,7 @@ Architecture settling_architecture(int unsettled_runs, int* window_runs, int nan
 TEST(RunnerTest, TheWarmUpGoesOnUntilTheStepSettledAndSaysSo) {
   int window_runs = 0;
   const JobRecord r = time_on_cpu(settling_architecture(/*unsettled_runs=*/7, &window_runs));
-  EXPECT_EQ(r.status, "ok") << r.message;
+  EXPECT_EQ(r.status, JobStatus::ok) << r.message;
   EXPECT_EQ(r.warmup["steps"], 7);  // one warm-up step by the rules, six more to settle
   EXPECT_NE(r.warmup["detail"].get<std::string>().find(
                 "then 6 more steps while the scale is still backing off"),
@@ -323,7 +323,7 @@ TEST(RunnerTest, AStepThatNeverSettlesIsTimedAfterABoundedWarmUpAndSaysSo) {
   EXPECT_NE(r.warmup["detail"].get<std::string>().find("(still so)"), std::string::npos)
       << r.warmup["detail"];
   // Its own verdict on the window then decides the job.
-  EXPECT_EQ(r.status, "diverged");
+  EXPECT_EQ(r.status, JobStatus::diverged);
   EXPECT_NE(r.message.find("timed before it settled"), std::string::npos) << r.message;
 }
 
@@ -337,7 +337,7 @@ TEST(RunnerTest, AWarmUpStopsSettlingOnceALossIsNoLongerFinite) {
   EXPECT_NE(r.warmup["detail"].get<std::string>().find("a loss is no longer finite"),
             std::string::npos)
       << r.warmup["detail"];
-  EXPECT_EQ(r.status, "diverged");
+  EXPECT_EQ(r.status, JobStatus::diverged);
   EXPECT_NE(r.message.find("loss 'loss' is NaN"), std::string::npos) << r.message;
 }
 
@@ -410,7 +410,7 @@ TEST(RunnerTest, AHostBoundWarmUpTurnsGraphsOnAndWarmsUpUntilACycleReplays) {
   // Three shapes a cycle: the warm-up's one step says host-bound, 6 more run and capture the
   // shapes, 3 more replay a whole cycle; then the window.
   const JobRecord r = time_host_bound(3, "", true);
-  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_EQ(r.status, JobStatus::ok) << r.message;
   const Json& h = r.warmup["host_bound"];
   EXPECT_TRUE(h["host_bound"].get<bool>()) << h;
   EXPECT_GE(h["share"].get<double>(), kHostBoundShare) << h;
@@ -429,7 +429,7 @@ TEST(RunnerTest, AHostBoundWarmUpTurnsGraphsOnAndWarmsUpUntilACycleReplays) {
 
 TEST(RunnerTest, AHostBoundStepThatCannotTakeGraphsStaysEagerAndSaysWhy) {
   const JobRecord r = time_host_bound(2, "amp-fp16 reads a flag on the host", true);
-  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_EQ(r.status, JobStatus::ok) << r.message;
   const Json& h = r.warmup["host_bound"];
   EXPECT_TRUE(h["host_bound"].get<bool>()) << h;
   EXPECT_EQ(h["graphs"], "off");
@@ -479,7 +479,7 @@ Architecture logging_architecture(std::vector<std::string>* log) {
 TEST(RunnerTest, TheTimedPhaseAllocatesTheOptimizerStateBeforeTheFirstStep) {
   std::vector<std::string> log;
   const JobRecord r = time_on_cpu(logging_architecture(&log));
-  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_EQ(r.status, JobStatus::ok) << r.message;
   ASSERT_GE(log.size(), 3u);
   EXPECT_EQ(log[0], "build");
   EXPECT_EQ(log[1], "state");
@@ -498,7 +498,7 @@ TEST(RunnerTest, ATiersConfirmAllocatesTheOptimizerStateBeforeItsFirstStep) {
   record.model = "logging";
   std::vector<std::string> log;
   confirm_phase(record, logging_architecture(&log), ctx);
-  EXPECT_EQ(record.status, "ok");
+  EXPECT_EQ(record.status, JobStatus::ok);
   // On the CPU the confirm trains one step (no autotuning to sit out).
   EXPECT_EQ(log, (std::vector<std::string>{"build", "state", "run"}));
   EXPECT_EQ(record.memory["confirm_steps"], 1);
@@ -512,11 +512,11 @@ TEST(RunnerTest, ATiersConfirmReadsTheLossesAndADivergedTierIsMarked) {
   ctx.batch = 3;
   JobRecord sound;
   confirm_phase(sound, diverging_architecture(5, std::nan("")), ctx);
-  EXPECT_EQ(sound.status, "ok");
+  EXPECT_EQ(sound.status, JobStatus::ok);
   EXPECT_DOUBLE_EQ(sound.losses["box"].get<double>(), 1.5);
   JobRecord nan;
   confirm_phase(nan, diverging_architecture(0, std::nan("")), ctx);
-  EXPECT_EQ(nan.status, "diverged");
+  EXPECT_EQ(nan.status, JobStatus::diverged);
   EXPECT_TRUE(nan.losses["box"].is_null());
   EXPECT_NE(nan.message.find("loss 'box' is NaN after 1 step at batch 3"), std::string::npos)
       << nan.message;
@@ -525,7 +525,7 @@ TEST(RunnerTest, ATiersConfirmReadsTheLossesAndADivergedTierIsMarked) {
 
 TEST(RunnerTest, ADivergedJobIsNotNormalized) {
   JobRecord r = time_on_cpu(diverging_architecture(2, std::nan("")));
-  ASSERT_EQ(r.status, "diverged");
+  ASSERT_EQ(r.status, JobStatus::diverged);
   static const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
   normalize(r, store.model("bert-base"), store.reference());
   EXPECT_FALSE(r.normalized.has_value());
@@ -534,7 +534,7 @@ TEST(RunnerTest, ADivergedJobIsNotNormalized) {
 TEST(RunnerTest, JobSpecRoundTripsThroughJson) {
   JobSpec spec;
   spec.model = "bert-base";
-  spec.phase = "search";
+  spec.phase = WorkerPhase::search;
   spec.batch = 7;
   spec.device = "cuda:1";
   spec.overlays = smoke_overlays("bert-base");
@@ -623,11 +623,11 @@ class FakeLauncher : public PhaseLauncher {
   FakeLauncher(int64_t found, int64_t fits_up_to, int interruptions = 0)
       : found_(found), fits_up_to_(fits_up_to), interruptions_(interruptions) {}
   JobRecord launch(const JobSpec& spec, double) override {
-    calls.push_back(spec.phase + ":" + std::to_string(spec.batch));
+    calls.push_back(to_string(spec.phase) + (":" + std::to_string(spec.batch)));
     JobRecord r;
     r.model = spec.model;
     r.device.type = "cuda";
-    if (spec.phase == "search") {
+    if (spec.phase == WorkerPhase::search) {
       search_specs.push_back(spec);
       SearchRecord s;
       s.probes = spec.search_probes;
@@ -642,7 +642,7 @@ class FakeLauncher : public PhaseLauncher {
         s.stop_reason = fmt::format("the probe at batch {} left its worker unusable: {}",
                                     p.batch, p.error);
         r.search = s;
-        r.status = "failed";
+        r.status = JobStatus::failed;
         r.message = "search: " + s.stop_reason;
         return r;
       }
@@ -652,7 +652,7 @@ class FakeLauncher : public PhaseLauncher {
       s.converged = converges;
       r.search = s;
       r.batch = found_;
-      r.status = found_ > 0 ? "ok" : "no-fit";
+      r.status = found_ > 0 ? JobStatus::ok : JobStatus::no_fit;
       if (!converges) {
         // What run_phase writes for a search that spent its probe budget.
         r.search->stop_reason = "probe budget spent (search.max_probes=10)";
@@ -664,12 +664,12 @@ class FakeLauncher : public PhaseLauncher {
     }
     r.batch = spec.batch;
     if (spec.batch > fits_up_to_) {
-      r.status = "oom";
+      r.status = JobStatus::oom;
       r.message = "CUDA out of memory";
       return r;
     }
-    if (spec.phase == "confirm" && diverge_confirm) {
-      r.status = "diverged";
+    if (spec.phase == WorkerPhase::confirm && diverge_confirm) {
+      r.status = JobStatus::diverged;
       r.message = "loss 'loss' is NaN after 2 steps at batch " + std::to_string(spec.batch);
       return r;
     }
@@ -765,7 +765,7 @@ TEST(RunnerTest, AMemoryTierWhoseConfirmDivergesIsMarkedDiverged) {
   JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
   plan.search_only = true;
   const JobRecord r = run_job(plan, builtin(), tier, quiet);
-  EXPECT_EQ(r.status, "diverged");
+  EXPECT_EQ(r.status, JobStatus::diverged);
   EXPECT_NE(r.message.find("did not train soundly in its confirm"), std::string::npos)
       << r.message;
 }
@@ -775,7 +775,7 @@ TEST(RunnerTest, AMemoryTierWhoseBatchNeverTrainsInAFreshProcessFails) {
   JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
   plan.search_only = true;
   const JobRecord r = run_job(plan, builtin(), tier, quiet);
-  EXPECT_EQ(r.status, "failed");
+  EXPECT_EQ(r.status, JobStatus::failed);
   EXPECT_NE(r.message.find("did not train in a fresh process under the cap"), std::string::npos)
       << r.message;
   EXPECT_LE(static_cast<int>(r.confirm.size()), kMaxTimedAttempts);
@@ -786,7 +786,7 @@ TEST(RunnerTest, SearchThenTimeAtTheFoundBatchAndNormalize) {
   JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
   const JobRecord r = run_job(plan, builtin(), launcher, quiet);
   EXPECT_EQ(launcher.calls, (std::vector<std::string>{"search:0", "time:1312"}));
-  EXPECT_EQ(r.status, "ok");
+  EXPECT_EQ(r.status, JobStatus::ok);
   EXPECT_EQ(r.batch, 1312);
   EXPECT_EQ(r.batch_source, "search");
   ASSERT_TRUE(r.search.has_value());
@@ -803,7 +803,7 @@ TEST(RunnerTest, StepsDownWhenTheFreshProcessDoesNotFitTheFoundBatch) {
   const JobRecord r = run_job(plan, builtin(), launcher, quiet);
   EXPECT_EQ(launcher.calls, (std::vector<std::string>{"search:0", "time:1000", "time:990",
                                                       "time:970", "time:980"}));
-  EXPECT_EQ(r.status, "ok");
+  EXPECT_EQ(r.status, JobStatus::ok);
   EXPECT_EQ(r.batch, 970);
   ASSERT_EQ(r.confirm.size(), 4u);
   EXPECT_EQ(r.confirm[0]["status"], "oom");
@@ -816,20 +816,21 @@ TEST(RunnerTest, StepsDownWhenTheFreshProcessDoesNotFitTheFoundBatch) {
   EXPECT_NE(r.message.find("the search's batch 1000 did not fit"), std::string::npos) << r.message;
 }
 
-/// Timed runs that answer in turn from a script: ("ok", throughput) or a failing status.
+/// Timed runs that answer in turn from a script: (ok, throughput) or a failing status.
 class RepeatLauncher : public PhaseLauncher {
  public:
-  explicit RepeatLauncher(std::vector<std::pair<std::string, double>> script)
+  explicit RepeatLauncher(std::vector<std::pair<JobStatus, double>> script)
       : script_(std::move(script)) {}
   JobRecord launch(const JobSpec& spec, double) override {
-    calls.push_back(spec.phase + ":" + std::to_string(spec.batch));
+    calls.push_back(to_string(spec.phase) + (":" + std::to_string(spec.batch)));
     const auto& [status, throughput] = script_.at(next_++);
     JobRecord r;
     r.model = spec.model;
     r.device.type = "cuda";
-    r.batch = status == "crashed" ? 0 : spec.batch;  // a dead worker says nothing of its batch
+    r.batch =
+        status == JobStatus::crashed ? 0 : spec.batch;  // a dead worker says nothing of its batch
     r.status = status;
-    r.throughput = status == "ok" ? throughput : 0;
+    r.throughput = status == JobStatus::ok ? throughput : 0;
     r.timing.steps = 3;
     r.timing.median_ms = 1000 / std::max(throughput, 1.0);
     // NVML over the window: power and energy that follow the throughput; 14 ran throttled.
@@ -837,14 +838,15 @@ class RepeatLauncher : public PhaseLauncher {
                 {"sm_clock_mhz", {{"median", 1900 - throughput}}},
                 {"throttled", throughput == 14},
                 {"energy", {{"units_per_joule", throughput / 100}}}};
-    if (status == "diverged") r.message = "loss 'loss' is NaN at the end of the timed window";
-    if (status == "oom") r.message = "CUDA out of memory";
+    if (status == JobStatus::diverged)
+      r.message = "loss 'loss' is NaN at the end of the timed window";
+    if (status == JobStatus::oom) r.message = "CUDA out of memory";
     return r;
   }
   std::vector<std::string> calls;
 
  private:
-  std::vector<std::pair<std::string, double>> script_;
+  std::vector<std::pair<JobStatus, double>> script_;
   std::size_t next_ = 0;
 };
 
@@ -857,11 +859,11 @@ ConfigStore with_repeat(int repeat) {
 // run.repeat 3: the timed run three times at the job's batch (each would be a fresh process),
 // every one kept, the throughput their median, with the mean's 95% interval.
 TEST(RunnerTest, RepeatedTimedRunsGiveTheMedianAndAnInterval) {
-  RepeatLauncher launcher({{"ok", 10}, {"ok", 14}, {"ok", 12}});
+  RepeatLauncher launcher({{JobStatus::ok, 10}, {JobStatus::ok, 14}, {JobStatus::ok, 12}});
   const JobPlan plan{"bert-base", "cuda:0", int64_t{64}, {}};
   const JobRecord r = run_job(plan, with_repeat(3), launcher, quiet);
   EXPECT_EQ(launcher.calls, (std::vector<std::string>{"time:64", "time:64", "time:64"}));
-  EXPECT_EQ(r.status, "ok") << r.message;
+  EXPECT_EQ(r.status, JobStatus::ok) << r.message;
   EXPECT_EQ(r.throughput, 12);
   ASSERT_TRUE(r.throughput_stats.has_value());
   EXPECT_EQ(r.throughput_stats->n, 3);
@@ -880,7 +882,7 @@ TEST(RunnerTest, RepeatedTimedRunsGiveTheMedianAndAnInterval) {
   EXPECT_EQ(back.throughput_stats->to_json(), r.throughput_stats->to_json());
 
   // One timed run: no repeats, no interval; the record reads and writes as before.
-  RepeatLauncher once({{"ok", 10}});
+  RepeatLauncher once({{JobStatus::ok, 10}});
   const JobRecord single = run_job(plan, builtin(), once, quiet);
   EXPECT_EQ(once.calls.size(), 1u);
   EXPECT_TRUE(single.repeats.empty());
@@ -891,10 +893,11 @@ TEST(RunnerTest, RepeatedTimedRunsGiveTheMedianAndAnInterval) {
 // The GPU's power, clock and energy, and the step time, over every timed run (their median and
 // range), not the first run's alone; the first run's process time is kept like the others'.
 TEST(RunnerTest, RepeatedTimedRunsSummarizePowerClocksAndEnergyOverEveryRun) {
-  RepeatLauncher launcher({{"ok", 10}, {"ok", 14}, {"oom", 0}, {"ok", 12}});
+  RepeatLauncher launcher(
+      {{JobStatus::ok, 10}, {JobStatus::ok, 14}, {JobStatus::oom, 0}, {JobStatus::ok, 12}});
   const JobPlan plan{"bert-base", "cuda:0", int64_t{64}, {}};
   const JobRecord r = run_job(plan, with_repeat(4), launcher, quiet);
-  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_EQ(r.status, JobStatus::ok) << r.message;
   ASSERT_EQ(r.repeats.size(), 4u);
   EXPECT_GT(r.repeats[0]["seconds"].get<double>(), 0.0);
   EXPECT_DOUBLE_EQ(r.repeats[1]["power_w_mean"].get<double>(), 314.0);
@@ -916,10 +919,10 @@ TEST(RunnerTest, RepeatedTimedRunsSummarizePowerClocksAndEnergyOverEveryRun) {
 
 // A timed run whose worker died keeps the batch it was given, not 0.
 TEST(RunnerTest, ACrashedTimedRunKeepsItsBatch) {
-  RepeatLauncher launcher({{"crashed", 0}});
+  RepeatLauncher launcher({{JobStatus::crashed, 0}});
   const JobPlan plan{"bert-base", "cuda:0", int64_t{64}, {}};
   const JobRecord r = run_job(plan, builtin(), launcher, quiet);
-  EXPECT_EQ(r.status, "crashed");
+  EXPECT_EQ(r.status, JobStatus::crashed);
   EXPECT_EQ(r.batch, 64);
 }
 
@@ -932,7 +935,7 @@ class PeakLauncher : public PhaseLauncher {
     r.model = spec.model;
     r.device.type = "cuda";
     r.batch = spec.batch;
-    r.status = "ok";
+    r.status = JobStatus::ok;
     r.throughput = 10.0 + static_cast<double>(specs.size());
     const PeakChoice peak = choose_matmul_peak(spec.matmul_peak, spec.device, "fp32",
                                                [] { return std::optional<double>(51.3); });
@@ -973,17 +976,17 @@ TEST(RunnerTest, RepeatedTimedRunsReuseThePeakTheFirstOneMeasured) {
 // said, and the statistics are over the others.
 TEST(RunnerTest, ARepeatThatDivergesFailsTheJobAndOneOutOfMemoryIsSaid) {
   const JobPlan plan{"bert-base", "cuda:0", int64_t{64}, {}};
-  RepeatLauncher diverging({{"ok", 10}, {"diverged", 0}, {"ok", 12}});
+  RepeatLauncher diverging({{JobStatus::ok, 10}, {JobStatus::diverged, 0}, {JobStatus::ok, 12}});
   const JobRecord d = run_job(plan, with_repeat(3), diverging, quiet);
-  EXPECT_EQ(d.status, "diverged");
+  EXPECT_EQ(d.status, JobStatus::diverged);
   EXPECT_EQ(d.throughput, 0);
   EXPECT_FALSE(d.normalized.has_value());
   EXPECT_NE(d.message.find("timed run 2 of 3: loss 'loss' is NaN"), std::string::npos) << d.message;
   EXPECT_EQ(diverging.calls.size(), 2u);  // no third run after a diverged one
 
-  RepeatLauncher edge({{"ok", 10}, {"oom", 0}, {"ok", 12}});
+  RepeatLauncher edge({{JobStatus::ok, 10}, {JobStatus::oom, 0}, {JobStatus::ok, 12}});
   const JobRecord e = run_job(plan, with_repeat(3), edge, quiet);
-  EXPECT_EQ(e.status, "ok");
+  EXPECT_EQ(e.status, JobStatus::ok);
   EXPECT_EQ(e.throughput, 11);  // the median of 10 and 12
   EXPECT_EQ(e.throughput_stats->n, 2);
   EXPECT_EQ(e.repeats.size(), 3u);
@@ -1024,7 +1027,7 @@ TEST(RunnerTest, GivesUpAfterItsTimedRunsAndFails) {
   EXPECT_EQ(launcher.calls, (std::vector<std::string>{"search:0", "time:100", "time:99",
                                                       "time:97", "time:93", "time:85",
                                                       "time:69"}));
-  EXPECT_EQ(r.status, "failed");
+  EXPECT_EQ(r.status, JobStatus::failed);
   EXPECT_NE(r.message.find("out of memory at batch 69"), std::string::npos) << r.message;
   EXPECT_EQ(r.confirm.size(), static_cast<std::size_t>(kMaxTimedAttempts));
   EXPECT_FALSE(r.normalized.has_value());
@@ -1041,7 +1044,7 @@ TEST(RunnerTest, ASearchWhoseWorkerBreaksGoesOnInAFreshOne) {
   EXPECT_EQ(launcher.search_specs[1].search_worker, 1);
   ASSERT_EQ(launcher.search_specs[1].search_probes.size(), 1u);  // the first worker's probes
   EXPECT_TRUE(launcher.search_specs[1].search_probes[0].sticky);
-  EXPECT_EQ(r.status, "ok");
+  EXPECT_EQ(r.status, JobStatus::ok);
   EXPECT_EQ(r.batch, 1312);
   bool said = false;
   for (const auto& l : lines) said = said || l.find("goes on in a fresh worker") != std::string::npos;
@@ -1053,7 +1056,7 @@ TEST(RunnerTest, ASearchThatBreaksEveryWorkerFailsTheJobOnly) {
   JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
   const JobRecord r = run_job(plan, builtin(), launcher, quiet);
   EXPECT_EQ(launcher.search_specs.size(), static_cast<std::size_t>(kMaxSearchWorkers));
-  EXPECT_EQ(r.status, "failed");
+  EXPECT_EQ(r.status, JobStatus::failed);
   EXPECT_NE(r.message.find("left its worker unusable"), std::string::npos) << r.message;
   ASSERT_TRUE(r.search.has_value());
   EXPECT_EQ(r.search->probes.size(), static_cast<std::size_t>(kMaxSearchWorkers));
@@ -1069,7 +1072,7 @@ TEST(RunnerTest, ASearchThatDidNotConvergeSaysSoOnStderrAndInTheRecord) {
   const JobRecord r =
       run_job(plan, builtin(), launcher, [&](const std::string& l) { lines.push_back(l); });
   EXPECT_EQ(launcher.calls, (std::vector<std::string>{"search:0", "time:700"}));
-  EXPECT_EQ(r.status, "ok");
+  EXPECT_EQ(r.status, JobStatus::ok);
   EXPECT_EQ(r.batch, 700);
   ASSERT_TRUE(r.search.has_value());
   EXPECT_FALSE(r.search->converged);
@@ -1092,7 +1095,7 @@ TEST(RunnerTest, AFixedBatchIsTimedAsGivenWithoutSearchOrStepDown) {
   JobPlan plan{"bert-base", "cuda:0", 64, {}};
   const JobRecord r = run_job(plan, builtin(), launcher, quiet);
   EXPECT_EQ(launcher.calls, (std::vector<std::string>{"time:64"}));
-  EXPECT_EQ(r.status, "failed");
+  EXPECT_EQ(r.status, JobStatus::failed);
   EXPECT_EQ(r.batch_source, "flag");
 }
 
@@ -1100,7 +1103,7 @@ TEST(RunnerTest, NoFitIsAResultNotACrash) {
   FakeLauncher launcher(0, 0);
   JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
   const JobRecord r = run_job(plan, builtin(), launcher, quiet);
-  EXPECT_EQ(r.status, "no-fit");
+  EXPECT_EQ(r.status, JobStatus::no_fit);
   EXPECT_EQ(launcher.calls, (std::vector<std::string>{"search:0"}));
 }
 
@@ -1132,7 +1135,7 @@ JobSpec cpu_spec() {
 TEST(RunnerTest, WorkerProcessRunsAPhase) {
   WorkerLauncher launcher(testing::gpubench_exe());
   const JobRecord r = launcher.launch(cpu_spec(), 300);
-  EXPECT_EQ(r.status, "ok") << r.message;
+  EXPECT_EQ(r.status, JobStatus::ok) << r.message;
   EXPECT_GT(r.throughput, 0);
 }
 
@@ -1140,7 +1143,7 @@ TEST(RunnerTest, ACrashingWorkerIsRecordedAsCrashed) {
   TempDir dir;
   WorkerLauncher launcher(script(dir, "crash.sh", "kill -SEGV $$"));
   const JobRecord r = launcher.launch(cpu_spec(), 60);
-  EXPECT_EQ(r.status, "crashed");
+  EXPECT_EQ(r.status, JobStatus::crashed);
   EXPECT_NE(r.message.find("killed by signal 11"), std::string::npos) << r.message;
 }
 
@@ -1148,7 +1151,7 @@ TEST(RunnerTest, AHangingWorkerIsKilledAtTheTimeout) {
   TempDir dir;
   WorkerLauncher launcher(script(dir, "hang.sh", "sleep 60"));
   const JobRecord r = launcher.launch(cpu_spec(), 1);
-  EXPECT_EQ(r.status, "timeout");
+  EXPECT_EQ(r.status, JobStatus::timeout);
   EXPECT_NE(r.message.find("timed out after"), std::string::npos) << r.message;
 }
 
@@ -1156,7 +1159,7 @@ TEST(RunnerTest, AWorkerThatExitsWithoutARecordFails) {
   TempDir dir;
   WorkerLauncher launcher(script(dir, "fail.sh", "exit 4"));
   const JobRecord r = launcher.launch(cpu_spec(), 60);
-  EXPECT_EQ(r.status, "failed");
+  EXPECT_EQ(r.status, JobStatus::failed);
   EXPECT_NE(r.message.find("exited with code 4"), std::string::npos) << r.message;
 }
 

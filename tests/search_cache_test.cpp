@@ -432,14 +432,14 @@ class BrokenVerificationLauncher : public PhaseLauncher {
     r.model = spec.model;
     r.device.type = "cuda";
     r.device.name = "NVIDIA H200";
-    if (spec.phase == "search") {
+    if (spec.phase == WorkerPhase::search) {
       SearchRecord s;
       if (spec.search_worker == 0) {
         s.interrupted = true;
         s.stop_reason = "the probe at batch 1000 left its worker unusable: CUDA error";
         s.cache = {
             {"lookup", "stale"}, {"verify", Json::array({{{"batch", 1000}}})}, {"stored", false}};
-        r.status = "failed";
+        r.status = JobStatus::failed;
       } else {
         s.max_batch = 992;
         s.converged = true;
@@ -459,7 +459,7 @@ TEST(SearchCacheTest, TheJobKeepsTheFirstWorkersLookupWithWhatTheLastOneStored) 
   BrokenVerificationLauncher launcher;
   const JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
   const JobRecord r = run_job(plan, builtin(), launcher, [](const std::string&) {});
-  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_EQ(r.status, JobStatus::ok) << r.message;
   ASSERT_TRUE(r.search.has_value());
   EXPECT_EQ(r.search->cache["lookup"], "stale");
   EXPECT_EQ(r.search->cache["verify"].size(), 1u);

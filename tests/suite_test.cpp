@@ -30,9 +30,9 @@ const std::vector<std::string> kModels = {"bert-base", "bert-base-mlm", "bert-fi
 class ScriptedLauncher : public PhaseLauncher {
  public:
   JobRecord launch(const JobSpec& spec, double) override {
-    calls.push_back(spec.model + ":" + spec.phase);
+    calls.push_back(spec.model + ":" + to_string(spec.phase));
     hinted.push_back(spec.search_hint.has_value());
-    if (spec.phase == "time") {
+    if (spec.phase == WorkerPhase::time) {
       peaks_given.push_back(spec.matmul_peak ? spec.matmul_peak->measured_by : "");
     }
     JobRecord r;
@@ -42,12 +42,12 @@ class ScriptedLauncher : public PhaseLauncher {
     const ConfigStore store = resolve_store(spec.overlays);
     r.memory_cap_gib = store.run().memory_cap_gib;
     if (spec.model == failing) {
-      r.status = "crashed";
+      r.status = JobStatus::crashed;
       r.message = "time worker killed by signal 11";
       return r;
     }
-    r.batch = spec.phase == "search" ? 64 : spec.batch;
-    if (spec.phase == "search") {
+    r.batch = spec.phase == WorkerPhase::search ? 64 : spec.batch;
+    if (spec.phase == WorkerPhase::search) {
       SearchRecord s;
       s.max_batch = r.memory_cap_gib ? static_cast<int64_t>(*r.memory_cap_gib) : 64;
       s.fixed_bytes = 1e9;
@@ -55,7 +55,7 @@ class ScriptedLauncher : public PhaseLauncher {
       r.search = s;
       r.batch = s.max_batch;
     } else {
-      r.status = "ok";
+      r.status = JobStatus::ok;
       r.throughput = 100;
       // As run_phase: the peak the spec brings for this device and kind, else measured.
       const PeakChoice peak = choose_matmul_peak(spec.matmul_peak, spec.device, "fp32",
@@ -111,10 +111,10 @@ TEST(SuiteTest, RunsOnlyWhatTheJournalDoesNotHoldAsDone) {
   auto journal = JournalWriter::create(dir.file("j.jsonl"), header_of(plan));
   JobRecord done;
   done.model = "bert-base";
-  done.status = "ok";
+  done.status = JobStatus::ok;
   JobRecord crashed;
   crashed.model = "bert-base-mlm";
-  crashed.status = "crashed";
+  crashed.status = JobStatus::crashed;
   ScriptedLauncher launcher;
   const SuiteOutcome outcome = run_suite(plan, {done, crashed}, launcher, journal, {});
   EXPECT_EQ(outcome.skipped, 1);
@@ -137,7 +137,9 @@ TEST(SuiteTest, AFailedJobIsJournaledWithItsIdentityAndTheSuiteGoesOn) {
   launcher.failing = "bert-base-mlm";
   std::vector<std::string> ended;
   SuiteCallbacks callbacks;
-  callbacks.job_ended = [&](const JobRecord& r) { ended.push_back(r.model + " " + r.status); };
+  callbacks.job_ended = [&](const JobRecord& r) {
+    ended.push_back(r.model + " " + to_string(r.status));
+  };
   const SuiteOutcome outcome = run_suite(plan, {}, launcher, journal, callbacks);
   EXPECT_EQ(outcome.failed, 1);
   EXPECT_EQ(ended, (std::vector<std::string>{"bert-base ok", "bert-base-mlm crashed",
@@ -286,7 +288,7 @@ TEST(SuiteTest, AKilledSuiteContinuesWithResumeAndRepeatsNothing) {
   const Journal killed = read_journal(journal);  // still valid
   ASSERT_EQ(killed.jobs.size(), 1u);
   EXPECT_EQ(killed.jobs[0].model, "bert-base");
-  EXPECT_EQ(killed.jobs[0].status, "ok");
+  EXPECT_EQ(killed.jobs[0].status, JobStatus::ok);
 
   const auto resumed =
       testing::run_gpubench("run --resume '" + journal + "' --json '" + dir.file("r.json") + "'");
@@ -341,9 +343,9 @@ TEST(SuiteTest, CrashingAndHangingWorkersFailTheirJobOnlyAndResumeRetriesThem) {
       << run.err;
   Journal j = read_journal(dir.file("j.jsonl"));
   ASSERT_EQ(j.jobs.size(), 3u);
-  EXPECT_EQ(j.jobs[0].status, "ok");
-  EXPECT_EQ(j.jobs[1].status, "crashed");
-  EXPECT_EQ(j.jobs[2].status, "timeout");
+  EXPECT_EQ(j.jobs[0].status, JobStatus::ok);
+  EXPECT_EQ(j.jobs[1].status, JobStatus::crashed);
+  EXPECT_EQ(j.jobs[2].status, JobStatus::timeout);
 
   // With a healthy worker, --resume runs the two failed jobs and nothing else.
   const auto resumed = testing::run_gpubench("run --resume '" + dir.file("j.jsonl") + "'");
@@ -351,9 +353,9 @@ TEST(SuiteTest, CrashingAndHangingWorkersFailTheirJobOnlyAndResumeRetriesThem) {
   j = read_journal(dir.file("j.jsonl"));
   ASSERT_EQ(j.jobs.size(), 5u);
   EXPECT_EQ(j.jobs[3].model, "bert-base-mlm");
-  EXPECT_EQ(j.jobs[3].status, "ok");
+  EXPECT_EQ(j.jobs[3].status, JobStatus::ok);
   EXPECT_EQ(j.jobs[4].model, "bert-finetune");
-  EXPECT_EQ(j.jobs[4].status, "ok");
+  EXPECT_EQ(j.jobs[4].status, JobStatus::ok);
 }
 
 TEST(SuiteTest, ResumeWarnsWhenTheRunSettingsResolveDifferently) {

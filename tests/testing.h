@@ -2,8 +2,11 @@
 // EXPECT_THROWS_WITH that checks an exception's type and message.
 #pragma once
 
+#include "gpubench/records/enums.h"
+
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -62,6 +65,13 @@ int journal_job_lines(const std::string& journal);
 std::string hanging_worker(const TempDir& dir, const std::string& model);
 
 }  // namespace gpubench::testing
+
+namespace gpubench {
+// A failed EXPECT_EQ on a status or phase shows its string, not its bytes.
+inline void PrintTo(JobStatus status, std::ostream* os) { *os << to_string(status); }
+inline void PrintTo(WorkerPhase phase, std::ostream* os) { *os << to_string(phase); }
+inline void PrintTo(AttemptPhase phase, std::ostream* os) { *os << to_string(phase); }
+}  // namespace gpubench
 
 /// Expects `statement` to throw `type` with `substring` in its message.
 #define EXPECT_THROWS_WITH(statement, type, substring)                            \

@@ -148,7 +148,7 @@ std::string failure_summary(const std::vector<JobRecord>& records, std::ptrdiff_
   std::ptrdiff_t same_again = 0;
   for (const auto& r : records) {
     if (job_is_done(r)) continue;
-    const bool transient = r.status == "timeout" || r.status == "crashed";
+    const bool transient = r.status == JobStatus::timeout || r.status == JobStatus::crashed;
     if (!transient) ++same_again;
     std::string message = r.message.substr(0, 160);
     std::replace(message.begin(), message.end(), '\n', ' ');
@@ -156,7 +156,7 @@ std::string failure_summary(const std::vector<JobRecord>& records, std::ptrdiff_
         fmt::format("\n  {}{}: {}{}{}", r.model,
                     r.memory_cap_gib ? fmt::format(" at {} GiB", format_number(*r.memory_cap_gib))
                                      : std::string(),
-                    r.status, message.empty() ? "" : ": " + message,
+                    to_string(r.status), message.empty() ? "" : ": " + message,
                     transient ? " (may pass when run again)"
                               : " (runs the same way again: change what this names, or "
                                 "leave the job out)");

@@ -163,7 +163,7 @@ JobRecord ranks_record(const std::vector<RankProcess>& ranks, const Watch& watch
       ProcessResult end;
       end.exit_code = p.exit_code;
       end.signal = p.signal;
-      record.status = p.signal ? "crashed" : "failed";
+      record.status = p.signal ? JobStatus::crashed : JobStatus::failed;
       record.message =
           fmt::format("data-parallel timed run: {} worker {}; the other ranks were stopped",
                       p.describe(), end.describe());
@@ -172,10 +172,10 @@ JobRecord ranks_record(const std::vector<RankProcess>& ranks, const Watch& watch
   }
   const RankProcess* cause = nullptr;
   for (const auto& p : ranks) {
-    if (p.record && !p.record->ok() && (!cause || p.record->status == "oom")) cause = &p;
+    if (p.record && !p.record->ok() && (!cause || p.record->status == JobStatus::oom)) cause = &p;
   }
   if (!watch.stopped_for.empty() && !watch.timed_out) {
-    record.status = "failed";
+    record.status = JobStatus::failed;
     record.message = fmt::format(
         "data-parallel timed run: {}; this host's ranks were stopped", watch.stopped_for);
     return record;
@@ -185,7 +185,7 @@ JobRecord ranks_record(const std::vector<RankProcess>& ranks, const Watch& watch
     record.message = fmt::format("{}: {}", cause->describe(), record.message);
     return record;
   }
-  record.status = "timeout";
+  record.status = JobStatus::timeout;
   record.message = fmt::format(
       "data-parallel timed run: timed out after {:.0f} s on {} ranks (a rank that hangs holds "
       "the others in their all-reduce); every rank was stopped",
@@ -206,8 +206,8 @@ Json asked_of_rank(const JobSpec& spec) {
     }
   }
   return {{"model", spec.model},
-          {"phase", spec.phase},
-          {"batch", spec.phase == "search" ? 0 : spec.batch},
+          {"phase", to_string(spec.phase)},
+          {"batch", spec.phase == WorkerPhase::search ? 0 : spec.batch},
           {"search_only", spec.search_only},
           {"config", config}};
 }
@@ -322,14 +322,14 @@ struct DataParallelLauncher::Impl {
     if (const std::string differs = ranks_disagree(spec); !differs.empty()) {
       JobRecord record;
       record.model = spec.model;
-      record.status = "failed";
+      record.status = JobStatus::failed;
       record.message = fmt::format(
           "data-parallel {}: the ranks were not asked the same job: {}; every rank must run "
           "the same command (models, batches, precision, config)",
-          spec.phase == "search" ? "search" : "timed run", differs);
+          spec.phase == WorkerPhase::search ? "search" : "timed run", differs);
       return record;
     }
-    if (spec.phase == "search") {
+    if (spec.phase == WorkerPhase::search) {
       const std::string key = fmt::format("search-{}", ++searches);
       if (env.rank == 0) {
         JobRecord record = single.launch(spec, timeout_s);
@@ -372,7 +372,7 @@ struct DataParallelLauncher::Impl {
     });
     if (!p.healthy() && !p.stopped_by_us) {
       std::string own = p.record && !p.record->ok()
-                            ? fmt::format("{} {}: {}", p.describe(), p.record->status,
+                            ? fmt::format("{} {}: {}", p.describe(), to_string(p.record->status),
                                           p.record->message)
                             : fmt::format("{} worker {}", p.describe(),
                                           ProcessResult{p.exit_code, p.signal}.describe());
@@ -385,7 +385,7 @@ struct DataParallelLauncher::Impl {
       if (const std::string first = reported_failure(failed_key, 5.0); !first.empty()) {
         JobRecord record;
         record.model = spec.model;
-        record.status = "failed";
+        record.status = JobStatus::failed;
         record.message = fmt::format("data-parallel timed run: {}; then on this host: {}",
                                      first, own);
         return record;
@@ -456,7 +456,8 @@ DataParallelLauncher::~DataParallelLauncher() = default;
 
 JobRecord DataParallelLauncher::launch(const JobSpec& spec, double timeout_s) {
   if (impl_->plan.environment) return impl_->launch_environment(spec, timeout_s);
-  if (spec.phase == "search") return impl_->single.launch(spec, timeout_s);  // once, one GPU
+  if (spec.phase == WorkerPhase::search)
+    return impl_->single.launch(spec, timeout_s);  // once, one GPU
   return impl_->launch_local(spec, timeout_s);
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -13,14 +14,14 @@ namespace distributed {
 void finish_timed_phase(JobRecord& record, Communicator& comm, const RankSpec& spec,
                         const BucketedGradientSync& sync) {
   if (record.ok() && sync.updates() == 0) {
-    record.status = "failed";
+    record.status = JobStatus::failed;
     record.message =
         "data-parallel: this workload's step updated without the runtime's gradient sync "
         "(train::Runtime::update), so its ranks did not train one model";
   }
   const Json mine = {{"rank", spec.rank},
                      {"device", record.device.name},
-                     {"status", record.status},
+                     {"status", to_string(record.status)},
                      {"message", record.message},
                      {"throughput", record.throughput},
                      {"units_per_step", record.units_per_step},
@@ -36,9 +37,12 @@ void finish_timed_phase(JobRecord& record, Communicator& comm, const RankSpec& s
     Json entry = Json::parse(all[r]);
     if (!spec.devices.empty() && r < spec.devices.size()) entry["device_index"] = spec.devices[r];
     const std::string status = entry.value("status", std::string("failed"));
-    if (status != "ok" && failed.empty()) {
+    const std::optional<JobStatus> parsed = parse_job_status(status);
+    if (parsed != JobStatus::ok && failed.empty()) {
       failed = fmt::format("rank {}: {}", r, entry.value("message", status));
-      if (record.ok()) record.status = status;
+      // The ranks are this gpubench's own workers: a status that is not one of JobStatus's
+      // counts as failed, the message naming its rank.
+      if (record.ok()) record.status = parsed.value_or(JobStatus::failed);
     }
     total += entry.value("throughput", 0.0);
     const double median = entry.value("step_time_ms_median", 0.0);

@@ -45,7 +45,7 @@ Json JobRecord::to_json() const {
               {"batch_unit", batch_unit},
               {"throughput_unit", throughput_unit},
               {"device", device.to_json()},
-              {"status", status},
+              {"status", to_string(status)},
               {"message", message},
               {"emulated", emulated},
               {"search_only", search_only},
@@ -76,7 +76,7 @@ Json JobRecord::to_json() const {
   } else {
     out["normalized"] = nullptr;
   }
-  if (status == "diverged") out["diverged_throughput"] = diverged_throughput;
+  if (status == JobStatus::diverged) out["diverged_throughput"] = diverged_throughput;
   // Repeats (run.repeat >= 2) only: records of one timed run read and write as before.
   if (!repeats.empty()) out["repeats"] = repeats;
   if (throughput_stats) out["throughput_stats"] = throughput_stats->to_json();
@@ -129,7 +129,9 @@ JobRecord job_record_from_json(const Json& j) {
   r.batch_unit = j.value("batch_unit", std::string());
   r.throughput_unit = j.value("throughput_unit", std::string());
   if (j.contains("device")) r.device = DeviceInfo::from_json(j["device"]);
-  r.status = j.value("status", std::string("ok"));
+  // A status outside the list (a hand edit, a newer gpubench) is refused, naming it: read as
+  // another, it would count a job as done or redo one that is.
+  r.status = require_job_status(j.value("status", std::string("ok")), "status");
   r.message = j.value("message", std::string());
   r.emulated = j.value("emulated", false);
   r.search_only = j.value("search_only", false);

@@ -268,7 +268,7 @@ namespace {
 
 std::string throughput_cell(const std::optional<JobRecord>& r) {
   if (!r) return "-";
-  if (!r->ok()) return r->status;
+  if (!r->ok()) return to_string(r->status);
   std::string cell = fmt::format("{} {}", format_significant(r->throughput, 4), r->throughput_unit);
   if (has_interval(*r)) {
     cell += fmt::format(" ±{}%",

@@ -164,7 +164,8 @@ std::vector<FamilySummary> summarize_families(const Comparison& c,
       std::vector<std::size_t> measured;
       for (std::size_t r : rows) {
         const RunCell& cell = c.cells[r][k];
-        if (cell.present && cell.status == "ok" && cell.normalized && *cell.normalized > 0) {
+        if (cell.present && cell.status == JobStatus::ok && cell.normalized &&
+            *cell.normalized > 0) {
           measured.push_back(r);
         }
       }
@@ -217,7 +218,7 @@ MaxBatchCell max_batch_of(const JobRecord& job) {
   cell.present = true;
   cell.status = job.status;
   // A search that found a batch answers the question even if a later timed run failed.
-  if (job.search && job.search->max_batch > 0 && job.status != "no-fit") {
+  if (job.search && job.search->max_batch > 0 && job.status != JobStatus::no_fit) {
     cell.max_batch = job.search->max_batch;
   }
   return cell;
@@ -301,7 +302,7 @@ std::vector<MemoryTierTable> build_memory_tiers(const std::vector<JobRecord>& al
       column = static_cast<std::size_t>(
           std::find(t->caps_gib.begin(), t->caps_gib.end(), *job.memory_cap_gib) -
           t->caps_gib.begin());
-    } else if (!job.search && job.status != "no-fit") {
+    } else if (!job.search && job.status != JobStatus::no_fit) {
       continue;  // a fixed batch (--batch, the CPU) says nothing about the limit
     }
     t->cells[m][column] = max_batch_of(job);

@@ -47,7 +47,9 @@ std::string unit_noun(const std::string& throughput_unit) {
 std::string ratio_text(double v) { return format_significant(v) + "x"; }
 
 /// A measured cell that has no number: "OOM" for a no-fit, else its status.
-std::string status_text(const std::string& status) { return status == "no-fit" ? "OOM" : status; }
+std::string status_text(JobStatus status) {
+  return status == JobStatus::no_fit ? "OOM" : to_string(status);
+}
 
 std::string cap_text(double gib) { return format_number(gib) + " GiB"; }
 
@@ -96,7 +98,7 @@ BarChart workload_chart(const Comparison& c, std::size_t r, const ReferenceTable
     bar.label = c.runs[k].label;
     bar.color = run_color(k);
     labels.push_back(shortened(bar.label, 60));
-    if (cell.status == "ok" && cell.normalized) {
+    if (cell.status == JobStatus::ok && cell.normalized) {
       bar.value = *cell.normalized;
       bar.text = format_significant(*cell.normalized);
       bar.tooltip = fmt::format("{}, {}: {} x {} (batch {} {}, {} {})", name(c.models[r]),
@@ -340,8 +342,8 @@ std::optional<BarChart> precision_gain_chart(const ReportView& view) {
       Bar bar;
       bar.label = c.runs[other].label;
       bar.color = run_color(other);
-      const bool ok = base.status == "ok" && cell.status == "ok" && base.throughput > 0 &&
-                      cell.throughput > 0;
+      const bool ok = base.status == JobStatus::ok && cell.status == JobStatus::ok &&
+                      base.throughput > 0 && cell.throughput > 0;
       if (ok) {
         const double gain = cell.throughput / base.throughput;
         bar.value = gain;
@@ -353,10 +355,10 @@ std::optional<BarChart> precision_gain_chart(const ReportView& view) {
         logs[i].push_back(std::log(gain));
         over[i].push_back(name(c.models[r]));
       } else {
-        bar.text = base.status != "ok"
-                       ? fmt::format("no ratio: fp32 {}", status_text(base.status))
-                       : fmt::format("no ratio: {} {}", c.runs[other].precision,
-                                     status_text(cell.status));
+        bar.text =
+            base.status != JobStatus::ok
+                ? fmt::format("no ratio: fp32 {}", status_text(base.status))
+                : fmt::format("no ratio: {} {}", c.runs[other].precision, status_text(cell.status));
       }
       group.bars.push_back(bar);
     }

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 
 namespace gpubench {
 
@@ -346,8 +347,11 @@ class HtmlReporter final : public Reporter {
       if (column >= s.left_columns && !message) names.push_back("num");
       if (s.reference_from > 0 && column >= s.reference_from) names.push_back("ref");
       if (!header && message) names.push_back("message");
-      if (!header && (text == "OOM" || text == "no-fit")) names.push_back("oom");
-      if (!header && (text == "failed" || text == "crashed" || text == "timeout")) {
+      // A cell that shows a status (sections.cpp): coloured as what the status means.
+      const std::optional<JobStatus> status = parse_job_status(text);
+      if (!header && (text == "OOM" || status == JobStatus::no_fit)) names.push_back("oom");
+      if (!header && (status == JobStatus::failed || status == JobStatus::crashed ||
+                      status == JobStatus::timeout)) {
         names.push_back("fail");
       }
       return names.empty() ? std::string() : " class=\"" + join(names, " ") + "\"";

@@ -32,7 +32,7 @@ Json geo_mean_json(const GeoMean& mean) {
 
 Json max_batch_json(const MaxBatchCell& cell) {
   if (!cell.present) return nullptr;
-  return {{"status", cell.status},
+  return {{"status", to_string(cell.status)},
           {"max_batch", cell.max_batch ? Json(*cell.max_batch) : Json(nullptr)}};
 }
 
@@ -81,7 +81,7 @@ class JsonReporter final : public Reporter {
           measured.push_back(nullptr);
           continue;
         }
-        Json entry = {{"status", cell.status},
+        Json entry = {{"status", to_string(cell.status)},
                       {"batch", cell.batch},
                       {"max_batch", cell.max_batch ? Json(*cell.max_batch) : Json(nullptr)},
                       {"throughput", cell.throughput},

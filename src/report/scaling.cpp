@@ -103,7 +103,7 @@ std::optional<Section> scaling_section(const ReportView& view) {
          interconnect,
          dp.empty() ? "1" : fmt::format("{} ({})", n, dp.value("backend", std::string("?"))),
          std::to_string(j->batch),
-         j->ok() ? fmt::format("{:.1f} {}", j->throughput, unit) : j->status,
+         j->ok() ? fmt::format("{:.1f} {}", j->throughput, unit) : to_string(j->status),
          j->ok() ? fmt::format("{:.1f}", j->throughput / n) : "-",
          dp.empty() ? "-" : fmt::format("{:.1f}%", dp.value("step_time_spread_pct", 0.0)),
          eff                    ? fmt::format("{:.1f}%", *eff * 100)

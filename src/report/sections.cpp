@@ -66,8 +66,8 @@ std::string modification_text(const JobRecord& job) {
 
 std::string normalized_text(const RunCell& cell) {
   if (!cell.present) return "";
-  if (cell.status == "no-fit") return "OOM";
-  if (cell.status != "ok") return cell.status;
+  if (cell.status == JobStatus::no_fit) return "OOM";
+  if (cell.status != JobStatus::ok) return to_string(cell.status);
   if (!cell.normalized) return cell.modified ? "modified" : "n/a";
   return fmt::format("{} ({})", format_significant(*cell.normalized), cell.batch);
 }
@@ -75,9 +75,9 @@ std::string normalized_text(const RunCell& cell) {
 std::string max_batch_text(const MaxBatchCell& cell) {
   if (!cell.present) return "";
   if (cell.max_batch) return std::to_string(*cell.max_batch);
-  if (cell.status == "no-fit") return "OOM";
-  if (cell.status == "ok") return "-";
-  return cell.status;
+  if (cell.status == JobStatus::no_fit) return "OOM";
+  if (cell.status == JobStatus::ok) return "-";
+  return to_string(cell.status);
 }
 
 std::string reference_batch_text(const ReferenceRow& row, std::size_t gpu) {

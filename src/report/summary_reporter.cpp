@@ -99,11 +99,11 @@ class SummaryReporter final : public report::TerminalReporter {
       // A search-only job (a memory tier) shows the batch it found; a failed one its status.
       row.push_back(j.batch > 0 ? std::to_string(j.batch) : "-");
       if (j.search_only) {
-        row.push_back(j.ok() ? "search only" : j.status);
+        row.push_back(j.ok() ? "search only" : to_string(j.status));
       } else {
         std::string cell =
             j.ok() ? fmt::format("{} {}", format_significant(j.throughput, 4), j.throughput_unit)
-                   : j.status;
+                   : to_string(j.status);
         // Repeated timed runs: the median, and its interval's half width.
         if (j.ok() && j.throughput_stats && j.throughput_stats->n > 1) {
           cell += fmt::format(

@@ -102,7 +102,7 @@ Json repetition_json(const JobRecord& r, double seconds) {
               {"step_time_ms_median", r.timing.median_ms},
               {"steps", r.timing.steps},
               {"window_seconds", r.timing.window_seconds},
-              {"status", r.status},
+              {"status", to_string(r.status)},
               {"message", r.message},
               {"seconds", seconds}};
   const Json& c = r.clocks;
@@ -127,7 +127,7 @@ Json summarize_repeats(const Json& repeats) {
   Json out = Json::object();
   int runs = 0, throttled = 0;
   for (const Json& r : repeats) {
-    if (r.value("status", std::string()) != "ok") continue;
+    if (parse_job_status(r.value("status", std::string())) != JobStatus::ok) continue;
     ++runs;
     if (r.value("throttled", false)) ++throttled;
   }
@@ -137,7 +137,8 @@ Json summarize_repeats(const Json& repeats) {
        {"step_time_ms_median", "power_w_mean", "sm_clock_mhz_median", "units_per_joule"}) {
     std::vector<double> values;
     for (const Json& r : repeats) {
-      if (r.value("status", std::string()) == "ok" && r.contains(name) && r[name].is_number()) {
+      if (parse_job_status(r.value("status", std::string())) == JobStatus::ok && r.contains(name) &&
+          r[name].is_number()) {
         values.push_back(r[name].get<double>());
       }
     }
@@ -159,7 +160,7 @@ void repeat_timed_run(JobRecord& record, double first_seconds, JobSpec spec,
   record.repeats = Json::array({repetition_json(record, first_seconds)});
   std::vector<double> throughputs = {record.throughput};
   std::vector<std::string> problems;
-  spec.phase = "time";
+  spec.phase = WorkerPhase::time;
   spec.batch = record.batch;
   for (int i = 2; i <= run.repeat; ++i) {
     log(fmt::format("{}: timed run {} of {} at batch {}", record.model, i, run.repeat,
@@ -169,16 +170,16 @@ void repeat_timed_run(JobRecord& record, double first_seconds, JobSpec spec,
     record.repeats.push_back(repetition_json(again, seconds_since(started)));
     if (again.ok()) {
       throughputs.push_back(again.throughput);
-    } else if (again.status == "diverged") {
-      record.status = "diverged";
+    } else if (again.status == JobStatus::diverged) {
+      record.status = JobStatus::diverged;
       record.diverged_throughput = record.throughput;
       record.throughput = 0;
       record.message = fmt::format("timed run {} of {}: {}", i, run.repeat, again.message);
       record.normalized.reset();
       return;
     } else {
-      problems.push_back(fmt::format("timed run {} of {}: {} ({})", i, run.repeat, again.status,
-                                     again.message.substr(0, 120)));
+      problems.push_back(fmt::format("timed run {} of {}: {} ({})", i, run.repeat,
+                                     to_string(again.status), again.message.substr(0, 120)));
     }
   }
   const SampleStats stats = summarize_sample(throughputs);
@@ -209,10 +210,12 @@ Attempts run_at_batch(JobSpec spec, int64_t batch, bool may_step, const ModelCon
   out.first_batch = batch;
   std::vector<std::pair<int64_t, bool>> outcomes;  // {batch, fitted} of the runs so far
   std::optional<JobRecord> best;                   // the largest batch that trained
-  const bool confirm_only = spec.phase == "confirm";
+  const bool confirm_only = spec.phase == WorkerPhase::confirm;
   for (int attempt = 0;; ++attempt) {
     spec.batch = batch;
-    const char* phase = attempt == 0 ? "confirm" : best ? "bisect" : "step-down";
+    const AttemptPhase phase = attempt == 0 ? AttemptPhase::confirm
+                               : best       ? AttemptPhase::bisect
+                                            : AttemptPhase::step_down;
     log(confirm_only
             ? fmt::format("{}: confirming batch {} ({}) in a fresh process", spec.model, batch,
                           config.batch_unit)
@@ -221,11 +224,11 @@ Attempts run_at_batch(JobSpec spec, int64_t batch, bool may_step, const ModelCon
     out.record = launcher.launch(spec, run.job_timeout_s);
     out.last_batch = batch;
     out.log.push_back({{"batch", batch},
-                       {"status", out.record.status},
+                       {"status", to_string(out.record.status)},
                        {"message", out.record.message},
                        {"seconds", seconds_since(attempt_started)},
-                       {"phase", phase}});
-    if (out.record.status != "oom" && !out.record.ok()) break;  // not memory: stop
+                       {"phase", to_string(phase)}});
+    if (out.record.status != JobStatus::oom && !out.record.ok()) break;  // not memory: stop
     outcomes.emplace_back(batch, out.record.ok());
     if (out.record.ok() && (!best || batch > best->batch)) best = out.record;
     // Only a searched batch steps down: a --batch or CPU batch is timed as given.
@@ -249,7 +252,7 @@ Attempts run_at_batch(JobSpec spec, int64_t batch, bool may_step, const ModelCon
 /// as a timed run's would. The tier's answer is the largest batch that trained there.
 void confirm_tier(JobRecord& found, JobSpec spec, const ModelConfig& config, const RunSettings& run,
                   PhaseLauncher& launcher, const std::function<void(const std::string&)>& log) {
-  spec.phase = "confirm";
+  spec.phase = WorkerPhase::confirm;
   const Attempts confirmed = run_at_batch(spec, found.batch, true, config, run, launcher, log);
   found.confirm = confirmed.log;
   if (confirmed.record.ok()) {
@@ -262,15 +265,15 @@ void confirm_tier(JobRecord& found, JobSpec spec, const ModelConfig& config, con
     }
     return;
   }
-  if (confirmed.record.status == "diverged") {  // a tier whose model does not train soundly
-    found.status = "diverged";
+  if (confirmed.record.status == JobStatus::diverged) {  // a tier that does not train soundly
+    found.status = JobStatus::diverged;
     found.message = fmt::format("the tier's batch did not train soundly in its confirm: {}",
                                 confirmed.record.message);
     found.losses = confirmed.record.losses;
     return;
   }
-  found.status = "failed";
-  found.message = confirmed.record.status == "oom"
+  found.status = JobStatus::failed;
+  found.message = confirmed.record.status == JobStatus::oom
                       ? fmt::format(
                             "the search's batch {} did not train in a fresh process "
                             "under the cap, nor any step down to {}: {}",
@@ -311,7 +314,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
     source = "cpu";
   } else {
     log(fmt::format("{}: searching for the largest batch on {}", plan.model, plan.device));
-    spec.phase = "search";
+    spec.phase = WorkerPhase::search;
     JobRecord found;
     Json first_cache;  // the first worker's cache lookup, for the record of the last one
     for (int worker = 0;; ++worker) {
@@ -333,7 +336,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
     if (found.ok() && plan.search_only) confirm_tier(found, spec, config, run, launcher, log);
     if (!found.ok() || plan.search_only) {
       found.wall_seconds = seconds_since(started);
-      if (found.status == "oom") found.status = "failed";
+      if (found.status == JobStatus::oom) found.status = JobStatus::failed;
       found.search_only = plan.search_only;
       fill_identity(found, config, run, plan.device);
       return found;
@@ -343,14 +346,14 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
     source = "search";
   }
 
-  spec.phase = "time";
+  spec.phase = WorkerPhase::time;
   Attempts timed = run_at_batch(spec, batch, source == "search", config, run, launcher, log);
   JobRecord record = std::move(timed.record);
   const Json attempts = std::move(timed.log);
   // A worker that died says nothing of its batch: the record keeps the one it was given.
   if (record.batch == 0) record.batch = timed.last_batch;
-  if (record.status == "oom") {
-    record.status = "failed";
+  if (record.status == JobStatus::oom) {
+    record.status = JobStatus::failed;
     record.message = fmt::format("out of memory at batch {}: {}", timed.last_batch, record.message);
   } else if (record.ok() && source == "search" && record.batch != timed.first_batch &&
              record.message.empty()) {
@@ -364,7 +367,8 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
     // The first timed run's process time: the attempt that trained at the record's batch.
     double first_seconds = 0;
     for (const Json& a : attempts) {
-      if (a.value("status", std::string()) == "ok" && a.value("batch", int64_t{0}) == record.batch) {
+      if (parse_job_status(a.value("status", std::string())) == JobStatus::ok &&
+          a.value("batch", int64_t{0}) == record.batch) {
         first_seconds = a.value("seconds", 0.0);
       }
     }

@@ -83,7 +83,7 @@ Json JobSpec::to_json() const {
     overlays_json.push_back({{"file", file}, {"document", document}});
   }
   return {{"model", model},
-          {"phase", phase},
+          {"phase", to_string(phase)},
           {"batch", batch},
           {"device", device},
           {"overlays", overlays_json},
@@ -102,7 +102,7 @@ Json JobSpec::to_json() const {
 JobSpec JobSpec::from_json(const Json& json) {
   JobSpec spec;
   spec.model = json.at("model").get<std::string>();
-  spec.phase = json.at("phase").get<std::string>();
+  spec.phase = require_worker_phase(json.at("phase").get<std::string>(), "phase");
   spec.batch = json.at("batch").get<int64_t>();
   spec.device = json.at("device").get<std::string>();
   for (const auto& overlay : json.at("overlays")) {

@@ -55,17 +55,18 @@ JobRecord WorkerLauncher::launch(const JobSpec& spec, double timeout_s) {
       // A worker that wrote garbage fails its own job, not the run.
       record = JobRecord();
       record.model = spec.model;
-      record.status = "failed";
+      record.status = JobStatus::failed;
       record.message = fmt::format("the worker's record cannot be read: {}", e.what());
     }
   } else {
     record.model = spec.model;
-    record.status = process.timed_out ? "timeout" : process.signal ? "crashed" : "failed";
+    record.status = process.timed_out ? JobStatus::timeout
+                    : process.signal  ? JobStatus::crashed
+                                      : JobStatus::failed;
     record.message = fmt::format("{} worker {}",
-                                 spec.phase == "search"    ? "the search's"
-                                 : spec.phase == "time"    ? "the timed run's"
-                                 : spec.phase == "confirm" ? "the confirm's"
-                                                           : spec.phase,
+                                 spec.phase == WorkerPhase::search ? "the search's"
+                                 : spec.phase == WorkerPhase::time ? "the timed run's"
+                                                                   : "the confirm's",
                                  process.describe());
   }
   return record;

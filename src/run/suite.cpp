@@ -163,7 +163,7 @@ std::vector<SuiteJob> plan_jobs(const std::vector<std::string>& models,
 }
 
 bool job_is_done(const JobRecord& record) {
-  return record.status == "ok" || record.status == "no-fit";
+  return record.status == JobStatus::ok || record.status == JobStatus::no_fit;
 }
 
 std::vector<ConfigOverlay> job_overlays(const SuitePlan& plan, const SuiteJob& job) {
@@ -256,7 +256,7 @@ SuiteOutcome run_suite(const SuitePlan& plan, const std::vector<JobRecord>& earl
     ++outcome.ran;
     if (!job_is_done(record)) {
       ++outcome.failed;
-      log(fmt::format("{} {}: {}", job.label(), record.status, record.message));
+      log(fmt::format("{} {}: {}", job.label(), to_string(record.status), record.message));
     }
     outcome.records.push_back(std::move(record));
     if (callbacks.job_ended) callbacks.job_ended(outcome.records.back());

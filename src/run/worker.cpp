@@ -229,7 +229,9 @@ void record_search(JobRecord& record, SearchRecord search, const ModelConfig& co
   record.batch = search.max_batch;
   record.batch_source = "search";
   const bool broken = search.interrupted || search.stop_reason.rfind("the probe at", 0) == 0;
-  record.status = broken ? "failed" : search.max_batch > 0 ? "ok" : "no-fit";
+  record.status = broken                 ? JobStatus::failed
+                  : search.max_batch > 0 ? JobStatus::ok
+                                         : JobStatus::no_fit;
   if (broken) {
     record.message = "search: " + search.stop_reason;
   } else if (search.max_batch == 0) {
@@ -353,7 +355,7 @@ void batch_phase(JobRecord& record, const JobSpec& spec, const ModelConfig& conf
   GPUBENCH_ASSERT(spec.batch > 0);
   record.batch = spec.batch;
   StepContext ctx = make_context(config, run, device, spec.batch);
-  if (spec.phase == "confirm") {
+  if (spec.phase == WorkerPhase::confirm) {
     confirm_phase(record, arch, ctx);
   } else if (spec.distributed.is_null()) {
     time_phase(record, arch, ctx, run);
@@ -413,14 +415,14 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store, const RankJoi
                                run.cudnn_benchmark_empty_cache);
     torch::manual_seed(static_cast<uint64_t>(run.seed));
     const Architecture& arch = builtin_registry().get(config.architecture);
-    if (spec.phase == "search") {
+    if (spec.phase == WorkerPhase::search) {
       search_phase(record, spec, config, run, arch, device, capacity, applied);
     } else {
       batch_phase(record, spec, config, run, arch, device, join_rank);
     }
     if (!cap_record.is_null()) record.memory["cap"] = cap_record;
   } catch (const std::exception& e) {
-    record.status = is_out_of_memory(e) ? "oom" : "failed";
+    record.status = is_out_of_memory(e) ? JobStatus::oom : JobStatus::failed;
     record.message = explain_failure(short_message(e.what()), run.precision, device);
     release_cached_memory(device);
   }

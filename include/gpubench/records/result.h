@@ -6,7 +6,9 @@
 #include "gpubench/device/device.h"
 #include "gpubench/base/json.h"
 #include "gpubench/measure/timing.h"
+#include "gpubench/records/enums.h"
 
+#include <cstddef>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,6 +37,24 @@ struct JobCost {
   std::string source;
 };
 
+/// JobRecord::status: a JobStatus (compared, switched on and assigned as one). For now it also
+/// takes a status's string literal, checked against the list: src/run/timed_phase.cpp, which
+/// another change is rewriting, still assigns "ok" and "diverged". That assignment is deprecated
+/// and goes, with this class (the field becomes a plain JobStatus), once it assigns JobStatus.
+class JobStatusField {
+ public:
+  constexpr JobStatusField(JobStatus status = JobStatus::ok) : status_(status) {}
+  template <std::size_t N>
+  [[deprecated("assign a JobStatus")]] JobStatusField& operator=(const char (&status)[N]) {
+    status_ = require_job_status(status, "status");
+    return *this;
+  }
+  constexpr operator JobStatus() const { return status_; }
+
+ private:
+  JobStatus status_;
+};
+
 /// One model on one device at one precision: the search, the timed run and their context.
 struct JobRecord {
   std::string model;            ///< "bert-base"
@@ -43,9 +63,10 @@ struct JobRecord {
   std::string batch_unit;       ///< "sequences"
   std::string throughput_unit;  ///< "examples/s"
   DeviceInfo device;
-  /// "ok" | "no-fit" | "diverged" (losses not finite, or the model degenerate: not a result) |
-  /// "failed" | "timeout" | "crashed"
-  std::string status = "ok";
+  /// ok | no_fit | diverged (losses not finite, or the model degenerate: not a result) | failed |
+  /// timeout | crashed; oom only from a worker, before the parent steps down (records/enums.h).
+  /// Written as its string ("no-fit"); one outside the list is refused when read.
+  JobStatusField status = JobStatus::ok;
   std::string message;        ///< why it did not succeed
   bool emulated = false;      ///< run under --memory-cap
   bool search_only = false;   ///< a memory-tier job: the search, no timed run (throughput 0)
@@ -59,8 +80,8 @@ struct JobRecord {
   /// empty on one device. `throughput` is then the sum over the ranks.
   Json data_parallel = Json::object();
   std::optional<SearchRecord> search;
-  /// Timed-run attempts: [{batch, status, message, seconds, phase}], phase "confirm" (the
-  /// search's batch), "step-down" or "bisect".
+  /// Timed-run attempts: [{batch, status, message, seconds, phase}], status a JobStatus's string,
+  /// phase an AttemptPhase's: "confirm" (the search's batch), "step-down" or "bisect".
   Json confirm = Json::array();
   Json warmup = Json::object();  ///< {steps, reason, step_time_ms: [...]}
   TimingStats timing;
@@ -105,7 +126,7 @@ struct JobRecord {
   double wall_seconds = 0;            ///< the whole job, process starts included
   std::string created_utc;
 
-  bool ok() const { return status == "ok"; }
+  bool ok() const { return status == JobStatus::ok; }
   /// Why the job is not the shipped workload as gpubench runs it: "config" when a user config
   /// changed its model or optimizer (config.modified), then each variable of
   /// environment.modified_by (env::modifying_variables: TF32 turned off, an allocator option, a

@@ -47,7 +47,7 @@ struct RunColumn {
 /// One model in one column.
 struct RunCell {
   bool present = false;  ///< the column measured this model
-  std::string status;    ///< "ok", "no-fit", "failed", ...
+  JobStatus status = JobStatus::ok;  ///< the record's status
   int64_t batch = 0;     ///< batch of the timed run
   double throughput = 0;
   std::optional<double> normalized;  ///< throughput / baseline; none without a 2020 row
@@ -109,7 +109,7 @@ std::vector<FamilySummary> summarize_families(const Comparison& comparison,
 /// A max-batch answer: what a search found, or why there is none.
 struct MaxBatchCell {
   bool present = false;              ///< a record exists
-  std::string status;                ///< the record's status
+  JobStatus status = JobStatus::ok;  ///< the record's status
   std::optional<int64_t> max_batch;  ///< the search's largest fitting batch
 };
 

@@ -34,7 +34,7 @@ struct MatmulPeak {
 /// What a worker is asked to do.
 struct JobSpec {
   std::string model;                      ///< workload name
-  std::string phase = "time";             ///< "search" | "time"
+  WorkerPhase phase = WorkerPhase::time;  ///< search | time | confirm (a memory tier's batch)
   int64_t batch = 0;                      ///< batch of the timed run (phase "time")
   std::string device = "cpu";             ///< "cpu" | "cuda:N"
   std::vector<ConfigOverlay> overlays;    ///< user config file, then the command line
