@@ -322,7 +322,7 @@ WindowEnd walk_window(const std::vector<double>& step_ms, const TimingSettings& 
 }
 
 TEST(TimingTest, AWindowThatCannotReachItsNoiseTargetByItsLimitStopsAtItsMinimum) {
-  TimingSettings t;  // 3 steps and 5 s, then up to 15 s for +-0.5%
+  TimingSettings t;  // 2 steps and 5 s, then up to 15 s for +-0.5%
   ASSERT_EQ(t.min_seconds, 5);
   ASSERT_EQ(t.max_seconds, 15);
   ASSERT_EQ(t.noise_target, 0.005);
@@ -350,6 +350,40 @@ TEST(TimingTest, AWindowThatCannotReachItsNoiseTargetByItsLimitStopsAtItsMinimum
   // the limit; from three cycles the noise projects.
   EXPECT_EQ(window_stop(0.2, 2, 5.0, t), "");
   EXPECT_EQ(window_stop(0.2, 3, 7.5, t), "noise unreachable");
+}
+
+TEST(TimingTest, ASlowStepsWindowTakesTwoStepsWhenTheNoiseRuleAsksForNoMore) {
+  const TimingSettings t;  // the defaults: 2 steps and 5 s, then up to 15 s for +-0.5%
+  ASSERT_EQ(t.min_steps, 2);
+  ASSERT_EQ(t.min_seconds, 5);
+  // stylegan fp32 on the H200: 5.2 s steps within 0.02% of each other. Two steps give
+  // +-12.706 x 0.02% / 2 = +-0.13%: the noise is met at 10.4 s, where three steps took 15.6 s.
+  WindowEnd end = walk_window(alternating_steps(10, 5200, 0.0001), t);
+  EXPECT_EQ(end.stop, "noise");
+  EXPECT_EQ(end.steps, 2);
+  EXPECT_NEAR(end.seconds, 10.4, 1e-9);
+  // Two steps that disagree by 2% (+-25%): on to a third, as the noise rule asks; at 15 s the
+  // time limit ends it, with the noise of three steps.
+  end = walk_window(alternating_steps(10, 5000, 0.01), t);
+  EXPECT_EQ(end.stop, "time limit");
+  EXPECT_EQ(end.steps, 3);
+  // unsupmt fp32 (12.6 s steps): two steps are past the time limit already; the window ends
+  // there with a noise (two cycles), where three steps took 37.8 s.
+  end = walk_window(alternating_steps(10, 12600, 0.005), t);
+  EXPECT_EQ(end.stop, "time limit");
+  EXPECT_EQ(end.steps, 2);
+  // Never a window of one step at the default, however slow: no noise without two.
+  EXPECT_FALSE(window_done(1, 30, t));
+  EXPECT_TRUE(window_done(2, 30, t));
+  // Fast steps: min_seconds decides, as before (0.6 s steps: 5.4 s at the ninth).
+  end = walk_window(alternating_steps(100, 600, 0.0001), t);
+  EXPECT_EQ(end.steps, 9);
+  EXPECT_EQ(end.stop, "noise");
+  // A minimum asked for is kept (--min-steps 3).
+  TimingSettings three = t;
+  three.min_steps = 3;
+  end = walk_window(alternating_steps(10, 5200, 0.0001), three);
+  EXPECT_EQ(end.steps, 3);
 }
 
 TEST(TimingTest, ATimingRecordKeepsTheNoiseAndWhyTheWindowStopped) {
