@@ -430,6 +430,11 @@ class MtDnnStep final : public train::RuntimeStep {
   int64_t warmup_steps() const override { return warmup_steps_; }
   bool uniform_steps() const override { return false; }
   int64_t representative_steps() const override { return representative_steps_; }
+  // Eager, nothing builds per batch shape (linear layers and attention: no cuDNN autotuning);
+  // with CUDA graphs each batch is captured on its second run. The opening (the peak batch
+  // twice, every task's first) runs once before the cycles.
+  bool builds_per_shape() const override { return runtime_.graphs_active(); }
+  int64_t opening_steps() const override { return opening_; }
 
   Json batch_info() const override {
     Json lengths = Json::object();

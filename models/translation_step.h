@@ -74,6 +74,10 @@ class TranslationStep final : public train::RuntimeStep {
   int64_t warmup_steps() const override { return warmup_steps_; }
   bool uniform_steps() const override { return false; }
   int64_t representative_steps() const override { return batches_.size(); }
+  // Nothing builds per batch length when eager: the models' convolutions are conv_tbc, matrix
+  // products (no cuDNN autotuning), and attention and linear layers pick no algorithm per
+  // shape. With CUDA graphs each batch is captured on its second run.
+  bool builds_per_shape() const override { return runtime_.graphs_active(); }
 
  private:
   /// One update on the next batch in turn.
