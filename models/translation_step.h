@@ -106,6 +106,15 @@ class TranslationStep final : public train::RuntimeStep {
   int64_t warmup_steps() const override { return warmup_steps_; }
   bool uniform_steps() const override { return false; }
   int64_t representative_steps() const override { return batches_.size(); }
+  // Nothing builds per batch length in fp32 or tf32, eager: the models' convolutions are
+  // conv_tbc, matrix products (no cuDNN autotuning), and fp32 attention does not go through
+  // cuDNN (a three-step warm-up timed the same 31193 words/s as the whole cycle on the H200,
+  // 2026-12-02). Under autocast each new length's first run took 1.3-2.9 s against 0.04-0.4 s
+  // after (cuDNN's fused attention, built per shape: docs/results/2026-12-02-h200-speed-fp16),
+  // and with CUDA graphs each batch is captured on its second run: both build per shape.
+  bool builds_per_shape() const override {
+    return runtime_.graphs_active() || is_amp(runtime_.precision());
+  }
 
  private:
   std::optional<double> flops(bool padded) const {

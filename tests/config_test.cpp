@@ -60,7 +60,7 @@ TEST(ConfigTest, EveryArchitectureHasAShippedWorkload) {
 
 TEST(ConfigTest, UserFileOverridesBuiltInsAndFlagsOverrideTheFile) {
   ConfigStore store = builtin();
-  EXPECT_EQ(store.run().timing.min_steps, 3);  // built-in default
+  EXPECT_EQ(store.run().timing.min_steps, 2);  // built-in default
   apply_yaml(store, R"(
 run:
   precision: amp-bf16

@@ -265,6 +265,23 @@ TEST(MtDnnTest, ProportionalDrawsFollowTheTrainSizesAndStartWithTheLongestBatch)
   EXPECT_EQ(info["representative_steps"], 24);  // the cycle
 }
 
+TEST(MtDnnTest, InFp32NothingBuildsPerShapeAndTheWarmUpRunsTheOpening) {
+  // The timed run's warm-up (timed_phase.cpp): eager fp32 builds nothing per batch shape, so it
+  // runs the opening (the peak batch twice, each task's first), not the whole cycle after it.
+  const ModelConfig& config = builtin_store().model("mt-dnn");
+  StepContext ctx;
+  ctx.config = &config;
+  ctx.model = config.smoke_model;
+  ctx.optimizer = config.smoke_optimizer;
+  ctx.batch = 3;
+  auto step = builtin_registry().get("mt-dnn").prepare(ctx);
+  EXPECT_FALSE(step->uniform_steps());
+  EXPECT_FALSE(step->builds_per_shape());
+  EXPECT_GT(step->opening_steps(), 2);
+  // Eager, the whole-shape warm-up is the opening and one cycle.
+  EXPECT_EQ(step->warmup_steps(), step->opening_steps() + step->representative_steps());
+}
+
 TEST(MtDnnTest, ApportionGivesEveryStepByLargestRemainders) {
   const std::vector<double> glue = {392702, 2490, 363846, 104743, 3668, 67349, 8551, 5749};
   // 24 x shares: 9.93, 0.06, 9.20, 2.65, 0.09, 1.70, 0.22, 0.15 -> floors 9, 9, 2, 1 (21) and

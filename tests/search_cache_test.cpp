@@ -89,6 +89,8 @@ SearchCacheInputs inputs() {
 
 Json key() { return search_cache_key(inputs()); }
 
+void quiet_log(const std::string&) {}
+
 /// A search through the cache, its notes kept.
 struct Searched {
   SearchRecord record;
@@ -464,6 +466,171 @@ TEST(SearchCacheTest, TheJobKeepsTheFirstWorkersLookupWithWhatTheLastOneStored) 
   EXPECT_EQ(r.search->cache["lookup"], "stale");
   EXPECT_EQ(r.search->cache["verify"].size(), 1u);
   EXPECT_EQ(r.search->cache["stored"], true);
+}
+
+/// A launcher whose search runs through a real cache file on a simulated device (the answer:
+/// `device.limit`) and whose timed runs, in a fresh process with autotuning, fit up to
+/// `timed_limit`: less than the probes, as conv-seq2seq's and unsupmt's did on the H100.
+class SteppingDownLauncher : public PhaseLauncher {
+ public:
+  SteppingDownLauncher(const SearchCache& cache, Device& device, int64_t timed_limit)
+      : cache_(cache), device_(device), timed_limit(timed_limit) {}
+  JobRecord launch(const JobSpec& spec, double) override {
+    calls.push_back(spec.phase + ":" + std::to_string(spec.batch));
+    JobRecord r;
+    r.model = spec.model;
+    r.device.type = "cuda";
+    r.device.name = "NVIDIA H100 80GB HBM3";
+    if (spec.phase == "search") {
+      const SearchRecord s = search({&cache_, key(), true}, device_).record;
+      r.batch = s.max_batch;
+      r.status = "ok";
+      r.search = s;
+      return r;
+    }
+    r.batch = spec.batch;
+    if (spec.batch > timed_limit) {
+      r.status = "oom";
+      r.message = "CUDA out of memory";
+      return r;
+    }
+    r.throughput = 100;
+    return r;
+  }
+  std::vector<std::string> calls;
+
+ private:
+  const SearchCache& cache_;
+  Device& device_;
+
+ public:
+  int64_t timed_limit;
+};
+
+/// The timed runs of a job, in order ("time:1000", ...).
+std::vector<std::string> timed_calls(const std::vector<std::string>& calls) {
+  std::vector<std::string> out;
+  for (const auto& c : calls) {
+    if (c.rfind("time:", 0) == 0) out.push_back(c);
+  }
+  return out;
+}
+
+TEST(SearchCacheTest, ARerunTimesTheBatchTheTimedRunSteppedDownToInsteadOfSteppingDownAgain) {
+  TempDir dir;
+  const SearchCache cache(dir.file("cache"));
+  Device device;  // the probes fit up to 1000
+  const JobPlan plan{"bert-base", "cuda:0", std::nullopt, {}};
+  // Cold: the search finds 1000 and stores it; the timed run does not fit it in a fresh process
+  // and steps down (bert-base's granule is one sequence).
+  SteppingDownLauncher cold(cache, device, 985);
+  const JobRecord first = run_job(plan, builtin(), cold, quiet_log);
+  ASSERT_EQ(first.status, "ok") << first.message;
+  ASSERT_TRUE(first.search.has_value());
+  EXPECT_EQ(first.search->max_batch, 1000);
+  EXPECT_LE(first.batch, 985);
+  EXPECT_GT(first.batch, 950);
+  const std::vector<std::string> cold_timed = timed_calls(cold.calls);
+  ASSERT_GE(cold_timed.size(), 2u);
+  EXPECT_EQ(cold_timed.front(), "time:1000");
+  // The answer's entry now holds the batch that trained, with the smallest that did not.
+  const SearchCache::Lookup found = cache.find(key());
+  ASSERT_EQ(found.status, "found");
+  EXPECT_EQ(found.answer->max_batch, 1000);  // the search's answer, verified as before
+  ASSERT_TRUE(found.timed.is_object());
+  EXPECT_EQ(found.timed["search_batch"], 1000);
+  EXPECT_EQ(found.timed["batch"], first.batch);
+  ASSERT_TRUE(found.timed["failed"].is_number_integer());
+  EXPECT_GT(found.timed["failed"].get<int64_t>(), first.batch);
+  EXPECT_FALSE(found.timed.value("stored_utc", std::string()).empty());
+  EXPECT_EQ(first.search->cache["timed_stored"]["stored"], true);
+  EXPECT_EQ(first.search->cache["timed_stored"]["batch"], first.batch);
+
+  // Rerun: the answer is verified by its two probes and the timed run starts at the batch
+  // that trained: one fresh process, no step-down.
+  device.probes = 0;
+  SteppingDownLauncher rerun(cache, device, 985);
+  const JobRecord second = run_job(plan, builtin(), rerun, quiet_log);
+  ASSERT_EQ(second.status, "ok") << second.message;
+  EXPECT_EQ(device.probes, 2);
+  EXPECT_EQ(second.search->source, "cache");
+  EXPECT_EQ(second.search->max_batch, 1000);
+  EXPECT_EQ(second.search->cache["lookup"], "hit");
+  EXPECT_EQ(second.search->cache["timed"]["batch"], first.batch);
+  EXPECT_EQ(cached_timed_batch(*second.search), first.batch);
+  EXPECT_EQ(timed_calls(rerun.calls), std::vector<std::string>{"time:" + std::to_string(first.batch)});
+  EXPECT_EQ(second.batch, first.batch);
+  EXPECT_NE(second.message.find("the search's batch 1000 did not fit"), std::string::npos)
+      << second.message;
+  EXPECT_NE(second.message.find("search cache"), std::string::npos) << second.message;
+  EXPECT_FALSE(second.search->cache.contains("timed_stored"));  // nothing new to store
+
+  // A rerun whose fresh process fits less again steps down from there and stores the new batch.
+  SteppingDownLauncher tighter(cache, device, first.batch - 30);
+  const JobRecord third = run_job(plan, builtin(), tighter, quiet_log);
+  ASSERT_EQ(third.status, "ok") << third.message;
+  EXPECT_EQ(timed_calls(tighter.calls).front(), "time:" + std::to_string(first.batch));
+  EXPECT_LE(third.batch, first.batch - 30);
+  EXPECT_EQ(cache.find(key()).timed["batch"], third.batch);
+
+  // A new answer (the verification fails: more memory fits now) replaces the entry, and with it
+  // the timed batch of the old answer: the timed run starts at the new answer.
+  device.limit = 1200;
+  SteppingDownLauncher roomier(cache, device, 2000);
+  const JobRecord fourth = run_job(plan, builtin(), roomier, quiet_log);
+  ASSERT_EQ(fourth.status, "ok") << fourth.message;
+  EXPECT_EQ(fourth.search->cache["lookup"], "stale");
+  EXPECT_EQ(fourth.search->max_batch, 1200);
+  EXPECT_EQ(timed_calls(roomier.calls), std::vector<std::string>{"time:1200"});
+  EXPECT_TRUE(cache.find(key()).timed.is_null());
+  EXPECT_EQ(cached_timed_batch(*fourth.search), 0);
+}
+
+TEST(SearchCacheTest, ATimedBatchIsStoredOnlyBesideTheAnswerItSteppedDownFrom) {
+  TempDir dir;
+  const SearchCache cache(dir.file("cache"));
+  SearchRecord answer;
+  answer.max_batch = 1000;
+  ASSERT_EQ(cache.store(key(), answer), "");
+  // Another answer's step-down (the entry was replaced since) is not stored beside this one.
+  const std::string refused =
+      cache.store_timed(key(), {{"search_batch", 992}, {"batch", 980}, {"failed", 985}});
+  EXPECT_NE(refused.find("another answer"), std::string::npos) << refused;
+  EXPECT_TRUE(cache.find(key()).timed.is_null());
+  // Nor for a key without an entry, nor in a folder that does not exist.
+  SearchCacheInputs other = inputs();
+  other.config = builtin().model("mt-dnn").to_json();
+  EXPECT_NE(cache.store_timed(search_cache_key(other), {{"search_batch", 1000}, {"batch", 980}}),
+            "");
+  EXPECT_NE(SearchCache(dir.file("none")).store_timed(key(), {{"search_batch", 1000}, {"batch", 9}}),
+            "");
+  EXPECT_EQ(cache.store_timed(key(), {{"search_batch", 1000}, {"batch", 980}, {"failed", 985}}),
+            "");
+  EXPECT_EQ(cache.find(key()).timed["batch"], 980);
+  // No step-down, no cache, or a search that was not a hit: nothing to store or to start from.
+  SearchRecord searched = answer;
+  searched.cache = {{"file", cache.file()}, {"key", key()}, {"lookup", "miss"}};
+  const Json trained = Json::array({{{"batch", 1000}, {"status", "ok"}}});
+  EXPECT_TRUE(remember_timed_batch(searched, trained).is_null());
+  EXPECT_TRUE(remember_timed_batch(SearchRecord{}, trained).is_null());
+  EXPECT_EQ(cached_timed_batch(searched), 0);
+  searched.cache["timed"] = {{"search_batch", 1000}, {"batch", 980}};
+  EXPECT_EQ(cached_timed_batch(searched), 0);  // a miss: the search's own answer is timed
+  searched.cache["lookup"] = "hit";
+  EXPECT_EQ(cached_timed_batch(searched), 980);
+  searched.cache["timed"]["search_batch"] = 992;  // another answer's
+  EXPECT_EQ(cached_timed_batch(searched), 0);
+  // A cache file that cannot be written: a warning in the note, the job goes on.
+  SearchRecord elsewhere = answer;
+  elsewhere.cache = {{"file", dir.file("none") + "/search-answers-v1.json"}, {"key", key()}};
+  const Json note = remember_timed_batch(
+      elsewhere, Json::array({{{"batch", 1000}, {"status", "oom"}}, {{"batch", 990}, {"status", "ok"}}}));
+  ASSERT_TRUE(note.is_object());
+  EXPECT_EQ(note["stored"], false);
+  EXPECT_EQ(note["batch"], 990);
+  EXPECT_EQ(note["failed"], 1000);
+  EXPECT_NE(note.value("warning", std::string()).find("a rerun steps down again"),
+            std::string::npos);
 }
 
 TEST(SearchCacheTest, StoringRereadsTheFileSoAnotherRunsEntryIsKept) {

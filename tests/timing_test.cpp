@@ -211,6 +211,55 @@ TEST(TimingTest, WarmupNeverCutsTheStepsThatMayStillAutotune) {
   EXPECT_EQ(warmup_done(std::vector<double>(9, 5000), 45, t, 9).reason, "every batch shape ran");
 }
 
+TEST(TimingTest, AVaryingStepThatBuildsNothingPerShapeStopsWarmingOnceNothingIsLeftToBuild) {
+  // transformer-big fp32 on the H100 (2026-12-06): 8 token batches, eager, no cuDNN
+  // convolution; each batch's first run after the first step took its steady time (1903 ms
+  // against 1906 in the window, 1739 against 1743, ...), yet the warm-up ran all 9 steps (14.7 s).
+  TimingSettings t;
+  t.warmup_steps = 3;
+  t.max_warmup_steps = 50;
+  t.max_warmup_seconds = 30;
+  t.steady_tolerance = -1;  // steps of varying work
+  const std::vector<double> steps{1863, 1903, 1739, 1603, 1541, 1258, 1537, 1694, 1550};
+  EXPECT_EQ(autotune_steps(false, 8, /*builds_per_shape=*/false), 2);
+  EXPECT_EQ(autotune_steps(false, 8, /*builds_per_shape=*/true), 9);  // as before
+  const WarmupShapes none{/*every_shape=*/false, /*allocator_grew=*/false};
+  const std::vector<double> three(steps.begin(), steps.begin() + 3);
+  const std::vector<double> two(steps.begin(), steps.begin() + 2);
+  EXPECT_FALSE(warmup_done(two, 3.8, t, 2, none).done);  // below warmup_steps
+  const WarmupDecision d = warmup_done(three, 5.5, t, 2, none);
+  EXPECT_TRUE(d.done);
+  EXPECT_EQ(d.reason, "nothing left to build");
+  EXPECT_NE(d.detail.find("3 steps"), std::string::npos) << d.detail;
+  // A last step that took memory from the driver (a larger shape): on, one step at a time.
+  const WarmupShapes growing{false, true};
+  EXPECT_FALSE(warmup_done(three, 5.5, t, 2, growing).done);
+  const std::vector<double> four(steps.begin(), steps.begin() + 4);
+  EXPECT_EQ(warmup_done(four, 7.1, t, 2, none).reason, "nothing left to build");
+  // ... up to the limits, as any warm-up.
+  EXPECT_EQ(warmup_done(four, 30.5, t, 2, growing).reason, "time limit");
+  // A step that builds per shape (cuDNN autotuning, CUDA graphs) still runs every shape,
+  // whatever the allocator does: its first runs are not at their steady times.
+  const WarmupShapes every{true, false};
+  t.warmup_steps = 8;
+  EXPECT_FALSE(warmup_done(three, 5.5, t, 9, every).done);
+  EXPECT_FALSE(warmup_done(std::vector<double>(8, 1600), 13, t, 9, every).done);
+  EXPECT_EQ(warmup_done(steps, 14.7, t, 9, every).reason, "every batch shape ran");
+  EXPECT_EQ(warmup_done(steps, 14.7, t, 9).reason, "every batch shape ran");  // the default
+  // An opening that precedes the cycle (mt-dnn: the peak batch twice, each task's first) is
+  // the minimum: warmup_steps holds it, and the window's whole cycles start after it.
+  t.warmup_steps = 11;
+  const std::vector<double> mtdnn{1760, 1289, 319, 795, 247, 365, 349, 175, 105, 316, 319};
+  EXPECT_FALSE(warmup_done(std::vector<double>(mtdnn.begin(), mtdnn.end() - 1), 5.7, t, 2, none)
+                   .done);
+  EXPECT_EQ(warmup_done(mtdnn, 6.0, t, 2, none).reason, "nothing left to build");
+  // Steps of one shape are judged by their times, as before: the shapes' facts do not apply.
+  t.warmup_steps = 3;
+  t.steady_tolerance = 0.05;
+  EXPECT_FALSE(warmup_done({500, 100, 200, 100}, 1, t, 2, none).done);
+  EXPECT_EQ(warmup_done({500, 100, 100, 100}, 1, t, 2, growing).reason, "steady");
+}
+
 TEST(TimingTest, WarmupStopsBeforeAStepThatWouldEndPastTheTimeLimit) {
   TimingSettings t;
   t.warmup_steps = 5;
@@ -322,7 +371,7 @@ WindowEnd walk_window(const std::vector<double>& step_ms, const TimingSettings& 
 }
 
 TEST(TimingTest, AWindowThatCannotReachItsNoiseTargetByItsLimitStopsAtItsMinimum) {
-  TimingSettings t;  // 3 steps and 5 s, then up to 15 s for +-0.5%
+  TimingSettings t;  // 2 steps and 5 s, then up to 15 s for +-0.5%
   ASSERT_EQ(t.min_seconds, 5);
   ASSERT_EQ(t.max_seconds, 15);
   ASSERT_EQ(t.noise_target, 0.005);
@@ -350,6 +399,40 @@ TEST(TimingTest, AWindowThatCannotReachItsNoiseTargetByItsLimitStopsAtItsMinimum
   // the limit; from three cycles the noise projects.
   EXPECT_EQ(window_stop(0.2, 2, 5.0, t), "");
   EXPECT_EQ(window_stop(0.2, 3, 7.5, t), "noise unreachable");
+}
+
+TEST(TimingTest, ASlowStepsWindowTakesTwoStepsWhenTheNoiseRuleAsksForNoMore) {
+  const TimingSettings t;  // the defaults: 2 steps and 5 s, then up to 15 s for +-0.5%
+  ASSERT_EQ(t.min_steps, 2);
+  ASSERT_EQ(t.min_seconds, 5);
+  // stylegan fp32 on the H200: 5.2 s steps within 0.02% of each other. Two steps give
+  // +-12.706 x 0.02% / 2 = +-0.13%: the noise is met at 10.4 s, where three steps took 15.6 s.
+  WindowEnd end = walk_window(alternating_steps(10, 5200, 0.0001), t);
+  EXPECT_EQ(end.stop, "noise");
+  EXPECT_EQ(end.steps, 2);
+  EXPECT_NEAR(end.seconds, 10.4, 1e-9);
+  // Two steps that disagree by 2% (+-25%): on to a third, as the noise rule asks; at 15 s the
+  // time limit ends it, with the noise of three steps.
+  end = walk_window(alternating_steps(10, 5000, 0.01), t);
+  EXPECT_EQ(end.stop, "time limit");
+  EXPECT_EQ(end.steps, 3);
+  // unsupmt fp32 (12.6 s steps): two steps are past the time limit already; the window ends
+  // there with a noise (two cycles), where three steps took 37.8 s.
+  end = walk_window(alternating_steps(10, 12600, 0.005), t);
+  EXPECT_EQ(end.stop, "time limit");
+  EXPECT_EQ(end.steps, 2);
+  // Never a window of one step at the default, however slow: no noise without two.
+  EXPECT_FALSE(window_done(1, 30, t));
+  EXPECT_TRUE(window_done(2, 30, t));
+  // Fast steps: min_seconds decides, as before (0.6 s steps: 5.4 s at the ninth).
+  end = walk_window(alternating_steps(100, 600, 0.0001), t);
+  EXPECT_EQ(end.steps, 9);
+  EXPECT_EQ(end.stop, "noise");
+  // A minimum asked for is kept (--min-steps 3).
+  TimingSettings three = t;
+  three.min_steps = 3;
+  end = walk_window(alternating_steps(10, 5200, 0.0001), three);
+  EXPECT_EQ(end.steps, 3);
 }
 
 TEST(TimingTest, ATimingRecordKeepsTheNoiseAndWhyTheWindowStopped) {

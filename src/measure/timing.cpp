@@ -216,14 +216,22 @@ bool is_steady(const std::vector<double>& step_ms, double tolerance) {
 }
 
 WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_seconds,
-                           const TimingSettings& settings, int autotune_steps) {
+                           const TimingSettings& settings, int autotune_steps,
+                           const WarmupShapes& shapes) {
   const int steps = static_cast<int>(step_ms.size());
   // Rule 1: autotuning may still run in these steps; no limit cuts them short.
   if (steps < std::max(autotune_steps, 0)) return {false, "", ""};
   const bool minimum_done = steps >= settings.warmup_steps;
-  // A negative tolerance marks steps of varying work: every distinct batch has run once now.
+  // A negative tolerance marks steps of varying work, whose times differ by shape: every shape
+  // has run once now, or nothing builds per shape and the allocator no longer grows.
   if (settings.steady_tolerance < 0) {
-    if (minimum_done) return {true, "every batch shape ran", ""};
+    if (minimum_done && shapes.every_shape) return {true, "every batch shape ran", ""};
+    if (minimum_done && !shapes.allocator_grew) {
+      return {true, "nothing left to build",
+              fmt::format("{}: nothing builds per batch shape, and the last took no memory from "
+                          "the driver",
+                          counted(steps, "step"))};
+    }
   } else if (minimum_done && is_steady(step_ms, settings.steady_tolerance)) {
     return {true, "steady", ""};
   }
@@ -269,8 +277,8 @@ HostShare host_share(const std::vector<double>& host_ms, const std::vector<doubl
   return out;
 }
 
-int autotune_steps(bool uniform_steps, int64_t cycle_steps) {
-  if (uniform_steps) return 2;
+int autotune_steps(bool uniform_steps, int64_t cycle_steps, bool builds_per_shape) {
+  if (uniform_steps || !builds_per_shape) return 2;
   return static_cast<int>(std::max<int64_t>(1, cycle_steps)) + 1;
 }
 

@@ -344,6 +344,14 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
     search = found.search;
     batch = found.batch;
     source = "search";
+    // A verified cached answer whose earlier timed run stepped down: time where that run
+    // trained instead of stepping down again (search_cache.h, cached_timed_batch).
+    if (const int64_t timed_batch = search ? cached_timed_batch(*search) : 0; timed_batch > 0) {
+      log(fmt::format("{}: the search cache says batch {} did not fit in a fresh process and {} "
+                      "did; timing at {}",
+                      plan.model, batch, timed_batch, timed_batch));
+      batch = timed_batch;
+    }
   }
 
   spec.phase = WorkerPhase::time;
@@ -355,11 +363,24 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   if (record.status == JobStatus::oom) {
     record.status = JobStatus::failed;
     record.message = fmt::format("out of memory at batch {}: {}", timed.last_batch, record.message);
-  } else if (record.ok() && source == "search" && record.batch != timed.first_batch &&
+  } else if (record.ok() && source == "search" && search && record.batch != search->max_batch &&
              record.message.empty()) {
     record.message = fmt::format(
-        "the search's batch {} did not fit in a fresh process with autotuning; timed at {}",
-        timed.first_batch, record.batch);
+        "the search's batch {} did not fit in a fresh process with autotuning{}; timed at {}",
+        search->max_batch,
+        timed.first_batch != search->max_batch ? " (in the timed run the search cache keeps)" : "",
+        record.batch);
+  }
+  // A timed run that stepped down below the search's answer: its batch goes into the answer's
+  // cache entry, so that a rerun starts there.
+  if (search && source == "search") {
+    const Json timed_note = remember_timed_batch(*search, attempts);
+    if (!timed_note.is_null()) {
+      if (timed_note.contains("warning")) {
+        log(fmt::format("{}: warning: {}", plan.model, timed_note["warning"].get<std::string>()));
+      }
+      search->cache["timed_stored"] = timed_note;
+    }
   }
   if (record.ok() && run.repeat > 1) {
     // The repeats reuse the peak the first timed run measured, if it measured one.

@@ -204,6 +204,7 @@ SearchCache::Lookup SearchCache::find(const Json& key) const {
     out.answer = std::move(answer);
     out.search = entry["search"];
     out.stored_utc = entry.value("stored_utc", std::string());
+    if (entry.contains("timed") && entry["timed"].is_object()) out.timed = entry["timed"];
     out.status = "found";
   } catch (const std::exception& e) {
     out.status = "unreadable";
@@ -236,6 +237,48 @@ std::string SearchCache::store(const Json& key, const SearchRecord& search) cons
          "gpubench's cache of max-batch search answers (docs/search.md, \"The cache of "
          "answers\"); safe to delete"},
         {"entries", entries}};
+    write_file_atomically(file_, dump_json(document, 1) + "\n");
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+std::string SearchCache::store_timed(const Json& key, const Json& timed) const {
+  try {
+    if (!timed.is_object() || !timed.contains("search_batch") || !timed.contains("batch")) {
+      return "no search_batch and batch to store";
+    }
+    std::error_code ec;
+    if (!std::filesystem::is_directory(folder_, ec)) {
+      return fmt::format("the folder {} does not exist", folder_);
+    }
+    const FolderLock lock(folder_);
+    CacheFile file = read_cache_file(file_);
+    if (!file.problem.empty()) return fmt::format("the file {}", file.problem);
+    const std::string digest = json_digest(key);
+    const auto it = file.entries.find(digest);
+    if (it == file.entries.end() || !it.value().is_object() || !it.value().contains("key") ||
+        !same_json(it.value()["key"], key)) {
+      return "it holds no entry for this key";
+    }
+    Json& entry = it.value();
+    const Json answer = entry.contains("search") && entry["search"].is_object()
+                            ? entry["search"].value("max_batch", Json(nullptr))
+                            : Json(nullptr);
+    if (answer != timed["search_batch"]) {
+      return fmt::format("its entry holds another answer ({}) than this search's ({})",
+                         dump_json(answer), dump_json(timed["search_batch"]));
+    }
+    Json stored = timed;
+    stored["stored_utc"] = utc_now();
+    entry["timed"] = stored;
+    const Json document = {
+        {"format", kSearchCacheFormat},
+        {"about",
+         "gpubench's cache of max-batch search answers (docs/search.md, \"The cache of "
+         "answers\"); safe to delete"},
+        {"entries", file.entries}};
     write_file_atomically(file_, dump_json(document, 1) + "\n");
     return "";
   } catch (const std::exception& e) {
@@ -391,8 +434,21 @@ SearchRecord cached_search(const SearchSettings& settings, int64_t capacity_byte
       for (const auto& p : v.probes) verify_json.push_back(p.to_json());
       note["verify"] = verify_json;
       note["stored"] = false;
+      // The batch an earlier timed run of this answer stepped down to, while it still is this
+      // answer's (cached_timed_batch takes it on a hit).
+      const Json& timed = found.timed;
+      const bool has_timed = timed.is_object() && timed.contains("search_batch") &&
+                             timed["search_batch"] == cached.max_batch &&
+                             timed.contains("batch") && timed["batch"].is_number_integer();
       if (v.holds) {
         note["lookup"] = "hit";
+        if (has_timed) {
+          note["timed"] = timed;
+          say(fmt::format("a timed run of this answer (stored {}) trained at batch {} in a fresh "
+                          "process, where {} did not fit: the timed run starts there",
+                          timed.value("stored_utc", std::string("earlier")),
+                          timed["batch"].get<int64_t>(), cached.max_batch));
+        }
         SearchRecord r = verified_record(settings, capacity_bytes, cached, v, options);
         say(fmt::format("{}: no search", r.stop_reason));
         r.cache = note;
@@ -428,6 +484,62 @@ SearchRecord cached_search(const SearchSettings& settings, int64_t capacity_byte
   if (!warnings.empty()) note["warning"] = join(warnings, "; ");
   r.cache = note;
   return r;
+}
+
+int64_t cached_timed_batch(const SearchRecord& search) {
+  const Json& note = search.cache;
+  if (!note.is_object() || note.value("lookup", std::string()) != "hit") return 0;
+  if (!note.contains("timed") || !note["timed"].is_object()) return 0;
+  const Json& timed = note["timed"];
+  if (!timed.contains("search_batch") || timed["search_batch"] != search.max_batch) return 0;
+  if (!timed.contains("batch") || !timed["batch"].is_number_integer()) return 0;
+  const auto batch = timed["batch"].get<int64_t>();
+  return batch > 0 && batch < search.max_batch ? batch : 0;
+}
+
+Json remember_timed_batch(const SearchRecord& search, const Json& attempts) {
+  const Json& note = search.cache;
+  if (!note.is_object() || !note.contains("key") || !note.contains("file") ||
+      !note["file"].is_string() || search.max_batch <= 0 || !attempts.is_array()) {
+    return nullptr;
+  }
+  // The largest batch that trained, and the smallest above it that ran out of memory.
+  int64_t trained = 0;
+  for (const Json& a : attempts) {
+    if (a.value("status", std::string()) == "ok") {
+      trained = std::max(trained, a.value("batch", int64_t{0}));
+    }
+  }
+  if (trained <= 0 || trained >= search.max_batch) return nullptr;  // no step-down
+  int64_t failed = 0;
+  for (const Json& a : attempts) {
+    const int64_t b = a.value("batch", int64_t{0});
+    if (a.value("status", std::string()) == "oom" && b > trained) {
+      failed = failed == 0 ? b : std::min(failed, b);
+    }
+  }
+  // An entry that holds this batch already (the timed run started there and trained).
+  if (note.contains("timed") && note["timed"].is_object() &&
+      note["timed"].value("batch", int64_t{0}) == trained) {
+    return nullptr;
+  }
+  const Json timed = {{"search_batch", search.max_batch},
+                      {"batch", trained},
+                      {"failed", failed > 0 ? Json(failed) : Json(nullptr)}};
+  Json out = {{"batch", trained}, {"failed", timed["failed"]}, {"stored", false}};
+  const std::string file = note["file"].get<std::string>();
+  const SearchCache cache(std::filesystem::path(file).parent_path().string());
+  std::string problem = cache.file() == file ? cache.store_timed(note["key"], timed)
+                                             : "it is not a search cache file of this gpubench";
+  if (problem.empty()) {
+    out["stored"] = true;
+  } else {
+    out["warning"] = fmt::format(
+        "the timed run's batch {} was not stored in the search cache {}: {}; a rerun steps "
+        "down again",
+        trained, file, problem);
+  }
+  return out;
 }
 
 Json merged_cache_note(const Json& first, const Json& last) {

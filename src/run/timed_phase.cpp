@@ -124,6 +124,9 @@ struct TimedStep {
   std::unique_ptr<TrainStep> step;
   TimingSettings timing;
   int cycle = 1;  ///< the step mix repeats every `cycle` steps
+  /// The warm-up runs every shape of the cycle (uniform steps, or shapes that build: see
+  /// TrainStep::builds_per_shape); false: until nothing is left to build
+  bool every_shape = true;
 };
 
 TimedStep build_timed_step(JobRecord& record, const Architecture& arch, const StepContext& ctx,
@@ -140,9 +143,15 @@ TimedStep build_timed_step(JobRecord& record, const Architecture& arch, const St
   // than the memory the allocator held reserved but unused (docs/search.md, "The suite's
   // floor").
   step.allocate_optimizer_state();
-  t.warmup_steps = std::max<int>(t.warmup_steps, static_cast<int>(step.warmup_steps()));
+  // A step of varying shapes whose first run of each builds something (autotuning, a capture)
+  // warms up over every shape; one that builds nothing per shape only over its opening (the
+  // steps before its cycle), then until the allocator stops growing (warmup_done, rule 2).
+  const bool varying = !step.uniform_steps();
+  built.every_shape = !varying || step.builds_per_shape();
+  const int64_t own = built.every_shape ? step.warmup_steps() : step.opening_steps();
+  t.warmup_steps = std::max<int>(t.warmup_steps, static_cast<int>(own));
   t.max_warmup_steps = std::max(t.max_warmup_steps, t.warmup_steps);
-  if (!step.uniform_steps()) t.steady_tolerance = -1;  // never "steady": stop at warmup_steps
+  if (varying) t.steady_tolerance = -1;  // never "steady": the times differ by shape
   // A step mix that repeats every `cycle` steps is timed over whole cycles.
   built.cycle = static_cast<int>(std::max<int64_t>(1, step.representative_steps()));
   t.min_steps = std::max(t.min_steps, built.cycle);
@@ -163,22 +172,30 @@ struct Warmup {
 /// times are steady (and the step settled, within limits), then CUDA graphs where the host bounds
 /// the step (graphs_if_host_bound). Fills record.warmup and record.runtime.
 Warmup warm_up(JobRecord& record, TrainStep& step, StepClock& clock, const StepContext& ctx,
-               const TimingSettings& t, int cycle, StepAgreement& agreement) {
+               const TimingSettings& t, int cycle, bool every_shape, StepAgreement& agreement) {
   const torch::Device& device = ctx.device;
   Warmup w;
+  WarmupShapes shapes;
+  shapes.every_shape = every_shape;
   auto warm_step = [&] {
     clock.clear();
     clock.mark();
+    // The allocator's reserve before and after the step's enqueueing: its requests are made on
+    // the host, so a reserve that grew means the step took memory from the driver (no sync).
+    const int64_t reserved_before = memory_stats(device).reserved_current;
     const auto host_start = std::chrono::steady_clock::now();
     step.run();
     w.host_ms.push_back(1000.0 * seconds_since(host_start));
+    shapes.allocator_grew = memory_stats(device).reserved_current > reserved_before;
     clock.mark();
     w.warm_ms.push_back(clock.intervals_ms().front());
   };
   std::string reason, detail;
   // Steps that may still autotune are never timed, whatever the warm-up's limits.
   const int autotune =
-      device.is_cuda() ? autotune_steps(step.uniform_steps(), step.warmup_steps()) : 0;
+      device.is_cuda()
+          ? autotune_steps(step.uniform_steps(), step.warmup_steps(), every_shape)
+          : 0;
   const auto warm_start = std::chrono::steady_clock::now();
   // Steps the warm-up may add after its rules are met while the step is not settled (an fp16
   // loss scale backing off halves per skipped update: 16 steps take 65536 to 1).
@@ -186,7 +203,7 @@ Warmup warm_up(JobRecord& record, TrainStep& step, StepClock& clock, const StepC
   std::size_t settling_steps = 0;
   std::string settling;
   while (true) {
-    const auto decision = warmup_done(w.warm_ms, seconds_since(warm_start), t, autotune);
+    const auto decision = warmup_done(w.warm_ms, seconds_since(warm_start), t, autotune, shapes);
     std::string why;
     bool broken = false;
     if (decision.done) {
@@ -231,7 +248,8 @@ Warmup warm_up(JobRecord& record, TrainStep& step, StepClock& clock, const StepC
   const double warm_seconds = seconds_since(warm_start);
   record.warmup = {{"steps", w.warm_ms.size()},  {"reason", reason},
                    {"detail", detail},           {"seconds", warm_seconds},
-                   {"autotune_steps", autotune}, {"step_time_ms", w.warm_ms}};
+                   {"autotune_steps", autotune}, {"step_time_ms", w.warm_ms},
+                   {"every_shape", every_shape}};
   if (!host_bound.is_null()) record.warmup["host_bound"] = host_bound;
   worker_log(record.model, fmt::format("warm-up: {} in {:.1f} s ({}{})",
                                        counted(static_cast<int64_t>(w.warm_ms.size()), "step"),
@@ -425,7 +443,7 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
   const MemoryStats before_warmup = memory_stats(device);  // its counters, for the warm-up's
   worker_log(record.model, fmt::format("warm-up at batch {}", ctx.batch));
   StepClock clock(device);
-  const Warmup warmup = warm_up(record, step, clock, ctx, t, built.cycle, agree);
+  const Warmup warmup = warm_up(record, step, clock, ctx, t, built.cycle, built.every_shape, agree);
   profile_if_asked(record.model, step, device);
   const MemoryStats warm_stats = record_warmup_memory(record, device, before_warmup);
   // The model's health before the window: reading the losses synchronizes, so it happens here,

@@ -94,7 +94,10 @@ struct TimingSettings {
   double max_warmup_seconds = 30;
   double steady_tolerance =
       0.05;                  ///< last 3 warm-up steps within this of their median. Default: 0.05
-  int min_steps = 3;         ///< timed window: at least this many steps. Default: 3
+  /// Timed window: at least this many steps. Default: 2, the fewest a noise is measured over:
+  /// a step of 5 s or more meets min_seconds alone, and a third step was 5-13 s that the noise
+  /// rule did not ask for (it goes on by itself while the noise is above its target)
+  int min_steps = 2;
   double min_seconds = 5.0;  ///< ... and at least this long [s]. Default: 5
   /// Past its minimum the window goes on while its noise (the 95% interval of the mean step
   /// time, over whole cycles, relative to it) is above noise_target, up to this long [s];

@@ -68,27 +68,42 @@ TimingStats summarize_steps(const std::vector<double>& step_ms, double window_se
 bool is_steady(const std::vector<double>& step_ms, double tolerance);
 
 /// Whether warm-up is done after these steps, and why: "steady", "every batch shape ran",
-/// "step limit", "time limit", "minimum steps"; `detail` says more in words (a time limit: how
-/// long the steps took, the first one, autotuning included, on its own).
+/// "nothing left to build", "step limit", "time limit", "minimum steps"; `detail` says more in
+/// words (a time limit: how long the steps took, the first one, autotuning included, on its own).
 struct WarmupDecision {
   bool done = false;
   std::string reason;
   std::string detail;
 };
 
+/// What a warm-up knows of its step besides the step times (warmup_done).
+struct WarmupShapes {
+  /// Steps of varying work (negative steady_tolerance) whose first run of each shape builds
+  /// something (TrainStep::builds_per_shape): the warm-up runs every shape (warmup_steps covers
+  /// them). False: nothing builds per shape, and the warm-up ends once nothing is left to build.
+  bool every_shape = true;
+  /// The caching allocator took memory from the driver during the last step (it still grows).
+  bool allocator_grew = false;
+};
+
 /// The rules, in order:
 /// 1. Never before `autotune_steps` steps: the steps during which cuDNN may still autotune (the
 ///    first step meets every convolution; the second re-tunes any whose algorithm's workspace no
-///    longer fits once the optimizer state exists; steps of varying shapes need one whole cycle
-///    and the first shape again). No timed step may still be autotuning, whatever the limits.
-/// 2. Steps of varying work (negative steady_tolerance): after warmup_steps.
+///    longer fits once the optimizer state exists; steps of varying shapes that build per shape
+///    need one whole cycle and the first shape again). No timed step may still be autotuning,
+///    whatever the limits.
+/// 2. Steps of varying work (negative steady_tolerance), whose times differ by shape and never
+///    agree: after warmup_steps, "every batch shape ran" where each shape's first run builds
+///    (`shapes.every_shape`); else "nothing left to build" once the last step took nothing new
+///    from the driver (`shapes.allocator_grew` false).
 /// 3. After warmup_steps, once the last three step times agree ("steady").
 /// 4. At max_warmup_steps ("step limit").
 /// 5. At max_warmup_seconds, or one step before it when the next step would end past it (the
 ///    last step took longer than what is left): "time limit". This may cut warmup_steps short.
 /// 6. A warmup_steps below three is taken as asked ("minimum steps").
 WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_seconds,
-                           const TimingSettings& settings, int autotune_steps = 0);
+                           const TimingSettings& settings, int autotune_steps = 0,
+                           const WarmupShapes& shapes = {});
 
 /// A step waits on the host (is host-bound) when enqueueing it takes the host at least this
 /// share of the step's device time: the device finishes right behind the host, and a CUDA graph
@@ -109,9 +124,10 @@ struct HostShare {
 HostShare host_share(const std::vector<double>& host_ms, const std::vector<double>& device_ms,
                      int steps);
 
-/// The steps during which cuDNN may still autotune: 2 for steps of one shape, the whole cycle of
-/// shapes and one more for steps that vary (rule 1 of warmup_done).
-int autotune_steps(bool uniform_steps, int64_t cycle_steps);
+/// The steps during which cuDNN may still autotune: 2 for steps of one shape, and for steps that
+/// vary but build nothing per shape (`builds_per_shape` false); the whole cycle of shapes and one
+/// more for steps that vary and build per shape (rule 1 of warmup_done).
+int autotune_steps(bool uniform_steps, int64_t cycle_steps, bool builds_per_shape = true);
 
 /// Whether the timed window has enough steps and time.
 bool window_done(int steps, double elapsed_seconds, const TimingSettings& settings);

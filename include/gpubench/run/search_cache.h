@@ -67,6 +67,9 @@ class SearchCache {
     Json search;                         ///< "found": the same as stored (with probe_count)
     std::string stored_utc;              ///< "found": when it was stored
     std::string problem;                 ///< "unreadable": why, for the warning
+    /// "found": the batch a timed run stepped down to from this answer (store_timed:
+    /// {search_batch, batch, failed, stored_utc}), or null
+    Json timed;
   };
   Lookup find(const Json& key) const;
 
@@ -74,6 +77,13 @@ class SearchCache {
   /// (another run may have stored since) and only this key's entry replaced; an unreadable file
   /// is replaced. Returns "" or why it could not be stored (never throws).
   std::string store(const Json& key, const SearchRecord& search) const;
+
+  /// Adds to the entry of `key` the batch the timed run trained at in a fresh process when it
+  /// stepped down from the search's answer (`timed`: {search_batch, batch, failed}), so that a
+  /// rerun whose verification holds times that batch at once instead of stepping down again.
+  /// Only an entry whose answer is `timed.search_batch` takes it (a newer search's entry is
+  /// left alone). Under the folder's lock, as store. Returns "" or why it was not added.
+  std::string store_timed(const Json& key, const Json& timed) const;
 
  private:
   std::string folder_;
@@ -100,6 +110,20 @@ struct SearchCacheUse {
 SearchRecord cached_search(const SearchSettings& settings, int64_t capacity_bytes,
                            const ProbeFunction& probe, const SearchOptions& options,
                            const SearchCacheUse& use);
+
+/// The batch to time first for a search whose cached answer was verified (lookup "hit") and
+/// whose entry holds the batch an earlier timed run stepped down to (`search.cache.timed`,
+/// store_timed): that batch, below search.max_batch; else 0 (time the search's answer).
+int64_t cached_timed_batch(const SearchRecord& search);
+
+/// After the timed runs of a searched batch (`attempts`: the job's confirm log, each run's
+/// batch and status): when the largest batch that trained lies below the search's answer (a
+/// fresh process with autotuning fits less than the probes did), stores it in the search's
+/// cache entry (SearchCache::store_timed), under the key and in the file its `cache` note
+/// names. Returns the note for the record's `search.cache.timed_stored`: {batch, failed,
+/// stored, and a warning where it could not be stored}; null when there is nothing to store
+/// (no cache, no step-down, or the entry already holds that batch).
+Json remember_timed_batch(const SearchRecord& search, const Json& attempts);
 
 /// The cache note of a search that went on in fresh workers: the first worker's lookup and
 /// verification (`first`) with what the last one stored (`last`, whose lookup is "skipped").

@@ -122,6 +122,18 @@ class TrainStep {
   /// times to settle, and the timed window averages over the mix. Default: true
   virtual bool uniform_steps() const { return true; }
 
+  /// For a step whose work varies (uniform_steps() false): whether the first run of a batch
+  /// shape builds something its later runs reuse (cuDNN autotuning of the shape's
+  /// convolutions, a CUDA graph's capture), so that the warm-up must run every shape before any
+  /// is timed (warmup_steps()). A step that builds nothing per shape warms up until nothing is
+  /// left to build (opening_steps() at least, and the allocator no longer growing), and its
+  /// window's whole cycles meet each shape's first run at its steady time. Default: true
+  virtual bool builds_per_shape() const { return true; }
+  /// Steps the step runs once before its repeating cycle (representative_steps()) begins, never
+  /// again: the warm-up of a step that builds nothing per shape runs at least these, so that the
+  /// window's whole cycles are the cycle's. Default: 0
+  virtual int64_t opening_steps() const { return 0; }
+
   /// Consecutive steps whose work represents the workload's mix (every frequent task or length
   /// bucket in its share). The timed window runs a multiple of this many. Default: 1
   virtual int64_t representative_steps() const { return 1; }
