@@ -1,3 +1,4 @@
+#include "gpubench/base/json.h"
 #include "gpubench/base/strings.h"
 
 #include <gtest/gtest.h>
@@ -50,3 +51,16 @@ TEST(StringsTest, FormatsNumbersForTables) {
 
 }  // namespace
 }  // namespace gpubench
+
+TEST(JsonPathTest, FindsAValueByItsKeysAndNothingWhereAKeyOrAnObjectIsMissing) {
+  const gpubench::Json j = {{"clocks", {{"power_w", {{"mean", 612.5}}}, {"throttled", true}}},
+                            {"name", "H100"}};
+  ASSERT_NE(gpubench::json_at(j, {"clocks", "throttled"}), nullptr);
+  EXPECT_TRUE(gpubench::json_at(j, {"clocks", "throttled"})->get<bool>());
+  EXPECT_EQ(gpubench::number_at(j, {"clocks", "power_w", "mean"}), 612.5);
+  EXPECT_EQ(gpubench::json_at(j, {}), &j);
+  EXPECT_EQ(gpubench::json_at(j, {"clocks", "energy"}), nullptr);         // missing key
+  EXPECT_EQ(gpubench::json_at(j, {"name", "first"}), nullptr);            // not an object
+  EXPECT_FALSE(gpubench::number_at(j, {"clocks", "throttled"}).has_value());  // not a number
+  EXPECT_FALSE(gpubench::number_at(gpubench::Json(), {"clocks"}).has_value());  // null
+}

@@ -162,4 +162,21 @@ std::string json_digest(const Json& value) {
   return fmt::format("{:016x}", hash);
 }
 
+const Json* json_at(const Json& json, std::initializer_list<const char*> path) {
+  const Json* at = &json;
+  for (const char* key : path) {
+    if (!at->is_object()) return nullptr;
+    const auto it = at->find(key);
+    if (it == at->end()) return nullptr;
+    at = &*it;
+  }
+  return at;
+}
+
+std::optional<double> number_at(const Json& json, std::initializer_list<const char*> path) {
+  const Json* at = json_at(json, path);
+  if (at == nullptr || !at->is_number()) return std::nullopt;
+  return at->get<double>();
+}
+
 }  // namespace gpubench

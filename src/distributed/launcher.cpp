@@ -272,6 +272,31 @@ struct DataParallelLauncher::Impl {
   int timed_runs = 0;
   int searches = 0;
 
+  /// Fills `p` for rank `rank` of `world_size`: its device, and the worker files of `spec` on
+  /// that device with the rank's part of the rendezvous (RankSpec). One host's launcher
+  /// prepares every rank this way, a torchrun or Slurm host its own. `devices` is recorded
+  /// only where this launcher knows every rank's (one host).
+  void prepare_rank(RankProcess& p, const JobSpec& spec, int rank, int world_size,
+                    const std::string& device, const std::string& addr, int port,
+                    const std::string& prefix, double timeout_s, const std::string& interconnect) {
+    p.rank = rank;
+    p.device = device;
+    JobSpec rank_spec = spec;
+    rank_spec.device = device;
+    RankSpec rs;
+    rs.rank = rank;
+    rs.world_size = world_size;
+    rs.backend = plan.backend;
+    rs.master_addr = addr;
+    rs.master_port = port;
+    rs.prefix = prefix;
+    rs.timeout_s = timeout_s;
+    if (!plan.environment) rs.devices = plan.devices;
+    rs.interconnect = interconnect;
+    rank_spec.distributed = rs.to_json();
+    p.files = std::make_unique<WorkerFiles>(rank_spec);
+  }
+
   /// Starts every rank's worker, watches them, stops all when one fails or the time is up.
   JobRecord launch_local(const JobSpec& spec, double timeout_s) {
     const std::string prefix = fmt::format("run-{}/", ++timed_runs);
@@ -284,23 +309,9 @@ struct DataParallelLauncher::Impl {
         plan.backend == "gloo" && gpus.empty() ? "loopback (CPU ranks)" : interconnect_of(gpus);
     const KillOnExit kill_on_exit{ranks};
     for (int r = 0; r < plan.world_size; ++r) {
-      RankProcess& p = ranks[static_cast<std::size_t>(r)];
-      p.rank = r;
-      p.device = plan.devices.at(static_cast<std::size_t>(r));
-      JobSpec rank_spec = spec;
-      rank_spec.device = p.device;
-      RankSpec rs;
-      rs.rank = r;
-      rs.world_size = plan.world_size;
-      rs.backend = plan.backend;
-      rs.master_addr = master_addr;
-      rs.master_port = master_port;
-      rs.prefix = prefix;
-      rs.timeout_s = timeout_s;
-      rs.devices = plan.devices;
-      rs.interconnect = interconnect;
-      rank_spec.distributed = rs.to_json();
-      p.files = std::make_unique<WorkerFiles>(rank_spec);
+      prepare_rank(ranks[static_cast<std::size_t>(r)], spec, r, plan.world_size,
+                   plan.devices.at(static_cast<std::size_t>(r)), master_addr, master_port,
+                   prefix, timeout_s, interconnect);
     }
     for (auto& p : ranks) {
       // The non-zero ranks' progress lines off: rank 0 speaks for all.
@@ -339,31 +350,22 @@ struct DataParallelLauncher::Impl {
       store->wait({key}, timeout_s + plan.rendezvous_timeout_s, "rank 0's search");
       return JobRecord::from_json(Json::parse(store->get(key)));
     }
-    JobSpec rank_spec = spec;
-    RankSpec rs;
-    rs.rank = env.rank;
-    rs.world_size = env.world_size;
-    rs.backend = plan.backend;
-    rs.master_addr = env.master_addr;
-    rs.master_port = env.master_port;
-    rs.prefix = fmt::format("run-{}/", ++timed_runs);
-    rs.timeout_s = timeout_s;
+    const std::string prefix = fmt::format("run-{}/", ++timed_runs);
     const auto nvlink =
         plan.backend == "nccl" ? nvml_has_active_nvlink(env.local_rank) : std::nullopt;
-    rs.interconnect = plan.backend != "nccl" ? "the network (Gloo over TCP)"
-                      : !nvlink              ? "unknown within a host; the network between hosts"
-                      : *nvlink              ? "NVLink within a host; the network between hosts"
-                                             : "PCIe within a host; the network between hosts";
-    rank_spec.distributed = rs.to_json();
+    const std::string interconnect =
+        plan.backend != "nccl" ? "the network (Gloo over TCP)"
+        : !nvlink              ? "unknown within a host; the network between hosts"
+        : *nvlink              ? "NVLink within a host; the network between hosts"
+                               : "PCIe within a host; the network between hosts";
     // This rank's worker, watched like one host's ranks, and stopped when another rank
     // reports a failure under this run's key: a rank that died leaves the others in an
     // all-reduce without a partner until the job's timeout otherwise.
-    const std::string failed_key = rs.prefix + "failed";
+    const std::string failed_key = prefix + "failed";
     std::vector<RankProcess> ranks(1);
     RankProcess& p = ranks.front();
-    p.rank = env.rank;
-    p.device = spec.device;
-    p.files = std::make_unique<WorkerFiles>(rank_spec);
+    prepare_rank(p, spec, env.rank, env.world_size, spec.device, env.master_addr,
+                 env.master_port, prefix, timeout_s, interconnect);
     const KillOnExit kill_on_exit{ranks};
     p.pid = start_process(p.files->command(executable), {});
     p.running = true;

@@ -69,14 +69,8 @@ double price_of(const std::string& text, const std::string& gpu, const std::stri
 
 /// A number from `json` at `path` when it is one, finite and above 0.
 std::optional<double> positive_at(const Json& json, std::initializer_list<const char*> path) {
-  const Json* at = &json;
-  for (const char* key : path) {
-    if (!at->is_object() || !at->contains(key)) return std::nullopt;
-    at = &(*at)[key];
-  }
-  if (!at->is_number()) return std::nullopt;
-  const double v = at->get<double>();
-  return std::isfinite(v) && v > 0 ? std::optional<double>(v) : std::nullopt;
+  const auto v = number_at(json, path);
+  return v && std::isfinite(*v) && *v > 0 ? v : std::nullopt;
 }
 
 }  // namespace

@@ -17,17 +17,6 @@ namespace gpubench {
 
 namespace {
 
-/// A number of a record's JSON field at `path`, when it is one.
-std::optional<double> recorded_number_at(const Json& json, std::initializer_list<const char*> path) {
-  const Json* at = &json;
-  for (const char* key : path) {
-    if (!at->is_object() || !at->contains(key)) return std::nullopt;
-    at = &(*at)[key];
-  }
-  if (!at->is_number()) return std::nullopt;
-  return at->get<double>();
-}
-
 /// A text of a record's environment at `path` ("" where there is none).
 std::string software_text(const JobRecord& job, const char* key) {
   const Json& env = job.environment;
@@ -56,14 +45,14 @@ std::string shell_word(const std::string& path) {
 /// What differs between a job and the recorded number it fell short of.
 std::vector<std::string> likely_causes(const JobRecord& job, const CardNumber& recorded) {
   std::vector<std::string> causes;
-  const auto clock = recorded_number_at(job.clocks, {"sm_clock_mhz", "median"});
+  const auto clock = number_at(job.clocks, {"sm_clock_mhz", "median"});
   if (clock && recorded.sm_clock_mhz_median && *clock < 0.97 * *recorded.sm_clock_mhz_median) {
     causes.push_back(fmt::format(
         "clocks: the SM clock's median was {:.0f} MHz against {:.0f} MHz recorded (a lower "
         "application clock, or power or thermal limits)",
         *clock, *recorded.sm_clock_mhz_median));
   }
-  const auto limit = recorded_number_at(job.clocks, {"power_limit_w"});
+  const auto limit = number_at(job.clocks, {"power_limit_w"});
   if (limit && recorded.power_limit_w && *limit < 0.95 * *recorded.power_limit_w) {
     causes.push_back(fmt::format(
         "power cap: a limit of {:.0f} W against {:.0f} W recorded (nvidia-smi -pl, or a PCIe "

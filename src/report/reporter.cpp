@@ -46,17 +46,6 @@ std::string normalized_text(const JobRecord& j) {
   return j.normalized ? format_significant(j.normalized->score) : "-";
 }
 
-/// A number at `path` in a record's JSON field, when there is one.
-std::optional<double> number_at(const Json& json, std::initializer_list<const char*> path) {
-  const Json* at = &json;
-  for (const char* key : path) {
-    if (!at->is_object() || !at->contains(key)) return std::nullopt;
-    at = &(*at)[key];
-  }
-  if (!at->is_number()) return std::nullopt;
-  return at->get<double>();
-}
-
 std::string raw_at(const Json& json, std::initializer_list<const char*> path) {
   const auto v = number_at(json, path);
   return v ? number(*v) : std::string();
@@ -78,12 +67,8 @@ std::string raw_over_runs(const JobRecord& j, const char* summary_key,
 
 /// A text at `path` in a record's environment ("" where it has none or it is not text).
 std::string environment_text(const JobRecord& j, std::initializer_list<const char*> path) {
-  const Json* at = &j.environment;
-  for (const char* key : path) {
-    if (!at->is_object() || !at->contains(key)) return "";
-    at = &(*at)[key];
-  }
-  return at->is_string() ? at->get<std::string>() : std::string();
+  const Json* at = json_at(j.environment, path);
+  return at != nullptr && at->is_string() ? at->get<std::string>() : std::string();
 }
 
 /// A CSV cell of a value that may be missing.

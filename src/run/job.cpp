@@ -107,12 +107,8 @@ Json repetition_json(const JobRecord& r, double seconds) {
               {"seconds", seconds}};
   const Json& c = r.clocks;
   auto copy = [&](const char* name, std::initializer_list<const char*> path) {
-    const Json* at = &c;
-    for (const char* key : path) {
-      if (!at->is_object() || !at->contains(key)) return;
-      at = &(*at)[key];
-    }
-    if (at->is_number() || at->is_boolean()) out[name] = *at;
+    const Json* at = json_at(c, path);
+    if (at != nullptr && (at->is_number() || at->is_boolean())) out[name] = *at;
   };
   copy("power_w_mean", {"power_w", "mean"});
   copy("sm_clock_mhz_median", {"sm_clock_mhz", "median"});

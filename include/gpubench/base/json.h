@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,14 @@ std::string read_choice(const Json& value, const Where& where,
 /// invalid UTF-8 (a message quoting a binary file, a truncated name) becomes U+FFFD instead of
 /// nlohmann's type_error 316, which would lose the record or the journal line that held it.
 std::string dump_json(const Json& value, int indent = -1);
+
+/// The value at `path` (object keys, outermost first) inside `json`; nullptr where a key is
+/// missing or a value on the way is not an object. Records read their optional JSON fields
+/// (clocks, compute, environment ...) through it.
+const Json* json_at(const Json& json, std::initializer_list<const char*> path);
+
+/// The number at `path` inside `json`, when there is one there.
+std::optional<double> number_at(const Json& json, std::initializer_list<const char*> path);
 
 /// Overlays `patch` onto `base`: objects merge key by key, everything else replaces.
 void merge_into(Json& base, const Json& patch);
