@@ -506,7 +506,7 @@ Json remember_timed_batch(const SearchRecord& search, const Json& attempts) {
   // The largest batch that trained, and the smallest above it that ran out of memory.
   int64_t trained = 0;
   for (const Json& a : attempts) {
-    if (a.value("status", std::string()) == "ok") {
+    if (parse_job_status(a.value("status", std::string())) == JobStatus::ok) {
       trained = std::max(trained, a.value("batch", int64_t{0}));
     }
   }
@@ -514,7 +514,7 @@ Json remember_timed_batch(const SearchRecord& search, const Json& attempts) {
   int64_t failed = 0;
   for (const Json& a : attempts) {
     const int64_t b = a.value("batch", int64_t{0});
-    if (a.value("status", std::string()) == "oom" && b > trained) {
+    if (parse_job_status(a.value("status", std::string())) == JobStatus::oom && b > trained) {
       failed = failed == 0 ? b : std::min(failed, b);
     }
   }

@@ -54,14 +54,14 @@ void confirm_phase(JobRecord& record, const Architecture& arch, const StepContex
   const LossReading reading = read_losses(*step);
   record.losses = reading.values;
   if (!reading.non_finite.empty()) {
-    record.status = "diverged";
+    record.status = JobStatus::diverged;
     record.message = fmt::format("loss '{}' is {} after {} at batch {} in a fresh process",
                                  reading.non_finite, reading.non_finite_value,
                                  counted(steps, "step"), ctx.batch);
     worker_log(record.model, "diverged: " + record.message);
     return;
   }
-  record.status = "ok";
+  record.status = JobStatus::ok;
   worker_log(record.model, fmt::format("batch {} trained {} in a fresh process (peak {})",
                                        ctx.batch, counted(steps, "step"),
                                        format_bytes(static_cast<double>(stats.reserved_peak))));
@@ -290,7 +290,7 @@ MemoryStats record_warmup_memory(JobRecord& record, const torch::Device& device,
 
 /// A model that no longer trains soundly: status "diverged", and its throughput kept aside.
 void mark_diverged(JobRecord& record, const std::string& problem) {
-  record.status = "diverged";
+  record.status = JobStatus::diverged;
   record.message = problem +
                    "; the throughput of a model that no longer trains soundly is "
                    "not a result";

@@ -37,24 +37,6 @@ struct JobCost {
   std::string source;
 };
 
-/// JobRecord::status: a JobStatus (compared, switched on and assigned as one). For now it also
-/// takes a status's string literal, checked against the list: src/run/timed_phase.cpp, which
-/// another change is rewriting, still assigns "ok" and "diverged". That assignment is deprecated
-/// and goes, with this class (the field becomes a plain JobStatus), once it assigns JobStatus.
-class JobStatusField {
- public:
-  constexpr JobStatusField(JobStatus status = JobStatus::ok) : status_(status) {}
-  template <std::size_t N>
-  [[deprecated("assign a JobStatus")]] JobStatusField& operator=(const char (&status)[N]) {
-    status_ = require_job_status(status, "status");
-    return *this;
-  }
-  constexpr operator JobStatus() const { return status_; }
-
- private:
-  JobStatus status_;
-};
-
 /// One model on one device at one precision: the search, the timed run and their context.
 struct JobRecord {
   std::string model;            ///< "bert-base"
@@ -66,7 +48,7 @@ struct JobRecord {
   /// ok | no_fit | diverged (losses not finite, or the model degenerate: not a result) | failed |
   /// timeout | crashed; oom only from a worker, before the parent steps down (records/enums.h).
   /// Written as its string ("no-fit"); one outside the list is refused when read.
-  JobStatusField status = JobStatus::ok;
+  JobStatus status = JobStatus::ok;
   std::string message;        ///< why it did not succeed
   bool emulated = false;      ///< run under --memory-cap
   bool search_only = false;   ///< a memory-tier job: the search, no timed run (throughput 0)
