@@ -214,6 +214,105 @@ RoiSlots MaskRcnnImpl::roi_slots(int64_t images, int64_t gt_per_image,
   return s;
 }
 
+namespace {
+
+/// Output side of a convolution or pooling window of `kernel` over `size`.
+int64_t window_output(int64_t size, int64_t kernel, int64_t stride, int64_t padding) {
+  return (size + 2 * padding - kernel) / stride + 1;
+}
+
+/// A layer's training multiply-adds: its forward, and the forward's again for each gradient the
+/// backward computes (autograd asks a convolution or product for its input's gradient only
+/// when the input requires one, and for its weight's only when the weight is trained).
+double with_backward(double forward, bool input_grad, bool weight_grad) {
+  return forward * (1.0 + (input_grad ? 1.0 : 0.0) + (weight_grad ? 1.0 : 0.0));
+}
+
+}  // namespace
+
+MaskRcnnMacs mask_rcnn_training_macs(const MaskRcnnOptions& o, int64_t images,
+                                     int64_t padded_height, int64_t padded_width,
+                                     int64_t box_slots, int64_t mask_slots) {
+  const auto d = [](int64_t v) { return static_cast<double>(v); };
+  const double n = d(images);
+  MaskRcnnMacs m;
+  // The stem (7x7 stride 2) on the images, which need no gradient; trained at freeze_at 0 only.
+  const bool stem_trained = o.freeze_at() < 1;
+  int64_t h = window_output(padded_height, 7, 2, 3), w = window_output(padded_width, 7, 2, 3);
+  m.backbone += with_backward(n * d(h * w) * d(o.stem_channels() * 3 * 49), false, stem_trained);
+  bool grad = stem_trained;  // whether the activation so far requires a gradient
+  h = window_output(h, 3, 2, 1);  // max pool 3x3 stride 2
+  w = window_output(w, 3, 2, 1);
+  // res2..res5; stage s (0-based) is trained when freeze_at < s + 2 (ResNetBodyImpl).
+  std::vector<int64_t> level_h, level_w, level_channels;
+  std::vector<bool> level_grad;
+  int64_t in = o.stem_channels(), out = o.res2_channels(), width = o.width_per_group();
+  for (std::size_t s = 0; s < o.blocks().size(); ++s) {
+    const bool trained = o.freeze_at() < static_cast<int64_t>(s) + 2;
+    for (int64_t b = 0; b < o.blocks()[s]; ++b) {
+      const int64_t stride = (s > 0 && b == 0) ? 2 : 1;
+      const int64_t stride_1x1 = o.stride_in_1x1() ? stride : 1;
+      const int64_t stride_3x3 = o.stride_in_1x1() ? 1 : stride;
+      const int64_t h1 = window_output(h, 1, stride_1x1, 0), w1 = window_output(w, 1, stride_1x1, 0);
+      const int64_t h2 = window_output(h1, 3, stride_3x3, 1), w2 = window_output(w1, 3, stride_3x3, 1);
+      // conv1 and the projection shortcut read the block's input; conv2 and conv3 read conv1's
+      // output, which requires a gradient when the block's input or its weights do.
+      const bool inner_grad = grad || trained;
+      m.backbone += with_backward(n * d(h1 * w1) * d(in * width), grad, trained);
+      m.backbone += with_backward(n * d(h2 * w2) * d(width * width * 9), inner_grad, trained);
+      m.backbone += with_backward(n * d(h2 * w2) * d(width * out), inner_grad, trained);
+      if (in != out) {
+        const int64_t hd = window_output(h, 1, stride, 0), wd = window_output(w, 1, stride, 0);
+        m.backbone += with_backward(n * d(hd * wd) * d(in * out), grad, trained);
+      }
+      grad = inner_grad;
+      h = h2;
+      w = w2;
+      in = out;
+    }
+    level_h.push_back(h);
+    level_w.push_back(w);
+    level_channels.push_back(out);
+    level_grad.push_back(grad);
+    out *= 2;
+    width *= 2;
+  }
+  // FPN: a 1x1 lateral per level (its input's gradient only where the backbone level has one)
+  // and a 3x3 output on the merged map, whose input always has one (the laterals are trained).
+  const int64_t f = o.fpn_channels();
+  for (std::size_t l = 0; l < level_h.size(); ++l) {
+    const double pixels = n * d(level_h[l] * level_w[l]);
+    m.fpn += with_backward(pixels * d(level_channels[l] * f), level_grad[l], true);
+    m.fpn += with_backward(pixels * d(f * f * 9), true, true);
+  }
+  // RPN head on P2..P5 and P6 (P5 max-pooled, kernel 1 stride 2): 3x3 conv, 1x1 logits and
+  // deltas.
+  const int64_t anchors = static_cast<int64_t>(o.aspect_ratios().size());
+  std::vector<std::pair<int64_t, int64_t>> rpn_levels;
+  for (std::size_t l = 0; l < level_h.size(); ++l) rpn_levels.push_back({level_h[l], level_w[l]});
+  rpn_levels.push_back({window_output(level_h.back(), 1, 2, 0), window_output(level_w.back(), 1, 2, 0)});
+  for (const auto& [lh, lw] : rpn_levels) {
+    m.rpn += with_backward(n * d(lh * lw) * d(f * f * 9 + f * anchors + f * 4 * anchors), true,
+                           true);
+  }
+  // The heads read RoIAlign of the FPN's maps (a gradient to their input) on every slot.
+  const int64_t r = o.box_resolution(), mlp = o.mlp_dim(), classes = o.num_classes();
+  m.box_head = with_backward(
+      d(box_slots) * d(f * r * r * mlp + mlp * mlp + mlp * classes + mlp * 4 * classes), true,
+      true);
+  const int64_t mr = o.mask_resolution();
+  int64_t c = f;
+  double mask = 0;
+  for (const int64_t layer : o.mask_conv_layers()) {
+    mask += d(mr * mr) * d(c * layer * 9);
+    c = layer;
+  }
+  mask += d(mr * mr) * d(c * c * 4);    // 2x2 stride-2 transposed conv: each input x C x 4
+  mask += d(4 * mr * mr) * d(c);        // the own class's logits at 2r x 2r (class_logits' bmm)
+  m.mask_head = with_backward(d(mask_slots) * mask, true, true);
+  return m;
+}
+
 void MaskRcnnImpl::calibrate_frozen_batchnorm(const torch::Tensor& images) {
   torch::NoGradGuard no_grad;
   std::vector<rcnn::ConvFrozenBnImpl*> layers;
@@ -498,7 +597,7 @@ class MaskRcnnStep final : public train::RuntimeStep {
 
   double run() override {
     ++counted_steps_;
-    return runtime_.run([&] {
+    const double units = runtime_.run([&] {
       updater_.zero_grad();
       torch::Tensor loss;
       {
@@ -519,10 +618,24 @@ class MaskRcnnStep final : public train::RuntimeStep {
       runtime_.update(updater_);
       return static_cast<double>(batch_.images.size(0));
     });
+    ran_ = true;
+    return units;
   }
 
   std::map<std::string, std::vector<torch::Tensor>> parameters() const override {
     return {{"model", model_->parameters()}};
+  }
+
+  // docs/workloads/mask-rcnn.md, "FLOPs": the backbone, FPN and RPN head over the batch's
+  // images at their padded size, the heads over the RoI slots they ran (every slot is computed,
+  // empty ones too; the slots, unlike the images, stop growing where the batch-wide proposal
+  // cap binds). Every step of a step object runs the same shapes. Host arithmetic only.
+  std::optional<double> step_flops() const override {
+    if (!ran_) return std::nullopt;
+    return 2 * mask_rcnn_training_macs(model_->options, batch_.images.size(0),
+                                       batch_.images.size(2), batch_.images.size(3), slots_.box,
+                                       slots_.mask)
+                   .total();
   }
 
   Json batch_info() const override {
@@ -589,6 +702,7 @@ class MaskRcnnStep final : public train::RuntimeStep {
   torch::Tensor roi_counts_;  ///< [2] int64: box RoIs, mask positives summed over counted steps
   int64_t counted_steps_ = 0;
   bool window_started_ = false;
+  bool ran_ = false;  ///< a run() has finished: step_flops() has a step to describe
   train::Updater& updater_;
 };
 

@@ -125,6 +125,27 @@ struct RoiSlots {
   int64_t mask = 0;                 ///< RoIs the mask head runs over the batch
 };
 
+/// The multiply-adds of one training step by part (docs/workloads/mask-rcnn.md, "FLOPs"): every
+/// convolution and matrix product's forward, plus one forward's worth for each of the input and
+/// weight gradients its backward computes (none for frozen weights or an input that needs no
+/// gradient: the images, and the frozen stages' outputs). RoIAlign, NMS, box coding and the
+/// losses are not counted.
+struct MaskRcnnMacs {
+  double backbone = 0;   ///< ResNet body over the images
+  double fpn = 0;        ///< laterals and 3x3 outputs on C2..C5
+  double rpn = 0;        ///< RPN head on P2..P6
+  double box_head = 0;   ///< fc6, fc7, scores and deltas over the box slots
+  double mask_head = 0;  ///< 3x3 convs, transposed conv, own-class logits over the mask slots
+  double total() const { return backbone + fpn + rpn + box_head + mask_head; }
+};
+
+/// The training multiply-adds of a step of `images` images padded to `padded_height` x
+/// `padded_width` whose heads run `box_slots` and `mask_slots` RoIs (RoiSlots::box and ::mask:
+/// the heads compute every slot, empty ones included), from the shapes alone.
+MaskRcnnMacs mask_rcnn_training_macs(const MaskRcnnOptions& options, int64_t images,
+                                     int64_t padded_height, int64_t padded_width,
+                                     int64_t box_slots, int64_t mask_slots);
+
 // The backbone pieces live in their own namespace until they are merged with a general ResNet
 // (models/resnet.h, written for deeplab at the same time), so the two cannot collide.
 namespace rcnn {
