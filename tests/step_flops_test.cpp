@@ -226,6 +226,105 @@ TEST(StepFlops, MaskRcnnCountsFollowItsHeadsSlotsNotTheImagesAlone) {
             counted_per_unit("mask-rcnn", 1, capped) * (1 - 1e-6));
 }
 
+/// One counted run of the mask-rcnn step at its smoke size (with `patch`) and `batch`, with
+/// its heads' slots.
+struct MaskRcnnCount {
+  CountedStep step;
+  int64_t box_slots = 0, mask_slots = 0;
+};
+
+MaskRcnnCount count_mask_rcnn(int64_t batch, const Json& patch) {
+  auto step = smoke_step("mask-rcnn", batch, patch);
+  EXPECT_FALSE(step->step_flops().has_value()) << "mask-rcnn: no step has run yet";
+  MaskRcnnCount c;
+  const Json info = step->batch_info();
+  c.box_slots = info["box_roi_slots"].get<int64_t>();
+  c.mask_slots = info["mask_roi_slots"].get<int64_t>();
+  c.step = count_run(*step, "mask-rcnn");
+  // Every run of a step object has the same shapes: the same FLOPs again.
+  const CountedStep again = count_run(*step, "mask-rcnn");
+  EXPECT_EQ(again.counted, c.step.counted);
+  EXPECT_EQ(again.useful, c.step.useful);
+  return c;
+}
+
+TEST(StepFlops, MaskRcnnMatchesItsCountedOpsAtTwoBatchesThroughItsHeadsSlots) {
+  // Every counted op of the step has its shape fixed on the host (the images' size, the heads'
+  // slots, empty ones computed too), so the formula is exact: the tolerance is rounding.
+  // RoIAlign, NMS and the losses run no counted op.
+  const ConfigStore store = ConfigStore::load_builtin(builtin_registry());
+  const Params& smoke = store.model("mask-rcnn").smoke_model;
+  // The training FLOPs of one slot of each head, written out here apart from the formula: the
+  // box head's fc6 (F x r x r -> mlp), fc7, class scores and class-specific deltas; the mask
+  // head's 3x3 convs at m x m, the 2x2 stride-2 transposed conv and its own class's 1x1 logits
+  // at 2m x 2m. Each with its input and weight gradients: three forwards.
+  const double f = static_cast<double>(smoke.i64("fpn_channels"));
+  const double r = static_cast<double>(smoke.i64("box_resolution"));
+  const double mlp = static_cast<double>(smoke.i64("mlp_dim"));
+  const double classes = static_cast<double>(smoke.i64("num_classes"));
+  const double box_slot = 2 * 3 * (f * r * r * mlp + mlp * mlp + mlp * classes + mlp * 4 * classes);
+  const double m = static_cast<double>(smoke.i64("mask_resolution"));
+  double mask_macs = 0, c = f;
+  for (const int64_t layer : smoke.i64s("mask_conv_layers")) {
+    mask_macs += m * m * c * static_cast<double>(layer) * 9;
+    c = static_cast<double>(layer);
+  }
+  mask_macs += m * m * c * c * 4 + 4 * m * m * c;
+  const double mask_slot = 2 * 3 * mask_macs;
+
+  struct Case {
+    std::string what;
+    Json patch;
+    int64_t small, large;
+    bool capped;  ///< the slots grow slower than the images between the two batches
+  };
+  const std::vector<Case> cases = {
+      // As shipped at smoke size: at batch 3 the batch-wide cap of 150 proposals
+      // (fpn_post_nms_top_n over the batch) binds on the box slots: 3 x 3 boxes + 150, not
+      // 3 x 64 (as 2000 proposals bind at full size from batch 4 on).
+      {"smoke size", Json::object(), 1, 3, true},
+      // A tighter cap binds at both batches.
+      {"fpn_post_nms_top_n 40", Json{{"fpn_post_nms_top_n", 40}}, 2, 3, true},
+      // Every image its most RoIs: the slots grow with the images. The stem trained too (its
+      // input, the images, needs no gradient: its weight gradient only) and the strides in the
+      // 3x3 convs.
+      {"fixed_max, freeze_at 0, stride in the 3x3",
+       Json{{"roi_heads", "fixed_max"}, {"freeze_at", 0}, {"stride_in_1x1", false}}, 1, 2, false},
+      // res2 and res3 frozen: res4's first block and the C2, C3 laterals read outputs that need
+      // no gradient (weight gradients only).
+      {"freeze_at 3", Json{{"freeze_at", 3}}, 1, 2, false},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    const MaskRcnnCount small = count_mask_rcnn(k.small, k.patch);
+    const MaskRcnnCount large = count_mask_rcnn(k.large, k.patch);
+    expect_exact("mask-rcnn", {small.step}, k.small);
+    expect_exact("mask-rcnn", {large.step}, k.large);
+    // The device computes every slot: the record sums the computed work.
+    EXPECT_EQ(small.step.useful, small.step.computed);
+    EXPECT_EQ(large.step.units, static_cast<double>(k.large));
+    // The backbone, FPN and RPN are linear in the images; what departs from linear is the
+    // heads' slots, at their cost per slot.
+    const double ratio = static_cast<double>(k.large) / static_cast<double>(k.small);
+    const double beyond_linear = large.step.counted - ratio * small.step.counted;
+    const double slots_beyond_linear =
+        box_slot * (static_cast<double>(large.box_slots) - ratio * small.box_slots) +
+        mask_slot * (static_cast<double>(large.mask_slots) - ratio * small.mask_slots);
+    EXPECT_NEAR(beyond_linear, slots_beyond_linear, 1e-6 * large.step.counted);
+    // And so the record's FLOPs per image: lower at the larger batch where the cap binds, the
+    // same where the slots grow with the images.
+    const double per_image_small = small.step.useful / small.step.units;
+    const double per_image_large = large.step.useful / large.step.units;
+    if (k.capped) {
+      EXPECT_LT(large.box_slots * k.small, small.box_slots * k.large);
+      EXPECT_LT(per_image_large, per_image_small * (1 - 1e-6));
+    } else {
+      EXPECT_EQ(large.box_slots * k.small, small.box_slots * k.large);
+      EXPECT_NEAR(per_image_large, per_image_small, 1e-9 * per_image_small);
+    }
+  }
+}
+
 TEST(StepFlops, AModelChangedByAConfigGetsItsFlopsFromItsShapes) {
   // A deeper, wider encoder than the smoke size: the formula follows the model built.
   const Json patch = {{"layers", 3}, {"intermediate_size", 96}};
