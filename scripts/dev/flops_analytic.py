@@ -346,8 +346,14 @@ def mask_rcnn_slots(m, images):
     """The heads' slot counts as MaskRcnnImpl::roi_slots sizes them (roi_heads per_batch)."""
     g = m["gt_boxes_per_image"]
     # proposals per image: FPN_POST_NMS_TOP_N, bounded by the levels' candidates (not binding at
-    # 800 x 1344); over the batch when fpn_post_nms_per_batch
-    per_image = m["fpn_post_nms_top_n"]
+    # 800 x 1344; MaskRcnnImpl::roi_slots); over the batch when fpn_post_nms_per_batch
+    div = m["size_divisibility"]
+    H = -(-m["image_height"] // div) * div
+    W = -(-m["image_width"] // div) * div
+    levels = [(H >> l, W >> l) for l in range(2, 6)]
+    levels.append(((levels[-1][0] + 1) // 2, (levels[-1][1] + 1) // 2))  # P6
+    per_level = max(min(m["pre_nms_top_n"], h * w * len(m["aspect_ratios"])) for h, w in levels)
+    per_image = min(m["fpn_post_nms_top_n"], len(levels) * per_level)
     proposals = min(m["fpn_post_nms_top_n"], images * per_image) if m["fpn_post_nms_per_batch"] else images * per_image
     samples = min(m["roi_batch_per_image"], per_image + g)
     positive_cap = min(int(m["roi_batch_per_image"] * m["roi_positive_fraction"]), per_image + g)
