@@ -231,8 +231,8 @@ double with_backward(double forward, bool input_grad, bool weight_grad) {
 }  // namespace
 
 MaskRcnnMacs mask_rcnn_training_macs(const MaskRcnnOptions& o, int64_t images,
-                                     int64_t padded_height, int64_t padded_width,
-                                     int64_t box_slots, int64_t mask_slots) {
+                                     int64_t padded_height, int64_t padded_width, int64_t box_slots,
+                                     int64_t mask_slots) {
   const auto d = [](int64_t v) { return static_cast<double>(v); };
   const double n = d(images);
   MaskRcnnMacs m;
@@ -240,7 +240,7 @@ MaskRcnnMacs mask_rcnn_training_macs(const MaskRcnnOptions& o, int64_t images,
   const bool stem_trained = o.freeze_at() < 1;
   int64_t h = window_output(padded_height, 7, 2, 3), w = window_output(padded_width, 7, 2, 3);
   m.backbone += with_backward(n * d(h * w) * d(o.stem_channels() * 3 * 49), false, stem_trained);
-  bool grad = stem_trained;  // whether the activation so far requires a gradient
+  bool grad = stem_trained;       // whether the activation so far requires a gradient
   h = window_output(h, 3, 2, 1);  // max pool 3x3 stride 2
   w = window_output(w, 3, 2, 1);
   // res2..res5; stage s (0-based) is trained when freeze_at < s + 2 (ResNetBodyImpl).
@@ -253,8 +253,10 @@ MaskRcnnMacs mask_rcnn_training_macs(const MaskRcnnOptions& o, int64_t images,
       const int64_t stride = (s > 0 && b == 0) ? 2 : 1;
       const int64_t stride_1x1 = o.stride_in_1x1() ? stride : 1;
       const int64_t stride_3x3 = o.stride_in_1x1() ? 1 : stride;
-      const int64_t h1 = window_output(h, 1, stride_1x1, 0), w1 = window_output(w, 1, stride_1x1, 0);
-      const int64_t h2 = window_output(h1, 3, stride_3x3, 1), w2 = window_output(w1, 3, stride_3x3, 1);
+      const int64_t h1 = window_output(h, 1, stride_1x1, 0),
+                    w1 = window_output(w, 1, stride_1x1, 0);
+      const int64_t h2 = window_output(h1, 3, stride_3x3, 1),
+                    w2 = window_output(w1, 3, stride_3x3, 1);
       // conv1 and the projection shortcut read the block's input; conv2 and conv3 read conv1's
       // output, which requires a gradient when the block's input or its weights do.
       const bool inner_grad = grad || trained;
@@ -290,10 +292,11 @@ MaskRcnnMacs mask_rcnn_training_macs(const MaskRcnnOptions& o, int64_t images,
   const int64_t anchors = static_cast<int64_t>(o.aspect_ratios().size());
   std::vector<std::pair<int64_t, int64_t>> rpn_levels;
   for (std::size_t l = 0; l < level_h.size(); ++l) rpn_levels.push_back({level_h[l], level_w[l]});
-  rpn_levels.push_back({window_output(level_h.back(), 1, 2, 0), window_output(level_w.back(), 1, 2, 0)});
+  rpn_levels.push_back(
+      {window_output(level_h.back(), 1, 2, 0), window_output(level_w.back(), 1, 2, 0)});
   for (const auto& [lh, lw] : rpn_levels) {
-    m.rpn += with_backward(n * d(lh * lw) * d(f * f * 9 + f * anchors + f * 4 * anchors), true,
-                           true);
+    m.rpn +=
+        with_backward(n * d(lh * lw) * d(f * f * 9 + f * anchors + f * 4 * anchors), true, true);
   }
   // The heads read RoIAlign of the FPN's maps (a gradient to their input) on every slot.
   const int64_t r = o.box_resolution(), mlp = o.mlp_dim(), classes = o.num_classes();
@@ -307,8 +310,8 @@ MaskRcnnMacs mask_rcnn_training_macs(const MaskRcnnOptions& o, int64_t images,
     mask += d(mr * mr) * d(c * layer * 9);
     c = layer;
   }
-  mask += d(mr * mr) * d(c * c * 4);    // 2x2 stride-2 transposed conv: each input x C x 4
-  mask += d(4 * mr * mr) * d(c);        // the own class's logits at 2r x 2r (class_logits' bmm)
+  mask += d(mr * mr) * d(c * c * 4);  // 2x2 stride-2 transposed conv: each input x C x 4
+  mask += d(4 * mr * mr) * d(c);      // the own class's logits at 2r x 2r (class_logits' bmm)
   m.mask_head = with_backward(d(mask_slots) * mask, true, true);
   return m;
 }

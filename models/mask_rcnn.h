@@ -143,8 +143,8 @@ struct MaskRcnnMacs {
 /// `padded_width` whose heads run `box_slots` and `mask_slots` RoIs (RoiSlots::box and ::mask:
 /// the heads compute every slot, empty ones included), from the shapes alone.
 MaskRcnnMacs mask_rcnn_training_macs(const MaskRcnnOptions& options, int64_t images,
-                                     int64_t padded_height, int64_t padded_width,
-                                     int64_t box_slots, int64_t mask_slots);
+                                     int64_t padded_height, int64_t padded_width, int64_t box_slots,
+                                     int64_t mask_slots);
 
 // The backbone pieces live in their own namespace until they are merged with a general ResNet
 // (models/resnet.h, written for deeplab at the same time), so the two cannot collide.
