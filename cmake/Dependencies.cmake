@@ -13,7 +13,8 @@ if(GPUBENCH_BUILD_TESTS)
 endif()
 
 # The PyTorch wheel bundles fmt 12 headers in its include folder; they shadow the system's
-# fmt 9, so only the header-only fmt target links on both (see docs/ARCHITECTURE.md).
+# fmt 9, so only the header-only fmt target links on both (docs/internals.md, "Two libtorch
+# versions").
 if(NOT TARGET fmt::fmt-header-only)
   message(FATAL_ERROR "fmt::fmt-header-only not found: install libfmt-dev")
 endif()

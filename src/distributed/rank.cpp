@@ -61,7 +61,8 @@ void finish_timed_phase(JobRecord& record, Communicator& comm, const RankSpec& s
              {"rank_throughput", record.throughput},
              {"step_time_spread_pct", fastest > 0 ? (slowest - fastest) / fastest * 100 : 0.0},
              {"gradient_sync", sync.info()},
-             // Known once a one-GPU record of the same job sits beside it (report's scaling table).
+             // Known once a one-GPU record of the same job at the same per-rank batch sits
+             // beside it (report's scaling table).
              {"single_gpu_throughput", nullptr},
              {"scaling_efficiency", nullptr}};
   record.data_parallel = dp;

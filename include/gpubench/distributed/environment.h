@@ -70,7 +70,8 @@ struct DataParallelPlan {
 };
 
 /// Test hook: GPUBENCH_FAULT_RANK=R:crash|hang makes rank R's worker kill itself or stop
-/// answering after its first timed-phase step (how the failure tests make a rank fail).
+/// answering at its second update (BucketedGradientSync, comm.cpp: in the timed run's warm-up,
+/// not mid-window; how the failure tests make a rank fail).
 void inject_fault_if_asked(int rank);
 
 /// Test hook: GPUBENCH_TEST_RANK_DELAY_MS=R:MS makes rank R sleep MS milliseconds at every

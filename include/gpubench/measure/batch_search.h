@@ -13,8 +13,12 @@
 //            extrapolates; again after every fit, on a sharper line
 //   edge     once the largest fit sits at the line's limit: just above it, doubling the step
 //            while it still fits, so the first failure lies close above the largest fit
-//   bisect   once a prediction has failed, the midpoint of [largest fit, smallest failure]:
-//            a wrong line never makes the search walk
+//   aim      with the allocated line: after an edge probe fitted past the line, near where
+//            the line reaches the capacity; inside a bracket, one granule above the line's
+//            limit, then the limit itself
+//   bisect   once a prediction has failed, a split of [largest fit, smallest failure]: its
+//            midpoint, or with the allocated line 0.618 of it (kCheapSplit) in turn with the
+//            aimed probes; a wrong line never makes the search walk
 //   hint     with a SearchHint (another memory cap's search of the same workload), scaled to
 //            this capacity and checked before the first probe, which then goes just under it
 //
