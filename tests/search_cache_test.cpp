@@ -476,21 +476,21 @@ class SteppingDownLauncher : public PhaseLauncher {
   SteppingDownLauncher(const SearchCache& cache, Device& device, int64_t timed_limit)
       : cache_(cache), device_(device), timed_limit(timed_limit) {}
   JobRecord launch(const JobSpec& spec, double) override {
-    calls.push_back(spec.phase + ":" + std::to_string(spec.batch));
+    calls.push_back(std::string(to_string(spec.phase)) + ":" + std::to_string(spec.batch));
     JobRecord r;
     r.model = spec.model;
     r.device.type = "cuda";
     r.device.name = "NVIDIA H100 80GB HBM3";
-    if (spec.phase == "search") {
+    if (spec.phase == WorkerPhase::search) {
       const SearchRecord s = search({&cache_, key(), true}, device_).record;
       r.batch = s.max_batch;
-      r.status = "ok";
+      r.status = JobStatus::ok;
       r.search = s;
       return r;
     }
     r.batch = spec.batch;
     if (spec.batch > timed_limit) {
-      r.status = "oom";
+      r.status = JobStatus::oom;
       r.message = "CUDA out of memory";
       return r;
     }
@@ -525,7 +525,7 @@ TEST(SearchCacheTest, ARerunTimesTheBatchTheTimedRunSteppedDownToInsteadOfSteppi
   // and steps down (bert-base's granule is one sequence).
   SteppingDownLauncher cold(cache, device, 985);
   const JobRecord first = run_job(plan, builtin(), cold, quiet_log);
-  ASSERT_EQ(first.status, "ok") << first.message;
+  ASSERT_EQ(first.status, JobStatus::ok) << first.message;
   ASSERT_TRUE(first.search.has_value());
   EXPECT_EQ(first.search->max_batch, 1000);
   EXPECT_LE(first.batch, 985);
@@ -551,7 +551,7 @@ TEST(SearchCacheTest, ARerunTimesTheBatchTheTimedRunSteppedDownToInsteadOfSteppi
   device.probes = 0;
   SteppingDownLauncher rerun(cache, device, 985);
   const JobRecord second = run_job(plan, builtin(), rerun, quiet_log);
-  ASSERT_EQ(second.status, "ok") << second.message;
+  ASSERT_EQ(second.status, JobStatus::ok) << second.message;
   EXPECT_EQ(device.probes, 2);
   EXPECT_EQ(second.search->source, "cache");
   EXPECT_EQ(second.search->max_batch, 1000);
@@ -568,7 +568,7 @@ TEST(SearchCacheTest, ARerunTimesTheBatchTheTimedRunSteppedDownToInsteadOfSteppi
   // A rerun whose fresh process fits less again steps down from there and stores the new batch.
   SteppingDownLauncher tighter(cache, device, first.batch - 30);
   const JobRecord third = run_job(plan, builtin(), tighter, quiet_log);
-  ASSERT_EQ(third.status, "ok") << third.message;
+  ASSERT_EQ(third.status, JobStatus::ok) << third.message;
   EXPECT_EQ(timed_calls(tighter.calls).front(), "time:" + std::to_string(first.batch));
   EXPECT_LE(third.batch, first.batch - 30);
   EXPECT_EQ(cache.find(key()).timed["batch"], third.batch);
@@ -578,7 +578,7 @@ TEST(SearchCacheTest, ARerunTimesTheBatchTheTimedRunSteppedDownToInsteadOfSteppi
   device.limit = 1200;
   SteppingDownLauncher roomier(cache, device, 2000);
   const JobRecord fourth = run_job(plan, builtin(), roomier, quiet_log);
-  ASSERT_EQ(fourth.status, "ok") << fourth.message;
+  ASSERT_EQ(fourth.status, JobStatus::ok) << fourth.message;
   EXPECT_EQ(fourth.search->cache["lookup"], "stale");
   EXPECT_EQ(fourth.search->max_batch, 1200);
   EXPECT_EQ(timed_calls(roomier.calls), std::vector<std::string>{"time:1200"});
