@@ -201,32 +201,37 @@ inline std::vector<torch::Tensor> split_heads(const torch::Tensor& y, int64_t pa
 
 // ---- Causal masks ----
 
-/// Additive causal masks [q_len, k_len] (0 where key j <= query i, -inf after it), one per
-/// shape, dtype and device, each built at its first use. A module keeps one, so its masks go
-/// when it goes (a process-wide cache would outlive the step and hold device memory between the
-/// search's probes). Built in the eager runs before a CUDA graph's capture, never inside it.
+/// Additive causal masks [q_len, k_len] (0 where key j <= query i, -inf after it) for one
+/// module: the mask of the shape last asked for is kept and reused while the shape stays, and
+/// released before another shape's is built. One mask per module at a time, as the plain path
+/// holds one per forward, so that no step holds the masks of shapes it does not run: a search
+/// probe at one token batch then peaks as high as that batch does inside a cycle of batches of
+/// other shapes. Built in the eager runs before a CUDA graph's capture, never inside it.
 class CausalMasks {
  public:
   /// The mask of this shape in `options`' dtype and device.
   const torch::Tensor& get(int64_t q_len, int64_t k_len, const torch::TensorOptions& options) {
     const Key key{q_len, k_len, static_cast<int>(c10::typeMetaToScalarType(options.dtype())),
                   static_cast<int>(options.device().type()), options.device().index()};
-    auto it = masks_.find(key);
-    if (it == masks_.end()) {
+    if (!mask_.defined() || key != key_) {
+      mask_ = torch::Tensor();  // released first: never two shapes' masks at once
       torch::NoGradGuard no_grad;
       auto future = torch::ones({q_len, k_len}, options.dtype(torch::kBool)).triu(1);
-      auto mask = torch::zeros({q_len, k_len}, options.requires_grad(false))
-                      .masked_fill(future, -std::numeric_limits<float>::infinity());
-      it = masks_.emplace(key, mask).first;
+      mask_ = torch::zeros({q_len, k_len}, options.requires_grad(false))
+                  .masked_fill(future, -std::numeric_limits<float>::infinity());
+      key_ = key;
+      ++built_;
     }
-    return it->second;
+    return mask_;
   }
-  /// Masks built so far.
-  std::size_t size() const { return masks_.size(); }
+  /// Masks built so far (a shape asked again after another is built again).
+  std::size_t size() const { return built_; }
 
  private:
   using Key = std::tuple<int64_t, int64_t, int, int, int>;
-  std::map<Key, torch::Tensor> masks_;
+  Key key_{};
+  torch::Tensor mask_;
+  std::size_t built_ = 0;
 };
 
 }  // namespace gpubench::models
