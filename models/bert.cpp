@@ -338,6 +338,7 @@ class BertPretrainingStep final : public train::RuntimeStep {
             "model", make_bert_updater(*model_, ctx.optimizer, ctx.precision, ctx.device))) {}
 
   double run() override {
+    ran_ = true;
     return runtime_.run([&] {
       updater_.zero_grad();
       torch::Tensor loss, mlm, nsp;
@@ -371,6 +372,7 @@ class BertPretrainingStep final : public train::RuntimeStep {
   // one), so each costs three forwards. A pooler without next sentence runs outside the loss's
   // graph: forward only.
   std::optional<double> step_flops() const override {
+    if (!ran_) return std::nullopt;  // the FLOPs of the last run(), as every step reports them
     const BertOptions& o = model_->bert->options;
     const int64_t sequences = batch_.input_ids.size(0), length = batch_.input_ids.size(1);
     const auto h = static_cast<double>(o.hidden_size());
@@ -409,6 +411,7 @@ class BertPretrainingStep final : public train::RuntimeStep {
   bool all_logits_;
   BertForPretraining model_;
   PretrainingBatch batch_;
+  bool ran_ = false;  // run() was called: step_flops() has a last run to describe
   train::Updater& updater_;
 };
 

@@ -120,6 +120,7 @@ class BertSquadStep final : public train::RuntimeStep {
             "model", make_bert_updater(*model_, ctx.optimizer, ctx.precision, ctx.device))) {}
 
   double run() override {
+    ran_ = true;
     return runtime_.run([&] {
       updater_.zero_grad();
       torch::Tensor loss;
@@ -147,6 +148,7 @@ class BertSquadStep final : public train::RuntimeStep {
   // window (padding is computed) and the span head, three forwards each (input and weight
   // gradients); a pooler, where a config builds one, runs outside the loss's graph.
   std::optional<double> step_flops() const override {
+    if (!ran_) return std::nullopt;  // the FLOPs of the last run(), as every step reports them
     const BertOptions& o = model_->bert->options;
     const int64_t sequences = batch_.input_ids.size(0), length = batch_.input_ids.size(1);
     const auto h = static_cast<double>(o.hidden_size());
@@ -177,6 +179,7 @@ class BertSquadStep final : public train::RuntimeStep {
 
   BertForQuestionAnswering model_;
   SquadBatch batch_;
+  bool ran_ = false;  // run() was called: step_flops() has a last run to describe
   train::Updater& updater_;
 };
 

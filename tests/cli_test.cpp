@@ -330,7 +330,7 @@ TEST(CliTest, AParseErrorPointsAtTheHelpOfItsCommand) {
   // The run's help shows its defaults, examples and exit codes.
   const auto help = cli({"run", "--help"});
   EXPECT_EQ(help.code, 0);
-  EXPECT_NE(help.out.find("Minimum timed steps (default: 3 on a GPU, 2 on the CPU)"),
+  EXPECT_NE(help.out.find("Minimum timed steps (default: 2 on a GPU, 2 on the CPU)"),
             std::string::npos)
       << help.out;
   EXPECT_NE(help.out.find("Examples:"), std::string::npos) << help.out;

@@ -48,6 +48,9 @@ std::unique_ptr<TrainStep> smoke_step(const std::string& workload, int64_t batch
   ctx.batch = batch;
   ctx.device = torch::kCPU;
   ctx.seed = 0;
+  // The plain paths: the fast paths multiply a vocabulary padded to 64 rows (the op counter
+  // counts those rows), while the formulas count the model's own, padding or not.
+  ctx.runtime.fast_paths = false;
   torch::manual_seed(0);
   return arch.prepare(ctx);
 }
