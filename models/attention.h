@@ -56,7 +56,10 @@ inline torch::Tensor stored_attention_fast(const torch::Tensor& q, const torch::
   const auto q3 = q.reshape({batch * heads, q_len, head_dim});
   const auto k3 = k.reshape({batch * heads, k_len, head_dim});
   const auto v3 = v.reshape({batch * heads, k_len, v.size(3)});
-  torch::Tensor scores;
+  // The scale in the GEMM (compat::scaled_bmm). The causal mask is added after it, not given
+  // as baddbmm's input with beta 1, which on libtorch 1.13's CPU read uninitialized memory
+  // too (NaN losses in transformer-big's fast path, run alone in a process).
+  torch::Tensor scores = compat::scaled_bmm(q3, k3.transpose(1, 2), scale);
   if (is_causal) {
     torch::Tensor built;
     const torch::Tensor* causal = nullptr;
@@ -66,12 +69,7 @@ inline torch::Tensor stored_attention_fast(const torch::Tensor& q, const torch::
       built = CausalMasks().get(q_len, k_len, q3.options());
       causal = &built;
     }
-    scores = torch::baddbmm(causal->expand({batch * heads, q_len, k_len}), q3, k3.transpose(1, 2),
-                            /*beta=*/1, /*alpha=*/scale);
-  } else {
-    // beta 0: the input is not read (zeros, so that no kernel could read a NaN from it).
-    scores = torch::baddbmm(torch::zeros({1, 1, 1}, q3.options().requires_grad(false)), q3,
-                            k3.transpose(1, 2), /*beta=*/0, /*alpha=*/scale);
+    scores = scores + *causal;
   }
   scores = scores.view({batch, heads, q_len, k_len});
   // Out of place: an in-place add on this view would make autograd copy the whole scores in the

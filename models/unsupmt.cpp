@@ -233,25 +233,8 @@ XlmTransformerOptions xlm_options(const Params& m, bool is_decoder) {
       .attention(m.str("attention"));
 }
 
-namespace {
-
-/// unsupMT runs the plain paths whatever runtime.fast_paths says, and its record says so. With
-/// the fast paths on, two fresh CPU builds at one seed trained to different back-translation
-/// losses (WorkloadTest.AStepOnAReusedModelTrainsExactlyAsOnAFreshOne; the denoising losses
-/// agreed), with or without the padded vocabulary: something in them depends on more than the
-/// inputs, and a benchmark's steps must not. Until that is found its fast paths stay off (the
-/// H100 timed them at 1.27x: docs/results/2026-12-07-h100-fast-paths).
-StepContext with_plain_paths(StepContext ctx) {
-  ctx.runtime.fast_paths = false;
-  return ctx;
-}
-
-}  // namespace
-
 UnsupMtStep::UnsupMtStep(const StepContext& ctx)
-    : RuntimeStep(with_plain_paths(ctx)),
-      lambda_ae_(ctx.model.f64("lambda_ae")),
-      tokens_per_batch_(ctx.batch) {
+    : RuntimeStep(ctx), lambda_ae_(ctx.model.f64("lambda_ae")), tokens_per_batch_(ctx.batch) {
   const Params& m = ctx.model;
   // The decoder is built from where the encoder's build left the generator, as before.
   const std::string model_json = m.json().dump();
@@ -261,10 +244,11 @@ UnsupMtStep::UnsupMtStep(const StepContext& ctx)
   decoder_ = train::build_model<XlmTransformer>(
       train::reuse_key("xlm-decoder", model_json, ctx.seed), ctx.device, std::nullopt,
       [&] { return XlmTransformer(xlm_options(m, true)); });
-  // The plain paths (with_plain_paths above). A kept model follows that too. With them on, only
-  // the decoder's pred_layer would be padded: it is the only one trained.
-  set_fast_paths(*encoder_, false);
-  set_fast_paths(*decoder_, false);
+  // The fast paths (models/fast_paths.h); only the decoder's pred_layer is ever trained, so only
+  // its vocabulary is padded.
+  set_fast_paths(*encoder_, ctx.runtime.fast_paths);
+  set_fast_paths(*decoder_, ctx.runtime.fast_paths);
+  if (ctx.runtime.fast_paths) decoder_->pad_vocab_projection();
 
   // Two monolingual corpora, sorted and cut into token batches as XLM's iterator does; each
   // sub-step takes the batch at its quantile.

@@ -64,6 +64,17 @@ inline void set_autocast(torch::DeviceType type, bool enabled, torch::ScalarType
 #endif
 }
 
+/// a @ b * scale for batched matrices [n, r, c] (the scores of stored attention), the scale
+/// applied by the GEMM itself (baddbmm's alpha, beta 0) where that is sound: libtorch 1.13's
+/// CPU baddbmm with beta 0 still reads its uninitialized result (0 * NaN = NaN: NaN losses now
+/// and then, FastPathsTest.FastStoredAttentionComputesThePlainOne), so there it is bmm and a
+/// multiply, the same values up to one rounding.
+inline torch::Tensor scaled_bmm(const torch::Tensor& a, const torch::Tensor& b, double scale) {
+  if (kTorchVersion < 200) return torch::bmm(a, b) * scale;
+  return torch::baddbmm(torch::zeros({1, 1, 1}, a.options().requires_grad(false)), a, b,
+                        /*beta=*/0, /*alpha=*/scale);
+}
+
 /// softmax(q k^T * scale + mask) v with dropout on the probabilities; q, k, v are
 /// [batch, heads, length, head_dim]. `mask` is additive (0 or -inf/-large), broadcastable to
 /// [batch, heads, q_len, k_len]. Uses the fused kernel where libtorch has one.
