@@ -2,7 +2,7 @@
 # On the GPU machine, 2026-12-07: the checks of this session's code, in stages that continue where
 # an earlier call stopped (marker files under results/dev/), inside one call's time.
 #
-#   docs/results/2026-12-07-device/call.sh [STAGE...]   (default: build fastpaths torchrun suite)
+#   docs/results/2026-12-07-h100-fast-paths/call.sh [STAGE...]   (default: build fastpaths torchrun suite)
 #   DEADLINE_S=560   seconds this call may use; a stage that cannot start in time is left for the
 #                    next call
 #
@@ -58,13 +58,15 @@ build() {
 fastpaths() {
   local d=$R/fastpaths
   mkdir -p "$d"
-  printf 'runtime:\n  fast_paths: false\n' > "$d/plain.yaml"
+  local cases=${FASTPATH_CASES:-bert-base-mlm:128 transformer-big:16384 bert-base:256 unsupmt:16000 mt-dnn:64 bert-finetune:64 conv-seq2seq:16384}
   local case m b
-  for case in ${FASTPATH_CASES:-bert-base-mlm:128 transformer-big:16384 bert-base:256 unsupmt:16000 mt-dnn:64 bert-finetune:64 conv-seq2seq:16384}; do
+  # A --config overlay sets a workload's runtime under models.NAME.
+  { echo "models:"; for case in $cases; do printf '  %s:\n    runtime:\n      fast_paths: false\n' "${case%%:*}"; done; } > "$d/plain.yaml"
+  for case in $cases; do
     m=${case%%:*} b=${case##*:}
     local job=(build/gpubench run --gpu 0 --model "$m" --precision amp-bf16 --batch "$b" --no-cache --max-seconds 8)
-    one "$d" "$m-off" 75 "${job[@]}" --config "$d/plain.yaml" || break
-    one "$d" "$m-on" 60 "${job[@]}" || break
+    one "$d" "$m-off" ${FASTPATH_NEED_S:-75} "${job[@]}" --config "$d/plain.yaml" || break
+    one "$d" "$m-on" ${FASTPATH_NEED_S:-60} "${job[@]}" || break
   done
   python3 - "$d" > "$d/summary.txt" 2>&1 <<'PY'
 import glob, json, os, sys
