@@ -2,6 +2,8 @@
 
 #include "gpubench/base/strings.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace gpubench::memory_model {
