@@ -110,4 +110,12 @@ inline torch::Tensor attention(const std::string& kind, const torch::Tensor& q,
   return torch::matmul(probs, v);
 }
 
+/// Multiply-adds of one encoder layer's forward over one sequence of `length` positions of
+/// width `width`: the q, k, v and output projections (4 width^2 a position), the feed-forward
+/// (2 width ffn), the scores and the weighted values (2 length^2 width). BERT's, XLM's and
+/// fairseq's encoder layers all have this shape; their FLOPs formulas (step_flops) share it.
+inline double encoder_layer_macs(double length, double width, double ffn) {
+  return length * (4 * width * width + 2 * width * ffn) + 2 * length * length * width;
+}
+
 }  // namespace gpubench::models

@@ -156,11 +156,9 @@ torch::Tensor BertLayerImpl::forward(const torch::Tensor& x,
 }
 
 double bert_encoder_macs(const BertOptions& o, int64_t sequences, int64_t length) {
-  const auto h = static_cast<double>(o.hidden_size());
-  const auto ff = static_cast<double>(o.intermediate_size());
-  const auto l = static_cast<double>(length);
   return static_cast<double>(sequences) * static_cast<double>(o.layers()) *
-         (l * (4 * h * h + 2 * h * ff) + 2 * l * l * h);
+         encoder_layer_macs(static_cast<double>(length), static_cast<double>(o.hidden_size()),
+                            static_cast<double>(o.intermediate_size()));
 }
 
 BertModelImpl::BertModelImpl(const BertOptions& o) : options(o) {

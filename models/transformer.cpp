@@ -296,7 +296,7 @@ double transformer_pair_macs(const FairseqTransformerOptions& o, int64_t src, in
   const auto f = static_cast<double>(o.ffn_dim());
   const auto s = static_cast<double>(src);
   const auto t = static_cast<double>(tgt);
-  const double encoder = s * (4 * d * d + 2 * d * f) + 2 * s * s * d;
+  const double encoder = encoder_layer_macs(s, d, f);
   const double decoder =
       t * (6 * d * d + 2 * d * f) + 2 * t * t * d + 2 * t * s * d + s * 2 * d * d;
   return static_cast<double>(o.encoder_layers()) * encoder +

@@ -185,11 +185,9 @@ ParamSchema unsupmt_optimizer_schema() {
 }
 
 double xlm_encoder_macs(const XlmTransformerOptions& o, int64_t sentences, int64_t rows) {
-  const auto d = static_cast<double>(o.dim());
-  const auto f = static_cast<double>(o.ffn_dim());
-  const auto s = static_cast<double>(rows);
   return static_cast<double>(sentences) * static_cast<double>(o.layers()) *
-         (s * (4 * d * d + 2 * d * f) + 2 * s * s * d);
+         encoder_layer_macs(static_cast<double>(rows), static_cast<double>(o.dim()),
+                            static_cast<double>(o.ffn_dim()));
 }
 
 double xlm_decoder_macs(const XlmTransformerOptions& o, int64_t sentences, int64_t rows,
