@@ -1,6 +1,7 @@
 // Data-parallel training (issue 15): the environment and --gpus parsing, the bucketed
 // gradient all-reduce against single-process training over Gloo, and `run --world-size` end to
 // end through the real executable (records, report, a rank that crashes or hangs, bad input).
+#include "gpubench/base/compat.h"
 #include "gpubench/base/json.h"
 #include "gpubench/distributed/comm.h"
 #include "gpubench/distributed/environment.h"
@@ -86,6 +87,27 @@ TEST(DistributedEnvironment, RefusesInconsistentValues) {
 }
 
 // ---- --gpus ----
+
+// The communicator ends an NCCL group with shutdown() where the libtorch has one (2.x, which
+// warns at exit otherwise) and leaves a group type without it to its destructor (1.13).
+struct GroupWithShutdown {
+  int shutdowns = 0;
+  void shutdown() { ++shutdowns; }
+};
+struct GroupWithoutShutdown {
+  int destroyed = 0;
+};
+
+TEST(DistributedShutdown, AGroupWithShutdownIsShutDownAndOneWithoutIsLeftAlone) {
+  static_assert(compat::HasShutdown<GroupWithShutdown>::value);
+  static_assert(!compat::HasShutdown<GroupWithoutShutdown>::value);
+  GroupWithShutdown with;
+  compat::shutdown_group(with);
+  EXPECT_EQ(with.shutdowns, 1);
+  GroupWithoutShutdown without;
+  compat::shutdown_group(without);  // compiles to nothing
+  EXPECT_EQ(without.destroyed, 0);
+}
 
 TEST(DistributedGpuList, ParsesIndicesAndAll) {
   EXPECT_EQ(distributed::parse_gpu_list("0,1,3", 4), (std::vector<int>{0, 1, 3}));

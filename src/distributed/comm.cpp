@@ -88,8 +88,9 @@ class C10dCommunicator final : public Communicator {
 #if GPUBENCH_HAS_C10D_NCCL
       auto options = c10d::ProcessGroupNCCL::Options::create();
       options->timeout = to_ms(spec.timeout_s);
-      group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, spec.rank, spec.world_size,
-                                                          options);
+      nccl_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, spec.rank, spec.world_size,
+                                                         options);
+      group_ = nccl_;
 #else
       throw JobError(fmt::format("data-parallel training over NCCL: {}", backend_support()));
 #endif
@@ -112,6 +113,20 @@ class C10dCommunicator final : public Communicator {
     } else {
       throw ConfigError(fmt::format("unknown data-parallel backend '{}'", spec.backend));
     }
+  }
+
+  ~C10dCommunicator() override {
+#if GPUBENCH_HAS_C10D_NCCL
+    // NCCL's group is shut down here, not left to exit: libtorch 2.x otherwise warns that
+    // destroy_process_group() was never called (and frees the communicators later).
+    if (nccl_ && group_) {
+      try {
+        compat::shutdown_group(*nccl_);
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "gpubench: rank {}: ending the NCCL group: {}\n", spec_.rank, e.what());
+      }
+    }
+#endif
   }
 
   int rank() const override { return spec_.rank; }
@@ -152,6 +167,9 @@ class C10dCommunicator final : public Communicator {
   torch::Device device_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<compat::CollectiveGroup> group_;
+#if GPUBENCH_HAS_C10D_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl_;  ///< group_, when the backend is NCCL
+#endif
 };
 
 }  // namespace

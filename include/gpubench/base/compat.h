@@ -9,6 +9,8 @@
 #include <torch/version.h>
 
 #include <optional>
+#include <type_traits>
+#include <utility>
 
 #if GPUBENCH_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -285,6 +287,21 @@ inline int expandable_segments_in_use(int device) {
 #endif
 }
 #endif
+
+/// Ends a process group before it is destroyed: libtorch 2.x's ProcessGroupNCCL has shutdown()
+/// (it flushes and frees its communicators) and warns at exit when it was never called, as
+/// torch.distributed.destroy_process_group() would; libtorch 1.13's has none, and its destructor
+/// does the same work. A group type without shutdown() is left to its destructor.
+template <typename Group, typename = void>
+struct HasShutdown : std::false_type {};
+template <typename Group>
+struct HasShutdown<Group, std::void_t<decltype(std::declval<Group&>().shutdown())>>
+    : std::true_type {};
+
+template <typename Group>
+void shutdown_group(Group& group) {
+  if constexpr (HasShutdown<Group>::value) group.shutdown();
+}
 
 }  // namespace gpubench::compat
 
