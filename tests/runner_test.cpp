@@ -1335,6 +1335,9 @@ TEST(RunnerTest, AWaitingWorkerThatReadsEndOfFileEndsQuietly) {
   const auto neither = testing::run_gpubench("worker");
   EXPECT_EQ(neither.exit_code, kExitBadInput);
   EXPECT_NE(neither.err.find("--spec and --out, or --wait"), std::string::npos) << neither.err;
+  // A parent started with a negative nice value passes it in one word.
+  const auto negative = testing::run_gpubench("worker --wait --nice=-5 --sched-other < /dev/null");
+  EXPECT_EQ(negative.exit_code, 0) << negative.err;
 }
 
 TEST(RunnerTest, EachJobRecordSaysHowManyOfItsWorkersWerePrestarted) {

@@ -90,8 +90,9 @@ void WorkerLauncher::start_waiting() noexcept {
     auto waiting = std::make_unique<Waiting>();
     waiting->socket = ends[0];
     const Priority here = current_priority();
-    std::vector<std::string> argv = {executable_, "worker", "--wait", "--nice",
-                                     std::to_string(here.nice)};
+    // --nice=N in one word: a negative N is then no option of its own.
+    std::vector<std::string> argv = {executable_, "worker", "--wait",
+                                     "--nice=" + std::to_string(here.nice)};
     if (here.sched_other) argv.emplace_back("--sched-other");
     StartOptions options;
     options.stdin_fd = ends[1];
