@@ -3,6 +3,7 @@
 #include "gpubench/run/job.h"
 #include "gpubench/run/job_spec.h"
 #include "gpubench/run/launcher.h"
+#include "gpubench/run/process.h"
 #include "gpubench/run/worker.h"
 
 #include "gpubench/base/errors.h"
@@ -11,14 +12,23 @@
 #include "gpubench/report/reporter.h"
 #include "tests/testing.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <sched.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 namespace gpubench {
 namespace {
@@ -1161,6 +1171,188 @@ TEST(RunnerTest, AWorkerThatExitsWithoutARecordFails) {
   const JobRecord r = launcher.launch(cpu_spec(), 60);
   EXPECT_EQ(r.status, JobStatus::failed);
   EXPECT_NE(r.message.find("exited with code 4"), std::string::npos) << r.message;
+}
+
+// ---- Pre-started workers ----
+
+/// A stand-in worker that speaks the waiting protocol (run/launcher.h): started with --wait it
+/// runs `before_wait`, reads the phase's two paths on its standard input, answers ok and writes
+/// a record whose message says it was pre-started, with its pid; started with --spec and --out
+/// it writes one that says "fresh".
+std::string protocol_worker(const TempDir& dir, const std::string& before_wait = "") {
+  return script(dir, "protocol.sh",
+                "if [ \"$2\" = --wait ]; then\n" + before_wait +
+                    "  read spec || exit 0\n"
+                    "  read out || exit 0\n"
+                    "  echo ok >&0\n"
+                    "  printf '{\"model\":\"bert-base\",\"status\":\"ok\",\"message\":\"prestarted "
+                    "%s\"}' $$ > \"$out\"\n"
+                    "  exit 0\n"
+                    "fi\n"
+                    "printf '{\"model\":\"bert-base\",\"status\":\"ok\",\"message\":\"fresh\"}' > "
+                    "\"$5\"\n");
+}
+
+/// Whether `pid`, a child of this process, is still there unreaped (running or a zombie).
+bool unreaped(pid_t pid) {
+  errno = 0;
+  return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+TEST(RunnerTest, TheNextPhaseGoesToTheWorkerStartedWhileTheLastOneRan) {
+  TempDir dir;
+  WorkerLauncher launcher(protocol_worker(dir), /*prestart=*/true);
+  EXPECT_EQ(launcher.waiting_pid(), -1);  // none before the first phase
+  const JobRecord first = launcher.launch(cpu_spec(), 60);
+  EXPECT_EQ(first.message, "fresh");
+  const pid_t waiting = launcher.waiting_pid();
+  ASSERT_GT(waiting, 0);
+  const JobRecord second = launcher.launch(cpu_spec(), 60);
+  EXPECT_EQ(second.status, JobStatus::ok);
+  EXPECT_EQ(second.message, fmt::format("prestarted {}", waiting));
+  EXPECT_GT(launcher.waiting_pid(), 0);
+  EXPECT_NE(launcher.waiting_pid(), waiting);
+  const std::optional<WorkerCounts> counts = launcher.worker_counts();
+  ASSERT_TRUE(counts.has_value());
+  EXPECT_TRUE(counts->prestart);
+  EXPECT_EQ(counts->processes, 2);
+  EXPECT_EQ(counts->prestarted, 1);
+}
+
+TEST(RunnerTest, WithoutPrestartEachPhaseStartsAFreshWorkerAsBefore) {
+  TempDir dir;
+  WorkerLauncher launcher(protocol_worker(dir), /*prestart=*/false);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(launcher.launch(cpu_spec(), 60).message, "fresh");
+    EXPECT_EQ(launcher.waiting_pid(), -1);
+  }
+  const std::optional<WorkerCounts> counts = launcher.worker_counts();
+  ASSERT_TRUE(counts.has_value());
+  EXPECT_FALSE(counts->prestart);
+  EXPECT_EQ(counts->processes, 2);
+  EXPECT_EQ(counts->prestarted, 0);
+}
+
+TEST(RunnerTest, AWaitingWorkerThatDiedIsReplacedByAFreshOneAndNoPhaseIsLost) {
+  TempDir dir;
+  WorkerLauncher launcher(protocol_worker(dir), /*prestart=*/true);
+  ASSERT_EQ(launcher.launch(cpu_spec(), 60).message, "fresh");
+  const pid_t waiting = launcher.waiting_pid();
+  ASSERT_GT(waiting, 0);
+  kill(waiting, SIGKILL);  // dies while it waits
+  const JobRecord r = launcher.launch(cpu_spec(), 60);
+  EXPECT_EQ(r.status, JobStatus::ok);
+  EXPECT_EQ(r.message, "fresh");
+  EXPECT_FALSE(unreaped(waiting));  // the launcher reaped it: no zombie
+  // The one started beside the fresh worker takes the next phase.
+  const pid_t next = launcher.waiting_pid();
+  ASSERT_GT(next, 0);
+  EXPECT_EQ(launcher.launch(cpu_spec(), 60).message, fmt::format("prestarted {}", next));
+}
+
+TEST(RunnerTest, AfterTwoWaitingWorkersInARowDiedTheLauncherStopsPrestarting) {
+  TempDir dir;
+  // Every waiting worker dies before it reads its phase (a worker binary that cannot wait).
+  WorkerLauncher launcher(protocol_worker(dir, "  exit 3\n"), /*prestart=*/true);
+  for (int i = 0; i < 3; ++i) {
+    const JobRecord r = launcher.launch(cpu_spec(), 60);
+    EXPECT_EQ(r.status, JobStatus::ok) << i;
+    EXPECT_EQ(r.message, "fresh") << i;
+  }
+  EXPECT_EQ(launcher.waiting_pid(), -1);
+  EXPECT_EQ(launcher.worker_counts()->processes, 3);
+  EXPECT_EQ(launcher.worker_counts()->prestarted, 0);
+}
+
+TEST(RunnerTest, AnUnusedWaitingWorkerIsKilledAndReapedWhenTheLauncherGoes) {
+  TempDir dir;
+  pid_t waiting = -1;
+  {
+    WorkerLauncher launcher(protocol_worker(dir), /*prestart=*/true);
+    launcher.launch(cpu_spec(), 60);
+    waiting = launcher.waiting_pid();
+    ASSERT_GT(waiting, 0);
+    ASSERT_TRUE(unreaped(waiting));
+  }
+  EXPECT_FALSE(unreaped(waiting));
+  EXPECT_EQ(waitpid(waiting, nullptr, WNOHANG), -1);  // no zombie left to reap
+}
+
+TEST(RunnerTest, AWaitingWorkerDiesWithTheThreadThatStartedIt) {
+  // PR_SET_PDEATHSIG: the signal comes when the thread that forked ends, as it does when the
+  // parent process dies; the process stays this test's child, so its end can be seen here.
+  TempDir dir;
+  WorkerLauncher launcher(protocol_worker(dir), /*prestart=*/true);
+  pid_t waiting = -1;
+  std::thread([&] {
+    launcher.launch(cpu_spec(), 60);
+    waiting = launcher.waiting_pid();
+  }).join();
+  ASSERT_GT(waiting, 0);
+  // Seen ended without reaping it (WNOWAIT): the launcher still owns it.
+  siginfo_t info{};
+  for (int i = 0; i < 500 && info.si_pid == 0; ++i) {
+    ASSERT_EQ(waitid(P_PID, static_cast<id_t>(waiting), &info, WEXITED | WNOHANG | WNOWAIT), 0);
+    if (info.si_pid == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(info.si_pid, waiting) << "the waiting worker outlived the thread that started it";
+  EXPECT_EQ(info.si_code, CLD_KILLED);
+  EXPECT_EQ(info.si_status, SIGKILL);
+  // A phase now goes to a fresh worker, nothing is lost, and the dead one is reaped.
+  EXPECT_EQ(launcher.launch(cpu_spec(), 60).message, "fresh");
+  EXPECT_FALSE(unreaped(waiting));
+}
+
+TEST(RunnerTest, TheRealWorkerWaitsAtALowerPriorityAndRunsTheNextPhase) {
+  WorkerLauncher launcher(testing::gpubench_exe(), /*prestart=*/true);
+  const JobRecord first = launcher.launch(cpu_spec(), 300);
+  EXPECT_EQ(first.status, JobStatus::ok) << first.message;
+  const pid_t waiting = launcher.waiting_pid();
+  ASSERT_GT(waiting, 0);
+  // It waits niced (where its threads can step back) and under SCHED_BATCH.
+  const Priority here = current_priority();
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(waiting));
+  ASSERT_EQ(errno, 0);
+  EXPECT_EQ(nice, nice_is_reversible(WorkerLauncher::kWaitingNice)
+                      ? std::min(here.nice + WorkerLauncher::kWaitingNice, 19)
+                      : here.nice);
+  if (here.sched_other) {
+    EXPECT_EQ(sched_getscheduler(waiting), SCHED_BATCH);
+  }
+  const JobRecord second = launcher.launch(cpu_spec(), 300);
+  EXPECT_EQ(second.status, JobStatus::ok) << second.message;
+  EXPECT_GT(second.throughput, 0);
+  EXPECT_EQ(launcher.worker_counts()->prestarted, 1);
+}
+
+TEST(RunnerTest, AWaitingWorkerThatReadsEndOfFileEndsQuietly) {
+  const auto r = testing::run_gpubench("worker --wait < /dev/null");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "");
+  // And the worker takes one way or the other.
+  const auto neither = testing::run_gpubench("worker");
+  EXPECT_EQ(neither.exit_code, kExitBadInput);
+  EXPECT_NE(neither.err.find("--spec and --out, or --wait"), std::string::npos) << neither.err;
+  // A parent started with a negative nice value passes it in one word.
+  const auto negative = testing::run_gpubench("worker --wait --nice=-5 --sched-other < /dev/null");
+  EXPECT_EQ(negative.exit_code, 0) << negative.err;
+}
+
+TEST(RunnerTest, EachJobRecordSaysHowManyOfItsWorkersWerePrestarted) {
+  TempDir dir;
+  WorkerLauncher launcher(protocol_worker(dir), /*prestart=*/true);
+  JobPlan plan{"bert-base", "cpu", std::nullopt, {}};
+  const JobRecord first = run_job(plan, builtin(), launcher, quiet);
+  EXPECT_EQ(first.runtime["workers"],
+            Json({{"prestart", true}, {"processes", 1}, {"prestarted", 0}}));
+  const JobRecord second = run_job(plan, builtin(), launcher, quiet);
+  EXPECT_EQ(second.runtime["workers"],
+            Json({{"prestart", true}, {"processes", 1}, {"prestarted", 1}}));
+  // A launcher that starts no worker process adds nothing.
+  FakeLauncher fake(0, 100);
+  EXPECT_FALSE(run_job(plan, builtin(), fake, quiet).runtime.contains("workers"));
 }
 
 }  // namespace

@@ -17,7 +17,11 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <system_error>
 #include <thread>
+#include <vector>
 
 namespace gpubench {
 namespace {
@@ -424,6 +428,112 @@ TEST(SuiteTest, ResumeAndTierMistakesAreClearErrors) {
     EXPECT_NE(r.err.find("--memory-tiers emulates smaller GPUs"), std::string::npos) << r.err;
   }
   EXPECT_FALSE(testing::file_exists(dir.file("k.jsonl")));  // nothing started, nothing written
+}
+
+// ---- Pre-started workers, through the CLI ----
+
+/// The processes with `word` as one of their arguments and `variable` ("NAME=value") in their
+/// environment: a run's workers, told apart from other tests' by a TMPDIR of the test's own.
+std::vector<pid_t> processes_with(const std::string& word, const std::string& variable) {
+  namespace fs = std::filesystem;
+  auto has = [](const std::string& nul_separated, const std::string& item) {
+    std::size_t start = 0;
+    while (start < nul_separated.size()) {
+      std::size_t end = nul_separated.find('\0', start);
+      if (end == std::string::npos) end = nul_separated.size();
+      if (nul_separated.compare(start, end - start, item) == 0) return true;
+      start = end + 1;
+    }
+    return false;
+  };
+  std::vector<pid_t> found;
+  std::error_code error;
+  for (fs::directory_iterator it("/proc", error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    // A process that ended meanwhile reads as empty.
+    if (has(testing::read_file((it->path() / "cmdline").string()), word) &&
+        has(testing::read_file((it->path() / "environ").string()), variable)) {
+      found.push_back(static_cast<pid_t>(std::stol(name)));
+    }
+  }
+  return found;
+}
+
+std::string prestart_args(const TempDir& dir, const std::string& journal) {
+  return "run --device cpu --model bert-base,bert-base-mlm --format none --config '" +
+         dir.file("smoke.json") + "' --journal '" + dir.file(journal) + "'";
+}
+
+TEST(SuiteTest, EachRecordSaysWhetherItsWorkersWerePrestarted) {
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_configs_json(kModels));
+  // By default: the first job's worker starts as it comes, the second's was waiting.
+  const auto on = testing::run_gpubench(prestart_args(dir, "on.jsonl"));
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  EXPECT_EQ(on.err.find("error:"), std::string::npos) << on.err;
+  const Journal with = read_journal(dir.file("on.jsonl"));
+  ASSERT_EQ(with.jobs.size(), 2u);
+  EXPECT_EQ(with.jobs[0].runtime["workers"],
+            Json({{"prestart", true}, {"processes", 1}, {"prestarted", 0}}));
+  EXPECT_EQ(with.jobs[1].runtime["workers"],
+            Json({{"prestart", true}, {"processes", 1}, {"prestarted", 1}}));
+  EXPECT_EQ(with.jobs[1].status, JobStatus::ok) << with.jobs[1].message;
+  EXPECT_EQ(with.header.run_settings["prestart_workers"], true);
+  // --no-prestart: every worker starts as its phase comes.
+  const auto off = testing::run_gpubench(prestart_args(dir, "off.jsonl") + " --no-prestart");
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  const Journal without = read_journal(dir.file("off.jsonl"));
+  ASSERT_EQ(without.jobs.size(), 2u);
+  for (const JobRecord& r : without.jobs) {
+    EXPECT_EQ(r.runtime["workers"],
+              Json({{"prestart", false}, {"processes", 1}, {"prestarted", 0}}));
+  }
+  EXPECT_EQ(without.header.run_settings["prestart_workers"], false);
+}
+
+TEST(SuiteTest, AKilledRunLeavesNoWaitingWorkerBehind) {
+  TempDir dir;
+  testing::write_file(dir.file("smoke.json"), testing::smoke_configs_json(kModels));
+  const std::string tmp = dir.file("tmp");
+  std::filesystem::create_directories(tmp);
+  const std::string marker = "TMPDIR=" + tmp;
+  // A timed window of ten minutes: the kill lands while the first worker runs and the next
+  // one waits.
+  const std::string command = "TMPDIR='" + tmp + "' exec '" + testing::gpubench_exe() + "' " +
+                              prestart_args(dir, "j.jsonl") +
+                              " --min-seconds 600 --timeout 900 > '" + dir.file("out.txt") +
+                              "' 2>&1";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  bool both = false;
+  while (!both && std::chrono::steady_clock::now() < deadline) {
+    both = !processes_with("--wait", marker).empty() && !processes_with("--spec", marker).empty();
+    int status = 0;
+    if (!both && waitpid(pid, &status, WNOHANG) == pid) break;  // it must not end by itself
+    if (!both) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!both) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    FAIL() << "no waiting worker beside the running one: "
+           << testing::read_file(dir.file("out.txt"));
+  }
+  kill(pid, SIGKILL);  // no chance to clean up
+  waitpid(pid, nullptr, 0);
+  // Both workers die with their parent (PR_SET_PDEATHSIG; the waiting one would also read end
+  // of file).
+  bool left = true;
+  for (int i = 0; i < 250 && left; ++i) {
+    left = !processes_with("worker", marker).empty();
+    if (left) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(left) << "a worker outlived the killed run";
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "gpubench/base/strings.h"
 #include "gpubench/base/version.h"
 #include "gpubench/distributed/rank.h"
+#include "gpubench/run/process.h"
 #include "src/cli/internal.h"
 
 #include <CLI/CLI.hpp>
@@ -83,7 +84,10 @@ int run_cli_mode(int argc, const char* const* argv, std::ostream& out, std::ostr
     if (app.got_subcommand("run")) return run_run(run, args, out, err);
     if (app.got_subcommand("report")) return run_report(report, out, err);
     if (app.got_subcommand("compare")) return run_compare(compare, out, err);
-    if (app.got_subcommand("worker")) return worker_main(worker.spec, worker.out);
+    if (app.got_subcommand("worker")) {
+      if (worker.wait) return waiting_worker_main(Priority{worker.nice, worker.sched_other});
+      return worker_main(worker.spec, worker.out);
+    }
   } catch (const Interrupted& e) {
     // End as the signal would have ended us (the shell then knows it was stopped), once the
     // message is out; a signal that is blocked here still gives its exit code.

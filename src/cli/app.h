@@ -93,6 +93,11 @@ struct CompareOptions {
 struct WorkerOptions {
   std::string spec;
   std::string out;
+  /// --wait: a pre-started worker, given its phase on standard input (run/launcher.h), with
+  /// --nice N and --sched-other: the priority to run it at (the parent's)
+  bool wait = false;
+  int nice = 0;
+  bool sched_other = false;
 };
 
 void setup_list(CLI::App& app, ListOptions& options);

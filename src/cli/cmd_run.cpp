@@ -230,10 +230,12 @@ RunPlan plan_resume(const RunOptions& o, std::ostream& err) {
   Json now = resolved.run().to_json(), then = run.run_settings;
   for (Json* settings : {&now, &then}) {
     if (!settings->is_object()) continue;
-    // --timeout, --no-cache and the price may change; none changes what a job measures.
+    // --timeout, --no-cache, the price and --no-prestart may change; none changes what a job
+    // measures.
     settings->erase("job_timeout_s");
     settings->erase("search_cache");
     settings->erase("price_per_hour_usd");
+    settings->erase("prestart_workers");
   }
   if (now != then) {
     err << "gpubench: warning: " << o.resume_path
@@ -471,7 +473,9 @@ int run_run(const RunOptions& o, const std::vector<std::string>& argv, std::ostr
     log(fmt::format("rewriting the first run's results as jobs end: {}", join(files, ", ")));
   }
 
-  WorkerLauncher workers(o.worker_exe);
+  // Pre-started workers are gpubench's own: a --worker-exe (a test's wrapper) sees each phase's
+  // --spec and --out on its command line, as it always did.
+  WorkerLauncher workers(o.worker_exe, store.run().prestart_workers && o.worker_exe.empty());
   InProcessLauncher in_process;
   PhaseLauncher& launcher = o.in_process    ? static_cast<PhaseLauncher&>(in_process)
                             : data_parallel ? static_cast<PhaseLauncher&>(*data_parallel)

@@ -191,6 +191,18 @@ std::vector<Setting> make_table() {
         " (one card's price; a data-parallel job costs it times its GPUs; 'gpubench report "
         "--price-per-hour GPU=USD' prices records afterwards)",
         /*min_exclusive=*/true, /*finite=*/true, /*scale=*/1, /*on_resume=*/true}},
+      // Issue 45: after the price, so that the keys before it keep their order.
+      {"prestart_workers",
+       Type::kBool,
+       kNone,
+       kNone,
+       run_field<&RunSettings::prestart_workers>(),
+       {"--no-prestart", group::kTiming, "",
+        "Start each worker process only when its phase comes (by default the next worker is "
+        "started while one runs, and waits at a lower priority, off the GPU, until the running "
+        "one has exited)",
+        "", -kNone, kNone, "", /*min_exclusive=*/false, /*finite=*/false, /*scale=*/1,
+        /*on_resume=*/true, /*sets=*/false}},
   };
 }
 

@@ -201,7 +201,8 @@ Json asked_of_rank(const JobSpec& spec) {
   for (const auto& [label, document] : spec.overlays) config.merge_patch(document);
   if (config.contains("run") && config["run"].is_object()) {
     // Settings that change no measurement may differ (as they may on --resume).
-    for (const char* key : {"job_timeout_s", "search_cache", "price_per_hour_usd"}) {
+    for (const char* key :
+         {"job_timeout_s", "search_cache", "price_per_hour_usd", "prestart_workers"}) {
       config["run"].erase(key);
     }
   }

@@ -126,4 +126,8 @@ int worker_main(const std::string& spec_path, const std::string& out_path) {
   return run_worker(spec_path, out_path, distributed::join_rank);
 }
 
+int waiting_worker_main(const Priority& run_at) {
+  return run_waiting_worker(run_at, distributed::join_rank);
+}
+
 }  // namespace gpubench

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 namespace gpubench {
 
@@ -280,9 +281,24 @@ void confirm_tier(JobRecord& found, JobSpec spec, const ModelConfig& config, con
 
 }  // namespace
 
+namespace {
+/// The job's worker processes in its record (runtime.workers): how many its phases started and
+/// how many of them had been pre-started, from the launcher's counts before the job (`before`)
+/// and now; nothing for a launcher that does not count them.
+void note_workers(JobRecord& record, const std::optional<WorkerCounts>& before,
+                  const PhaseLauncher& launcher) {
+  const std::optional<WorkerCounts> now = launcher.worker_counts();
+  if (!before || !now || !(record.runtime.is_object() || record.runtime.is_null())) return;
+  record.runtime["workers"] = {{"prestart", now->prestart},
+                               {"processes", now->processes - before->processes},
+                               {"prestarted", now->prestarted - before->prestarted}};
+}
+}  // namespace
+
 JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& launcher,
                   const std::function<void(const std::string&)>& log) {
   const auto started = Clock::now();
+  const std::optional<WorkerCounts> workers_before = launcher.worker_counts();
   const ModelConfig& config = store.model(plan.model);
   const RunSettings& run = store.run();
   JobSpec spec;
@@ -335,6 +351,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
       if (found.status == JobStatus::oom) found.status = JobStatus::failed;
       found.search_only = plan.search_only;
       fill_identity(found, config, run, plan.device);
+      note_workers(found, workers_before, launcher);
       return found;
     }
     search = found.search;
@@ -408,6 +425,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   record.confirm = attempts;
   record.wall_seconds = seconds_since(started);
   fill_identity(record, config, run, plan.device);
+  note_workers(record, workers_before, launcher);
   normalize(record, config, store.reference());
   return record;
 }

@@ -127,9 +127,12 @@ JobSpec JobSpec::from_json(const Json& json) {
 }
 
 ConfigStore resolve_store(const std::vector<ConfigOverlay>& overlays) {
-  ConfigStore store = ConfigStore::load_builtin(builtin_registry());
-  for (const auto& [file, document] : overlays) store.apply_document(document, file);
-  return store;
+  return resolve_store(overlays, ConfigStore::load_builtin(builtin_registry()));
+}
+
+ConfigStore resolve_store(const std::vector<ConfigOverlay>& overlays, ConfigStore shipped) {
+  for (const auto& [file, document] : overlays) shipped.apply_document(document, file);
+  return shipped;
 }
 
 }  // namespace gpubench

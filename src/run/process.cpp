@@ -4,14 +4,19 @@
 
 #include <fmt/format.h>
 
+#include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -68,7 +73,8 @@ std::string ProcessResult::describe() const {
 }
 
 pid_t start_process(const std::vector<std::string>& argv,
-                    const std::vector<std::string>& environment_changes) {
+                    const std::vector<std::string>& environment_changes,
+                    const StartOptions& options) {
   GPUBENCH_ASSERT(!argv.empty());
   // Everything the child needs is built here: between fork and exec only async-signal-safe calls.
   std::vector<char*> args;
@@ -87,6 +93,11 @@ pid_t start_process(const std::vector<std::string>& argv,
   std::vector<char*> envp;
   for (auto& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
+  // The child's scheduling, worked out here too: nice values are per thread, and the child
+  // starts with this thread's.
+  const Priority here = current_priority();
+  const int child_nice = std::min(here.nice + std::max(options.nice_increment, 0), 19);
+  const bool child_batch = options.batch_scheduling && here.sched_other;
 
   const pid_t parent = getpid();
   const pid_t pid = fork();
@@ -101,6 +112,12 @@ pid_t start_process(const std::vector<std::string>& argv,
     // A worker never outlives its parent, even one killed with SIGKILL.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(128 + SIGKILL);
+    if (options.stdin_fd >= 0 && dup2(options.stdin_fd, 0) < 0) _exit(127);  // no CLOEXEC on 0
+    if (child_batch) {
+      struct sched_param param {};
+      sched_setscheduler(0, SCHED_BATCH, &param);
+    }
+    if (child_nice != here.nice) setpriority(PRIO_PROCESS, 0, child_nice);
     execve(args[0], args.data(), envp.data());
     static const char kMessage[] = "error: cannot start the gpubench worker executable\n";
     [[maybe_unused]] const ssize_t n = ::write(2, kMessage, sizeof kMessage - 1);
@@ -132,9 +149,13 @@ void signal_process_group(pid_t pid, int signal_number) { kill(-pid, signal_numb
 void reap_process(pid_t pid) { waitpid(pid, nullptr, 0); }
 
 ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s) {
+  const StopSignals stop_signals;  // from before the start: a stop then still stops the child
+  return wait_process(start_process(argv), timeout_s);
+}
+
+ProcessResult wait_process(pid_t pid, double timeout_s) {
   const auto started = std::chrono::steady_clock::now();
-  StopSignals stop_signals;
-  const pid_t pid = start_process(argv);
+  const StopSignals stop_signals;
 
   std::optional<ProcessResult> end;
   bool timed_out = false;
@@ -178,6 +199,58 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
+}
+
+Priority current_priority() {
+  Priority p;
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, 0);  // Linux: this thread's
+  if (errno == 0) p.nice = nice;
+  p.sched_other = sched_getscheduler(0) == SCHED_OTHER;
+  return p;
+}
+
+bool nice_is_reversible(int increment) {
+  bool reversible = false;
+  try {
+    std::thread probe([&] {
+      const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+      errno = 0;
+      const int before = getpriority(PRIO_PROCESS, tid);
+      if (errno != 0) return;
+      if (setpriority(PRIO_PROCESS, tid, std::min(before + increment, 19)) != 0) return;
+      reversible = setpriority(PRIO_PROCESS, tid, before) == 0;
+    });
+    probe.join();
+  } catch (const std::exception&) {
+    return false;  // no thread to try it on: do not lower anything
+  }
+  return reversible;
+}
+
+bool restore_priority(const Priority& priority) {
+  DIR* tasks = opendir("/proc/self/task");
+  if (tasks == nullptr) return false;  // the threads cannot be listed: none is known restored
+  bool restored = true;
+  while (const dirent* entry = readdir(tasks)) {
+    char* end = nullptr;
+    const long tid = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || tid <= 0) continue;  // "." and ".."
+    const auto task = static_cast<pid_t>(tid);
+    // A thread that ended since the listing (ESRCH) needs nothing.
+    if (priority.sched_other && sched_getscheduler(task) == SCHED_BATCH) {
+      struct sched_param param {};
+      if (sched_setscheduler(task, SCHED_OTHER, &param) != 0 && errno != ESRCH) restored = false;
+    }
+    errno = 0;
+    const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(task));
+    if (errno == 0 && nice != priority.nice &&
+        setpriority(PRIO_PROCESS, static_cast<id_t>(task), priority.nice) != 0 && errno != ESRCH) {
+      restored = false;
+    }
+  }
+  closedir(tasks);
+  return restored;
 }
 
 std::string current_executable() {

@@ -18,9 +18,11 @@
 
 #include <fmt/format.h>
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <optional>
 #include <utility>
 
@@ -429,13 +431,72 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store, const RankJoi
   return record;
 }
 
-int run_worker(const std::string& spec_path, const std::string& out_path,
-               const RankJoiner& join_rank) {
+namespace {
+
+/// One phase from its spec file to its record file; `shipped`: the shipped configs, already
+/// loaded (a waiting worker's), or none to load them.
+int run_spec_file(const std::string& spec_path, const std::string& out_path,
+                  const RankJoiner& join_rank, const ConfigStore* shipped) {
   const JobSpec spec = JobSpec::from_json(load_config_file(spec_path));
   set_progress_prefix(spec.progress_label, spec.progress_started_unix, spec.progress_eta_unix);
-  const JobRecord record = run_phase(spec, resolve_store(spec.overlays), join_rank);
+  const JobRecord record = run_phase(
+      spec, shipped ? resolve_store(spec.overlays, *shipped) : resolve_store(spec.overlays),
+      join_rank);
   write_file_atomically(out_path, record.to_json().dump());
   return kExitOk;
+}
+
+/// The parent's two lines on standard input (the spec's path, the record's); false at end of
+/// file or on an error before both came.
+bool read_phase_paths(std::string& spec_path, std::string& out_path) {
+  std::string text;
+  char buffer[4096];
+  while (std::count(text.begin(), text.end(), '\n') < 2) {
+    const ssize_t n = ::read(0, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  const std::size_t first = text.find('\n');
+  const std::size_t second = text.find('\n', first + 1);
+  spec_path = text.substr(0, first);
+  out_path = text.substr(first + 1, second - first - 1);
+  return !spec_path.empty() && !out_path.empty();
+}
+
+/// Writes all of `text` to standard input's socket; false when the parent is gone.
+bool answer_parent(const std::string& text) {
+  for (std::size_t sent = 0; sent < text.size();) {
+    const ssize_t n = ::send(0, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    sent += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+int run_worker(const std::string& spec_path, const std::string& out_path,
+               const RankJoiner& join_rank) {
+  return run_spec_file(spec_path, out_path, join_rank, nullptr);
+}
+
+int run_waiting_worker(const Priority& run_at, const RankJoiner& join_rank) {
+  // What no phase changes, while the previous worker runs: the shipped configs, parsed and
+  // checked. Configs that do not load fail the phase itself, in the fresh way, with its message.
+  std::optional<ConfigStore> shipped;
+  try {
+    shipped = ConfigStore::load_builtin(builtin_registry());
+  } catch (const std::exception&) {
+    shipped.reset();
+  }
+  std::string spec_path, out_path;
+  if (!read_phase_paths(spec_path, out_path)) return kExitOk;  // not needed: no word
+  // The phase runs at the priority a fresh worker would have, or not here.
+  if (!restore_priority(run_at)) return kExitOk;
+  if (!answer_parent("ok\n")) return kExitOk;
+  return run_spec_file(spec_path, out_path, join_rank, shipped ? &*shipped : nullptr);
 }
 
 }  // namespace gpubench

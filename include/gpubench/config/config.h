@@ -147,6 +147,12 @@ struct RunSettings {
   /// each record keeps it (JobRecord::cost), and the reports give the cost per million units
   /// and the units per dollar from it. Measures nothing. Default: none
   std::optional<double> price_per_hour_usd;
+  /// While a worker runs, the next one is started and waits, at a lower CPU priority and
+  /// without touching the GPU, having loaded libtorch and the configs; the next phase goes to
+  /// it once the running worker has exited (run/launcher.h). Each record says how many of its
+  /// workers were (runtime.workers). `run --no-prestart` starts each worker as its phase comes.
+  /// Measures nothing. Default: true
+  bool prestart_workers = true;
 
   Json to_json() const;
 };

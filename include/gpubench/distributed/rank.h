@@ -9,6 +9,7 @@
 #include "gpubench/distributed/comm.h"
 #include "gpubench/distributed/environment.h"
 #include "gpubench/records/result.h"
+#include "gpubench/run/process.h"
 #include "gpubench/run/worker.h"
 
 #include <torch/types.h>
@@ -38,5 +39,9 @@ std::unique_ptr<DataParallelRank> join_rank(const Json& distributed, const torch
 /// `gpubench worker --spec FILE --out FILE`: run_worker, with data-parallel ranks joined through
 /// c10d (distributed::join_rank).
 int worker_main(const std::string& spec_path, const std::string& out_path);
+
+/// `gpubench worker --wait`: run_waiting_worker, its phase run at `run_at`, with data-parallel
+/// ranks joined through c10d.
+int waiting_worker_main(const Priority& run_at);
 
 }  // namespace gpubench

@@ -61,6 +61,8 @@ struct JobSpec {
 
 /// Rebuilds the config store a job runs with: the shipped configs plus the overlays.
 ConfigStore resolve_store(const std::vector<ConfigOverlay>& overlays);
+/// The same from `shipped`, the shipped configs already loaded (ConfigStore::load_builtin).
+ConfigStore resolve_store(const std::vector<ConfigOverlay>& overlays, ConfigStore shipped);
 
 /// The matmul peak a timed run's record uses, and where it came from.
 struct PeakChoice {

@@ -22,12 +22,26 @@ struct ProcessResult {
   std::string describe() const;
 };
 
+/// How start_process sets up a child beyond its command and environment.
+struct StartOptions {
+  /// Made the child's standard input (a pre-started worker's socket to its parent); -1: it
+  /// inherits this process's. The descriptor itself should be close-on-exec.
+  int stdin_fd = -1;
+  /// Added to the child's nice value before it execs (0: none): a pre-started worker prepares
+  /// and waits at a lower priority.
+  int nice_increment = 0;
+  /// The child runs under SCHED_BATCH instead of SCHED_OTHER until it says otherwise (taken
+  /// only where this thread runs under SCHED_OTHER; any process may switch back).
+  bool batch_scheduling = false;
+};
+
 /// Starts argv[0] with arguments argv[1..] in a process group of its own (so that a stop reaches
 /// everything it started) that dies with this process, even one killed with SIGKILL. Its
 /// environment is this process's with each "NAME=VALUE" of `environment_changes` in place of
 /// NAME's value. Returns its pid, which is also its group's id; AbortError when it cannot fork.
 pid_t start_process(const std::vector<std::string>& argv,
-                    const std::vector<std::string>& environment_changes = {});
+                    const std::vector<std::string>& environment_changes = {},
+                    const StartOptions& options = {});
 
 /// Whether the process `pid` (from start_process) ended, without waiting: how it ended (exit code
 /// and signal; not `seconds`), reaping it, or none while it runs. A waitpid that fails (the child
@@ -40,9 +54,30 @@ void signal_process_group(pid_t pid, int signal_number);
 /// Waits for the process `pid` to end and reaps it.
 void reap_process(pid_t pid);
 
-/// Runs argv[0] with arguments argv[1..] (start_process) and waits up to `timeout_s` seconds
-/// (<= 0: no limit); past it the child's whole process group gets SIGTERM, then SIGKILL.
+/// Waits up to `timeout_s` seconds (<= 0: no limit), counted from this call, for the process
+/// `pid` (from start_process) to end, and reaps it; past the limit its whole process group gets
+/// SIGTERM, then SIGKILL. A stop signal (StopSignals) stops the group and throws Interrupted.
+ProcessResult wait_process(pid_t pid, double timeout_s);
+
+/// Runs argv[0] with arguments argv[1..] (start_process) and waits for it (wait_process).
 ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s);
+
+/// This thread's scheduling, as a pre-started worker is told to run its phase with: its nice
+/// value and whether its policy is SCHED_OTHER (the default one).
+struct Priority {
+  int nice = 0;
+  bool sched_other = true;
+};
+Priority current_priority();
+
+/// Whether a thread of this process that raised its nice value by `increment` may lower it back
+/// (CAP_SYS_NICE, or RLIMIT_NICE high enough): tried on a thread of its own, which ends with it
+/// (nice values are per thread on Linux), so that the caller's priority never changes.
+bool nice_is_reversible(int increment);
+
+/// Gives every thread of this process `priority`'s nice value and, where `priority` says
+/// SCHED_OTHER, that policy (leaving SCHED_BATCH). False when the system refuses one of them.
+bool restore_priority(const Priority& priority);
 
 /// While alive, SIGINT, SIGTERM and SIGHUP (those the user did not choose to ignore, as nohup
 /// and background jobs do) are remembered instead of ending the process: run_process stops its

@@ -8,6 +8,7 @@
 #include "gpubench/measure/batch_search.h"
 #include "gpubench/records/result.h"
 #include "gpubench/run/job_spec.h"
+#include "gpubench/run/process.h"
 #include "gpubench/train/runtime.h"
 #include "gpubench/train/workload.h"
 
@@ -104,5 +105,14 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store,
 /// and writes its record atomically (worker_main in distributed/rank.h passes c10d's).
 int run_worker(const std::string& spec_path, const std::string& out_path,
                const RankJoiner& join_rank);
+
+/// `gpubench worker --wait`: a pre-started worker (run/launcher.h). It parses and checks the
+/// shipped configs, then blocks on a read of its standard input (a socket to its parent) for a
+/// phase: a line with the spec file's path and one with the record's. Given them, it gives every
+/// thread of its process `run_at`'s priority back, answers "ok\n" and runs the phase as
+/// run_worker does. End of file first (its parent ended, or needs no worker), or a priority it
+/// cannot take back (it then declines: the parent starts a fresh worker), ends it quietly with
+/// kExitOk. Nothing before the phase touches a GPU (no CUDA call, device query or NVML).
+int run_waiting_worker(const Priority& run_at, const RankJoiner& join_rank);
 
 }  // namespace gpubench
