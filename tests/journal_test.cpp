@@ -188,6 +188,10 @@ TEST(RecordEnumsTest, JournalsOfEarlierRunsReadAndWriteBackTheSameStrings) {
       EXPECT_EQ(after.contains("diverged_throughput"), before.contains("diverged_throughput"));
       EXPECT_EQ(after["confirm"], before.value("confirm", Json::array())) << i;
       EXPECT_EQ(after.value("repeats", Json::array()), before.value("repeats", Json::array()));
+      // The search's stop reason: its kind read from the sentence, the sentence written back.
+      if (before.contains("search") && before["search"].is_object()) {
+        EXPECT_EQ(after["search"]["stop_reason"], before["search"]["stop_reason"]) << i;
+      }
       // Every status and attempt phase written is one the parsers know.
       for (const Json& attempt : before.value("confirm", Json::array())) {
         EXPECT_TRUE(parse_job_status(attempt.value("status", std::string())).has_value())

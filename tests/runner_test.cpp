@@ -6,6 +6,7 @@
 #include "gpubench/run/worker.h"
 
 #include "gpubench/base/errors.h"
+#include "gpubench/measure/search_stop.h"
 #include "gpubench/train/registry.h"
 #include "gpubench/measure/timing.h"
 #include "gpubench/report/reporter.h"
@@ -639,11 +640,10 @@ class FakeLauncher : public PhaseLauncher {
         p.error = "CUDA error: an illegal memory access was encountered";
         s.probes.push_back(p);
         s.interrupted = true;
-        s.stop_reason = fmt::format("the probe at batch {} left its worker unusable: {}",
-                                    p.batch, p.error);
+        s.stop = SearchStopReason::probe_unusable(p.batch, p.error);
         r.search = s;
         r.status = JobStatus::failed;
-        r.message = "search: " + s.stop_reason;
+        r.message = "search: " + s.stop.text;
         return r;
       }
       p.fits = true;
@@ -655,7 +655,7 @@ class FakeLauncher : public PhaseLauncher {
       r.status = found_ > 0 ? JobStatus::ok : JobStatus::no_fit;
       if (!converges) {
         // What run_phase writes for a search that spent its probe budget.
-        r.search->stop_reason = "probe budget spent (search.max_probes=10)";
+        r.search->stop = SearchStopReason::probe_budget(10);
         r.message = "warning: the search did not converge (probe budget spent "
                     "(search.max_probes=10)); batch " + std::to_string(found_) +
                     " fits but may be below the largest that does";
@@ -1087,7 +1087,8 @@ TEST(RunnerTest, ASearchThatDidNotConvergeSaysSoOnStderrAndInTheRecord) {
   const JobRecord back = JobRecord::from_json(r.to_json());
   ASSERT_TRUE(back.search.has_value());
   EXPECT_FALSE(back.search->converged);
-  EXPECT_EQ(back.search->stop_reason, "probe budget spent (search.max_probes=10)");
+  EXPECT_EQ(back.search->stop.kind, SearchStop::probe_budget);
+  EXPECT_EQ(back.search->stop.text, "probe budget spent (search.max_probes=10)");
 }
 
 TEST(RunnerTest, AFixedBatchIsTimedAsGivenWithoutSearchOrStepDown) {

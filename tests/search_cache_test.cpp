@@ -6,6 +6,7 @@
 
 #include "gpubench/base/errors.h"
 #include "gpubench/config/settings.h"
+#include "gpubench/measure/search_stop.h"
 #include "gpubench/run/job.h"
 #include "gpubench/train/registry.h"
 #include "tests/testing.h"
@@ -214,7 +215,8 @@ TEST(SearchCacheTest, AHitIsVerifiedByTwoProbesAndUsed) {
   EXPECT_EQ(r.peak_bytes_at_max, static_cast<int64_t>(Device::need(1000)));
   EXPECT_EQ(r.bytes_per_sample, first.record.bytes_per_sample);  // the line the search drew
   EXPECT_EQ(r.fixed_bytes, first.record.fixed_bytes);
-  EXPECT_EQ(r.stop_reason, "cached answer verified: batch 1000 fits and 1008 does not");
+  EXPECT_EQ(r.stop.kind, SearchStop::cache_verified);
+  EXPECT_EQ(r.stop.text, "cached answer verified: batch 1000 fits and 1008 does not");
   EXPECT_EQ(r.cache["lookup"], "hit");
   EXPECT_EQ(r.cache["stored"], false);
   EXPECT_EQ(r.cache["verify"].size(), 2u);
@@ -245,7 +247,9 @@ TEST(SearchCacheTest, AnAnswerAtSearchMaxBatchIsVerifiedByOneProbe) {
   EXPECT_EQ(r.max_batch, 512);
   EXPECT_EQ(r.smallest_failure, 0);
   EXPECT_EQ(r.cache["lookup"], "hit");
-  EXPECT_NE(r.stop_reason.find("search.max_batch=512"), std::string::npos) << r.stop_reason;
+  EXPECT_EQ(r.stop.kind, SearchStop::cache_verified);
+  EXPECT_EQ(r.stop.text,
+            "cached answer verified: batch 512 fits (limited by search.max_batch=512)");
 }
 
 TEST(SearchCacheTest, AnotherDriverOrConfigMissesAndKeepsTheOtherEntry) {
@@ -401,7 +405,8 @@ TEST(SearchCacheTest, AVerificationThatBreaksItsWorkerGoesOnInAFreshOneThatOnlyS
   ASSERT_EQ(first.record.probes.size(), 1u);
   EXPECT_TRUE(first.record.probes[0].sticky);
   EXPECT_EQ(first.record.probes[0].phase, "verify");
-  EXPECT_EQ(first.record.stop_reason.rfind("the probe at batch 1000 left its worker unusable", 0),
+  EXPECT_EQ(first.record.stop.kind, SearchStop::probe_unusable);
+  EXPECT_EQ(first.record.stop.text.rfind("the probe at batch 1000 left its worker unusable", 0),
             0u);
   EXPECT_EQ(first.record.cache["lookup"], "stale");
   // The fresh worker goes on from that probe, searches in full and stores; it does not read.
@@ -438,7 +443,7 @@ class BrokenVerificationLauncher : public PhaseLauncher {
       SearchRecord s;
       if (spec.search_worker == 0) {
         s.interrupted = true;
-        s.stop_reason = "the probe at batch 1000 left its worker unusable: CUDA error";
+        s.stop = SearchStopReason::probe_unusable(1000, "CUDA error");
         s.cache = {
             {"lookup", "stale"}, {"verify", Json::array({{{"batch", 1000}}})}, {"stored", false}};
         r.status = JobStatus::failed;

@@ -322,7 +322,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
       if (!found.search || !found.search->interrupted || worker + 1 >= kMaxSearchWorkers) break;
       spec.search_probes = found.search->probes;
       log(fmt::format("{}: {}; the search goes on in a fresh worker", plan.model,
-                      found.search->stop_reason));
+                      found.search->stop.text));
     }
     if (found.search) found.search->cache = merged_cache_note(first_cache, found.search->cache);
     if (found.search && !found.search->converged && found.ok()) {
