@@ -2,10 +2,15 @@
 
 #include "gpubench/device/device.h"
 #include "gpubench/device/nvml.h"
+#include "gpubench/base/errors.h"
+#include "tests/testing.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace gpubench {
 namespace {
@@ -144,16 +149,41 @@ TEST(TimingTest, WarmupRunsUntilSteadyOrALimit) {
   t.max_warmup_seconds = 100;
   EXPECT_FALSE(warmup_done({}, 0, t).done);
   EXPECT_FALSE(warmup_done({500, 100}, 1, t).done);
-  EXPECT_EQ(warmup_done({500, 100, 100, 100}, 1, t).reason, "steady");
+  EXPECT_EQ(warmup_done({500, 100, 100, 100}, 1, t).reason, WarmupEnd::steady);
   EXPECT_FALSE(warmup_done({500, 100, 200, 100}, 1, t).done);
-  EXPECT_EQ(warmup_done({5, 1, 2, 1, 2, 1}, 1, t).reason, "step limit");
-  EXPECT_EQ(warmup_done({5, 1, 2, 1}, 101, t).reason, "time limit");
+  EXPECT_EQ(warmup_done({5, 1, 2, 1, 2, 1}, 1, t).reason, WarmupEnd::step_limit);
+  EXPECT_EQ(warmup_done({5, 1, 2, 1}, 101, t).reason, WarmupEnd::time_limit);
   t.warmup_steps = 0;
   EXPECT_TRUE(warmup_done({}, 0, t).done);  // no warm-up asked for
   t.warmup_steps = 4;
   t.steady_tolerance = -1;  // steps of varying work: no steadiness to wait for
   EXPECT_FALSE(warmup_done({900, 100, 300}, 1, t).done);
-  EXPECT_EQ(warmup_done({900, 100, 300, 50}, 1, t).reason, "every batch shape ran");
+  EXPECT_EQ(warmup_done({900, 100, 300, 50}, 1, t).reason, WarmupEnd::every_shape);
+}
+
+TEST(TimingTest, AWarmupEndIsWrittenAsItsStringAndReadBack) {
+  const std::vector<std::pair<WarmupEnd, std::string>> ends = {
+      {WarmupEnd::none, ""},
+      {WarmupEnd::steady, "steady"},
+      {WarmupEnd::every_shape, "every batch shape ran"},
+      {WarmupEnd::nothing_to_build, "nothing left to build"},
+      {WarmupEnd::step_limit, "step limit"},
+      {WarmupEnd::time_limit, "time limit"},
+      {WarmupEnd::minimum_steps, "minimum steps"},
+      // What an older gpubench wrote (docs/results/2026-12-02-h200-speed-fp16): still read.
+      {WarmupEnd::steps_ran, "warm-up steps ran"}};
+  for (const auto& [end, text] : ends) {
+    EXPECT_EQ(to_string(end), text);
+    EXPECT_EQ(parse_warmup_end(text), end) << text;
+    EXPECT_EQ(require_warmup_end(text, "warmup.reason"), end) << text;
+  }
+  for (const char* text : {"Steady", "steady ", "step-limit", "timeout"}) {
+    EXPECT_FALSE(parse_warmup_end(text).has_value()) << text;
+  }
+  EXPECT_THROWS_WITH(require_warmup_end("stedy", "warmup.reason"), ConfigError,
+                     "warmup.reason 'stedy' is not a warm-up's end (did you mean 'steady'?); the "
+                     "allowed values are: steady, every batch shape ran, nothing left to build, "
+                     "step limit, time limit, minimum steps, warm-up steps ran");
 }
 
 TEST(TimingTest, AStepIsHostBoundWhenTheHostTakesNearlyAllOfItsDeviceTime) {
@@ -198,7 +228,7 @@ TEST(TimingTest, WarmupNeverCutsTheStepsThatMayStillAutotune) {
   EXPECT_FALSE(warmup_done({129000}, 129, t, 2).done);  // the second may re-tune
   const auto d = warmup_done({129000, 21000}, 150, t, 2);
   EXPECT_TRUE(d.done);
-  EXPECT_EQ(d.reason, "time limit");
+  EXPECT_EQ(d.reason, WarmupEnd::time_limit);
   EXPECT_NE(d.detail.find("2 steps in 150.0 s of 30 s"), std::string::npos) << d.detail;
   EXPECT_NE(d.detail.find("the first, autotuning included, took 129.0 s"), std::string::npos)
       << d.detail;
@@ -208,7 +238,7 @@ TEST(TimingTest, WarmupNeverCutsTheStepsThatMayStillAutotune) {
   t.warmup_steps = 8;
   t.steady_tolerance = -1;
   EXPECT_FALSE(warmup_done(std::vector<double>(8, 5000), 40, t, 9).done);
-  EXPECT_EQ(warmup_done(std::vector<double>(9, 5000), 45, t, 9).reason, "every batch shape ran");
+  EXPECT_EQ(warmup_done(std::vector<double>(9, 5000), 45, t, 9).reason, WarmupEnd::every_shape);
 }
 
 TEST(TimingTest, AVaryingStepThatBuildsNothingPerShapeStopsWarmingOnceNothingIsLeftToBuild) {
@@ -229,35 +259,35 @@ TEST(TimingTest, AVaryingStepThatBuildsNothingPerShapeStopsWarmingOnceNothingIsL
   EXPECT_FALSE(warmup_done(two, 3.8, t, 2, none).done);  // below warmup_steps
   const WarmupDecision d = warmup_done(three, 5.5, t, 2, none);
   EXPECT_TRUE(d.done);
-  EXPECT_EQ(d.reason, "nothing left to build");
+  EXPECT_EQ(d.reason, WarmupEnd::nothing_to_build);
   EXPECT_NE(d.detail.find("3 steps"), std::string::npos) << d.detail;
   // A last step that took memory from the driver (a larger shape): on, one step at a time.
   const WarmupShapes growing{false, true};
   EXPECT_FALSE(warmup_done(three, 5.5, t, 2, growing).done);
   const std::vector<double> four(steps.begin(), steps.begin() + 4);
-  EXPECT_EQ(warmup_done(four, 7.1, t, 2, none).reason, "nothing left to build");
+  EXPECT_EQ(warmup_done(four, 7.1, t, 2, none).reason, WarmupEnd::nothing_to_build);
   // ... up to the limits, as any warm-up.
-  EXPECT_EQ(warmup_done(four, 30.5, t, 2, growing).reason, "time limit");
+  EXPECT_EQ(warmup_done(four, 30.5, t, 2, growing).reason, WarmupEnd::time_limit);
   // A step that builds per shape (cuDNN autotuning, CUDA graphs) still runs every shape,
   // whatever the allocator does: its first runs are not at their steady times.
   const WarmupShapes every{true, false};
   t.warmup_steps = 8;
   EXPECT_FALSE(warmup_done(three, 5.5, t, 9, every).done);
   EXPECT_FALSE(warmup_done(std::vector<double>(8, 1600), 13, t, 9, every).done);
-  EXPECT_EQ(warmup_done(steps, 14.7, t, 9, every).reason, "every batch shape ran");
-  EXPECT_EQ(warmup_done(steps, 14.7, t, 9).reason, "every batch shape ran");  // the default
+  EXPECT_EQ(warmup_done(steps, 14.7, t, 9, every).reason, WarmupEnd::every_shape);
+  EXPECT_EQ(warmup_done(steps, 14.7, t, 9).reason, WarmupEnd::every_shape);  // the default
   // An opening that precedes the cycle (mt-dnn: the peak batch twice, each task's first) is
   // the minimum: warmup_steps holds it, and the window's whole cycles start after it.
   t.warmup_steps = 11;
   const std::vector<double> mtdnn{1760, 1289, 319, 795, 247, 365, 349, 175, 105, 316, 319};
   EXPECT_FALSE(warmup_done(std::vector<double>(mtdnn.begin(), mtdnn.end() - 1), 5.7, t, 2, none)
                    .done);
-  EXPECT_EQ(warmup_done(mtdnn, 6.0, t, 2, none).reason, "nothing left to build");
+  EXPECT_EQ(warmup_done(mtdnn, 6.0, t, 2, none).reason, WarmupEnd::nothing_to_build);
   // Steps of one shape are judged by their times, as before: the shapes' facts do not apply.
   t.warmup_steps = 3;
   t.steady_tolerance = 0.05;
   EXPECT_FALSE(warmup_done({500, 100, 200, 100}, 1, t, 2, none).done);
-  EXPECT_EQ(warmup_done({500, 100, 100, 100}, 1, t, 2, growing).reason, "steady");
+  EXPECT_EQ(warmup_done({500, 100, 100, 100}, 1, t, 2, growing).reason, WarmupEnd::steady);
 }
 
 TEST(TimingTest, WarmupStopsBeforeAStepThatWouldEndPastTheTimeLimit) {
@@ -268,12 +298,12 @@ TEST(TimingTest, WarmupStopsBeforeAStepThatWouldEndPastTheTimeLimit) {
   // Autotuning is over after two steps; the third would end at 30.6 s.
   const auto d = warmup_done({10300, 10100}, 20.5, t, 2);
   EXPECT_TRUE(d.done);
-  EXPECT_EQ(d.reason, "time limit");
+  EXPECT_EQ(d.reason, WarmupEnd::time_limit);
   EXPECT_NE(d.detail.find("the next step would end past the limit"), std::string::npos)
       << d.detail;
   EXPECT_NE(d.detail.find("not steady yet"), std::string::npos) << d.detail;
   // Short steps: steady long before the limit, once warmup_steps have run.
-  EXPECT_EQ(warmup_done({8000, 100, 100, 100, 100}, 8.4, t, 2).reason, "steady");
+  EXPECT_EQ(warmup_done({8000, 100, 100, 100, 100}, 8.4, t, 2).reason, WarmupEnd::steady);
   EXPECT_FALSE(warmup_done({8000, 100, 100, 100}, 8.3, t, 2).done);  // below warmup_steps
 }
 

@@ -1,14 +1,21 @@
 #include "gpubench/measure/timing.h"
-#include "gpubench/base/json_int.h"
 
+#include "gpubench/base/errors.h"
+#include "gpubench/base/json_int.h"
 #include "gpubench/base/strings.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace gpubench {
 
@@ -215,28 +222,68 @@ bool is_steady(const std::vector<double>& step_ms, double tolerance) {
                      [&](double t) { return std::fabs(t - m) <= tolerance * m; });
 }
 
+namespace {
+
+/// Each warm-up end's string, in the enum's order: the only place they are spelled.
+constexpr std::array<std::pair<WarmupEnd, const char*>, 8> kWarmupEnds = {{
+    {WarmupEnd::none, ""},
+    {WarmupEnd::steady, "steady"},
+    {WarmupEnd::every_shape, "every batch shape ran"},
+    {WarmupEnd::nothing_to_build, "nothing left to build"},
+    {WarmupEnd::step_limit, "step limit"},
+    {WarmupEnd::time_limit, "time limit"},
+    {WarmupEnd::minimum_steps, "minimum steps"},
+    {WarmupEnd::steps_ran, "warm-up steps ran"},
+}};
+
+}  // namespace
+
+const char* to_string(WarmupEnd reason) {
+  for (const auto& [e, name] : kWarmupEnds) {
+    if (e == reason) return name;
+  }
+  return "?";  // not reached: every enumerator has a row
+}
+
+std::optional<WarmupEnd> parse_warmup_end(std::string_view text) {
+  for (const auto& [e, name] : kWarmupEnds) {
+    if (text == name) return e;
+  }
+  return std::nullopt;
+}
+
+WarmupEnd require_warmup_end(std::string_view text, std::string_view field) {
+  if (const auto reason = parse_warmup_end(text)) return *reason;
+  std::vector<std::string> allowed;
+  for (const auto& row : kWarmupEnds) {
+    if (row.first != WarmupEnd::none) allowed.emplace_back(row.second);
+  }
+  throw ConfigError(fmt::format("{} '{}' is not a warm-up's end{}; the allowed values are: {}",
+                                field, text, did_you_mean(text, allowed), join(allowed, ", ")));
+}
+
 WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_seconds,
                            const TimingSettings& settings, int autotune_steps,
                            const WarmupShapes& shapes) {
   const int steps = static_cast<int>(step_ms.size());
   // Rule 1: autotuning may still run in these steps; no limit cuts them short.
-  if (steps < std::max(autotune_steps, 0)) return {false, "", ""};
+  if (steps < std::max(autotune_steps, 0)) return {false, WarmupEnd::none, ""};
   const bool minimum_done = steps >= settings.warmup_steps;
   // A negative tolerance marks steps of varying work, whose times differ by shape: every shape
   // has run once now, or nothing builds per shape and the allocator no longer grows.
   if (settings.steady_tolerance < 0) {
-    if (minimum_done && shapes.every_shape) return {true, "every batch shape ran", ""};
+    if (minimum_done && shapes.every_shape) return {true, WarmupEnd::every_shape, ""};
     if (minimum_done && !shapes.allocator_grew) {
-      return {true, "nothing left to build",
+      return {true, WarmupEnd::nothing_to_build,
               fmt::format("{}: nothing builds per batch shape, and the last took no memory from "
                           "the driver",
                           counted(steps, "step"))};
     }
   } else if (minimum_done && is_steady(step_ms, settings.steady_tolerance)) {
-    return {true, "steady", ""};
+    return {true, WarmupEnd::steady, ""};
   }
   if (minimum_done && steps >= settings.max_warmup_steps) {
-    return {true, "step limit", counted(steps, "step")};
+    return {true, WarmupEnd::step_limit, counted(steps, "step")};
   }
   const double last_s = steps > 0 ? step_ms.back() / 1000.0 : 0.0;
   const bool over = elapsed_seconds >= settings.max_warmup_seconds;
@@ -252,11 +299,11 @@ WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_se
     if (settings.steady_tolerance >= 0 && !is_steady(step_ms, settings.steady_tolerance)) {
       detail += "; not steady yet";
     }
-    return {true, "time limit", detail};
+    return {true, WarmupEnd::time_limit, detail};
   }
   // Fewer than three steps cannot show steadiness; a minimum below three is taken as asked.
-  if (steps < 3 && minimum_done) return {true, "minimum steps", ""};
-  return {false, "", ""};
+  if (steps < 3 && minimum_done) return {true, WarmupEnd::minimum_steps, ""};
+  return {false, WarmupEnd::none, ""};
 }
 
 HostShare host_share(const std::vector<double>& host_ms, const std::vector<double>& device_ms,

@@ -190,7 +190,8 @@ Warmup warm_up(JobRecord& record, TrainStep& step, StepClock& clock, const StepC
     clock.mark();
     w.warm_ms.push_back(clock.intervals_ms().front());
   };
-  std::string reason, detail;
+  WarmupEnd reason = WarmupEnd::none;
+  std::string detail;
   // Steps that may still autotune are never timed, whatever the warm-up's limits.
   const int autotune =
       device.is_cuda()
@@ -246,14 +247,15 @@ Warmup warm_up(JobRecord& record, TrainStep& step, StepClock& clock, const StepC
       graphs_if_host_bound(record.model, step, ctx.runtime, cycle, w.host_ms, w.warm_ms, warm_step);
   Heartbeat::phase("after the warm-up");
   const double warm_seconds = seconds_since(warm_start);
-  record.warmup = {{"steps", w.warm_ms.size()},  {"reason", reason},
+  record.warmup = {{"steps", w.warm_ms.size()},  {"reason", to_string(reason)},
                    {"detail", detail},           {"seconds", warm_seconds},
                    {"autotune_steps", autotune}, {"step_time_ms", w.warm_ms},
                    {"every_shape", every_shape}};
   if (!host_bound.is_null()) record.warmup["host_bound"] = host_bound;
   worker_log(record.model, fmt::format("warm-up: {} in {:.1f} s ({}{})",
                                        counted(static_cast<int64_t>(w.warm_ms.size()), "step"),
-                                       warm_seconds, reason, detail.empty() ? "" : ": " + detail));
+                                       warm_seconds, to_string(reason),
+                                       detail.empty() ? "" : ": " + detail));
   // How the step runs (launch, precision, optimizer kernels), settled by the warm-up: a CUDA
   // graph is captured there.
   record.runtime = step.runtime_info();

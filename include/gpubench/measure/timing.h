@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gpubench {
@@ -67,12 +68,34 @@ TimingStats summarize_steps(const std::vector<double>& step_ms, double window_se
 /// median: cuDNN autotuning and allocator growth are over.
 bool is_steady(const std::vector<double>& step_ms, double tolerance);
 
-/// Whether warm-up is done after these steps, and why: "steady", "every batch shape ran",
-/// "nothing left to build", "step limit", "time limit", "minimum steps"; `detail` says more in
-/// words (a time limit: how long the steps took, the first one, autotuning included, on its own).
+/// Why a warm-up ended (the rules of warmup_done), written as its string in the record's
+/// warmup.reason: the schema is unchanged.
+enum class WarmupEnd {
+  none,              ///< "": not ended
+  steady,            ///< "steady"
+  every_shape,       ///< "every batch shape ran"
+  nothing_to_build,  ///< "nothing left to build"
+  step_limit,        ///< "step limit"
+  time_limit,        ///< "time limit"
+  minimum_steps,     ///< "minimum steps"
+  /// "warm-up steps ran": records of an older gpubench only (its rule for steps of varying
+  /// work, before every_shape and nothing_to_build); read and written back, never decided.
+  steps_ran,
+};
+
+const char* to_string(WarmupEnd reason);
+/// The reason whose string `text` is ("" is WarmupEnd::none), or none for a string outside the
+/// set.
+std::optional<WarmupEnd> parse_warmup_end(std::string_view text);
+/// `text` read from the field `field` of a file: the reason, or a ConfigError naming the field,
+/// the value and the allowed values.
+WarmupEnd require_warmup_end(std::string_view text, std::string_view field);
+
+/// Whether warm-up is done after these steps, and why (`reason`); `detail` says more in words
+/// (a time limit: how long the steps took, the first one, autotuning included, on its own).
 struct WarmupDecision {
   bool done = false;
-  std::string reason;
+  WarmupEnd reason = WarmupEnd::none;
   std::string detail;
 };
 
