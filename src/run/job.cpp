@@ -5,6 +5,7 @@
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/device/device.h"
+#include "gpubench/device/device_ref.h"
 #include "gpubench/measure/timing.h"
 #include "gpubench/run/search_cache.h"
 #include "src/run/clock.h"
@@ -88,8 +89,8 @@ void fill_identity(JobRecord& record, const ModelConfig& config, const RunSettin
   record.emulated = record.emulated || record.memory_cap_gib.has_value();
   if (record.device.type.empty() || record.device.name.empty()) {
     // The whole description, so the record groups with the job's other records in reports.
-    record.device = device.rfind("cuda:", 0) == 0 ? cuda_device_info(std::atoi(device.c_str() + 5))
-                                                  : cpu_device_info();
+    const DeviceRef ref = require_device_ref(device, "device");
+    record.device = ref.is_cuda() ? cuda_device_info(ref.index) : cpu_device_info();
   }
   if (record.config.empty()) record.config = config.to_json();
   if (record.created_utc.empty()) record.created_utc = utc_now();
