@@ -182,31 +182,31 @@ TEST(RunnerTest, TheWindowStopsAtItsMinimumWhenQuietOrHopelessAndGoesOnOtherwise
   JobRecord r = time_on_cpu(diverging_architecture(1000000, 1.0), 10.0, 1e9);
   ASSERT_EQ(r.status, JobStatus::ok) << r.message;
   EXPECT_EQ(r.timing.steps, 4);
-  EXPECT_EQ(r.timing.stop, "noise");
+  EXPECT_EQ(r.timing.stop, WindowStop::noise);
   ASSERT_TRUE(r.timing.noise.has_value());
   // No host-timed step is known to a billionth: four cycles project the target far past the
   // 10 s limit, so the window ends at its minimum instead of running to the limit.
   r = time_on_cpu(diverging_architecture(1000000, 1.0), 10.0, 1e-9);
   ASSERT_EQ(r.status, JobStatus::ok) << r.message;
-  EXPECT_EQ(r.timing.stop, "noise unreachable");
+  EXPECT_EQ(r.timing.stop, WindowStop::noise_unreachable);
   EXPECT_EQ(r.timing.steps, 4);
   EXPECT_TRUE(r.timing.noise.has_value());
   // Cycles of 8 steps: the minimum is one cycle (no noise yet), two are too few to project
   // from; the window goes on and stops at three (the looks come a cycle apart here).
   r = time_on_cpu(cycling_architecture(8), 10.0, 1e-9);
   ASSERT_EQ(r.status, JobStatus::ok) << r.message;
-  EXPECT_EQ(r.timing.stop, "noise unreachable");
+  EXPECT_EQ(r.timing.stop, WindowStop::noise_unreachable);
   EXPECT_EQ(r.timing.steps, 24);
   // ... unless its time limit comes first: there the window stops at the limit.
   r = time_on_cpu(cycling_architecture(8), 1e-9, 1e-9);
   ASSERT_EQ(r.status, JobStatus::ok) << r.message;
-  EXPECT_EQ(r.timing.stop, "time limit");
+  EXPECT_EQ(r.timing.stop, WindowStop::time_limit);
   EXPECT_EQ(r.timing.steps, 8);
   EXPECT_FALSE(r.timing.noise.has_value());
   // No limit above the minimum: the window ends at its minimum, as before the noise stop.
   r = time_on_cpu(diverging_architecture(1000000, 1.0));
   EXPECT_EQ(r.timing.steps, 4);
-  EXPECT_EQ(r.timing.stop, "minimum");
+  EXPECT_EQ(r.timing.stop, WindowStop::minimum);
 }
 
 TEST(RunnerTest, ALossThatTurnsNaNInTheWindowMakesTheJobDivergedWithoutAThroughput) {

@@ -376,17 +376,56 @@ double projected_window_seconds(double noise, int cycles, double elapsed_seconds
   return high * per_cycle;
 }
 
-std::string window_stop(const std::optional<double>& noise, int cycles, double elapsed_seconds,
-                        const TimingSettings& settings) {
-  if (settings.max_seconds <= settings.min_seconds) return "minimum";
-  if (noise && *noise <= settings.noise_target) return "noise";
-  if (elapsed_seconds >= settings.max_seconds) return "time limit";
+WindowStop window_stop(const std::optional<double>& noise, int cycles, double elapsed_seconds,
+                       const TimingSettings& settings) {
+  if (settings.max_seconds <= settings.min_seconds) return WindowStop::minimum;
+  if (noise && *noise <= settings.noise_target) return WindowStop::noise;
+  if (elapsed_seconds >= settings.max_seconds) return WindowStop::time_limit;
   if (noise && cycles >= kMinCyclesToProject &&
       projected_window_seconds(*noise, cycles, elapsed_seconds, settings.noise_target) >
           settings.max_seconds) {
-    return "noise unreachable";
+    return WindowStop::noise_unreachable;
   }
-  return "";
+  return WindowStop::none;
+}
+
+namespace {
+
+/// Each window stop's string, in the enum's order: the only place they are spelled.
+constexpr std::array<std::pair<WindowStop, const char*>, 7> kWindowStops = {{
+    {WindowStop::none, ""},
+    {WindowStop::minimum, "minimum"},
+    {WindowStop::noise, "noise"},
+    {WindowStop::noise_unreachable, "noise unreachable"},
+    {WindowStop::time_limit, "time limit"},
+    {WindowStop::step_limit, "step limit"},
+    {WindowStop::with_rank_0, "with rank 0"},
+}};
+
+}  // namespace
+
+const char* to_string(WindowStop stop) {
+  for (const auto& [s, name] : kWindowStops) {
+    if (s == stop) return name;
+  }
+  return "?";  // not reached: every enumerator has a row
+}
+
+std::optional<WindowStop> parse_window_stop(std::string_view text) {
+  for (const auto& [s, name] : kWindowStops) {
+    if (text == name) return s;
+  }
+  return std::nullopt;
+}
+
+WindowStop require_window_stop(std::string_view text, std::string_view field) {
+  if (const auto stop = parse_window_stop(text)) return *stop;
+  std::vector<std::string> allowed;
+  for (const auto& row : kWindowStops) {
+    if (row.first != WindowStop::none) allowed.emplace_back(row.second);
+  }
+  throw ConfigError(fmt::format("{} '{}' is not a timed window's end{}; the allowed values are: {}",
+                                field, text, did_you_mean(text, allowed), join(allowed, ", ")));
 }
 
 Json TimingStats::to_json() const {
@@ -398,7 +437,7 @@ Json TimingStats::to_json() const {
           {"step_time_ms_stddev", stddev_ms},
           {"window_seconds", window_seconds},
           {"noise", noise ? Json(*noise) : Json(nullptr)},
-          {"stop", stop}};
+          {"stop", to_string(stop)}};
 }
 
 TimingStats TimingStats::from_json(const Json& json) {
@@ -411,7 +450,9 @@ TimingStats TimingStats::from_json(const Json& json) {
   s.stddev_ms = json.value("step_time_ms_stddev", 0.0);
   s.window_seconds = json.value("window_seconds", 0.0);
   if (json.contains("noise") && json["noise"].is_number()) s.noise = json["noise"].get<double>();
-  s.stop = json.value("stop", std::string());
+  // A record without one (older than the noise stop) reads as none, as it did; one outside the
+  // set is refused, naming it.
+  s.stop = require_window_stop(json.value("stop", std::string()), "timing.stop");
   return s;
 }
 
