@@ -748,9 +748,9 @@ TEST(RunnerTest, AMemoryTierConfirmsItsBatchInAFreshProcessAndStepsDownWhenItDoe
   EXPECT_GT(r.batch, 1200);
   ASSERT_TRUE(r.search.has_value());
   EXPECT_EQ(r.search->max_batch, 1312);
-  ASSERT_TRUE(r.confirm.is_array());
-  EXPECT_EQ(r.confirm[0]["status"], "oom");
-  EXPECT_EQ(r.confirm.back()["status"], "ok");
+  ASSERT_FALSE(r.confirm.empty());
+  EXPECT_EQ(r.confirm[0].status, JobStatus::oom);
+  EXPECT_EQ(r.confirm.back().status, JobStatus::ok);
   EXPECT_NE(r.message.find("did not train in a fresh process under the cap; confirmed"),
             std::string::npos)
       << r.message;
@@ -806,13 +806,20 @@ TEST(RunnerTest, StepsDownWhenTheFreshProcessDoesNotFitTheFoundBatch) {
   EXPECT_EQ(r.status, JobStatus::ok);
   EXPECT_EQ(r.batch, 970);
   ASSERT_EQ(r.confirm.size(), 4u);
-  EXPECT_EQ(r.confirm[0]["status"], "oom");
-  EXPECT_EQ(r.confirm[0]["phase"], "confirm");
-  EXPECT_EQ(r.confirm[1]["phase"], "step-down");
-  EXPECT_EQ(r.confirm[2]["status"], "ok");
-  EXPECT_EQ(r.confirm[3]["phase"], "bisect");
-  EXPECT_EQ(r.confirm[3]["status"], "oom");
-  EXPECT_TRUE(r.confirm[3].contains("seconds"));
+  EXPECT_EQ(r.confirm[0].status, JobStatus::oom);
+  EXPECT_EQ(r.confirm[0].phase, AttemptPhase::confirm);
+  EXPECT_EQ(r.confirm[1].phase, AttemptPhase::step_down);
+  EXPECT_EQ(r.confirm[2].status, JobStatus::ok);
+  EXPECT_EQ(r.confirm[3].phase, AttemptPhase::bisect);
+  EXPECT_EQ(r.confirm[3].status, JobStatus::oom);
+  EXPECT_TRUE(r.confirm[3].seconds.has_value());
+  // Written as before: each attempt's five keys, in their order.
+  const Json written = r.to_json()["confirm"][3];
+  std::vector<std::string> keys;
+  for (const auto& item : written.items()) keys.push_back(item.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"batch", "status", "message", "seconds", "phase"}));
+  EXPECT_EQ(written["status"], "oom");
+  EXPECT_EQ(written["phase"], "bisect");
   EXPECT_NE(r.message.find("the search's batch 1000 did not fit"), std::string::npos) << r.message;
 }
 

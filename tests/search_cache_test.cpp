@@ -615,7 +615,7 @@ TEST(SearchCacheTest, ATimedBatchIsStoredOnlyBesideTheAnswerItSteppedDownFrom) {
   // No step-down, no cache, or a search that was not a hit: nothing to store or to start from.
   SearchRecord searched = answer;
   searched.cache = {{"file", cache.file()}, {"key", key()}, {"lookup", "miss"}};
-  const Json trained = Json::array({{{"batch", 1000}, {"status", "ok"}}});
+  const std::vector<TimedAttempt> trained = {{1000, JobStatus::ok, "", std::nullopt, std::nullopt}};
   EXPECT_TRUE(remember_timed_batch(searched, trained).is_null());
   EXPECT_TRUE(remember_timed_batch(SearchRecord{}, trained).is_null());
   EXPECT_EQ(cached_timed_batch(searched), 0);
@@ -628,8 +628,9 @@ TEST(SearchCacheTest, ATimedBatchIsStoredOnlyBesideTheAnswerItSteppedDownFrom) {
   // A cache file that cannot be written: a warning in the note, the job goes on.
   SearchRecord elsewhere = answer;
   elsewhere.cache = {{"file", dir.file("none") + "/search-answers-v1.json"}, {"key", key()}};
-  const Json note = remember_timed_batch(
-      elsewhere, Json::array({{{"batch", 1000}, {"status", "oom"}}, {{"batch", 990}, {"status", "ok"}}}));
+  const Json note =
+      remember_timed_batch(elsewhere, {{1000, JobStatus::oom, "", 12.5, AttemptPhase::confirm},
+                                       {990, JobStatus::ok, "", 11.0, AttemptPhase::step_down}});
   ASSERT_TRUE(note.is_object());
   EXPECT_EQ(note["stored"], false);
   EXPECT_EQ(note["batch"], 990);

@@ -495,25 +495,22 @@ int64_t cached_timed_batch(const SearchRecord& search) {
   return batch > 0 && batch < search.max_batch ? batch : 0;
 }
 
-Json remember_timed_batch(const SearchRecord& search, const Json& attempts) {
+Json remember_timed_batch(const SearchRecord& search, const std::vector<TimedAttempt>& attempts) {
   const Json& note = search.cache;
   if (!note.is_object() || !note.contains("key") || !note.contains("file") ||
-      !note["file"].is_string() || search.max_batch <= 0 || !attempts.is_array()) {
+      !note["file"].is_string() || search.max_batch <= 0) {
     return nullptr;
   }
   // The largest batch that trained, and the smallest above it that ran out of memory.
   int64_t trained = 0;
-  for (const Json& a : attempts) {
-    if (parse_job_status(a.value("status", std::string())) == JobStatus::ok) {
-      trained = std::max(trained, a.value("batch", int64_t{0}));
-    }
+  for (const TimedAttempt& a : attempts) {
+    if (a.status == JobStatus::ok) trained = std::max(trained, a.batch);
   }
   if (trained <= 0 || trained >= search.max_batch) return nullptr;  // no step-down
   int64_t failed = 0;
-  for (const Json& a : attempts) {
-    const int64_t b = a.value("batch", int64_t{0});
-    if (parse_job_status(a.value("status", std::string())) == JobStatus::oom && b > trained) {
-      failed = failed == 0 ? b : std::min(failed, b);
+  for (const TimedAttempt& a : attempts) {
+    if (a.status == JobStatus::oom && a.batch > trained) {
+      failed = failed == 0 ? a.batch : std::min(failed, a.batch);
     }
   }
   // An entry that holds this batch already (the timed run started there and trained).
