@@ -4,11 +4,13 @@
 // and hints from 0.1x to 10x the answer. Each test checks the answer is exact (the batch fits
 // and the next candidate does not, both probed) and bounds the probes it took.
 #include "gpubench/measure/batch_search.h"
+#include "gpubench/measure/search_stop.h"
 
 #include "gpubench/base/errors.h"
 #include "gpubench/run/job.h"
 #include "gpubench/run/worker.h"
 #include "gpubench/train/workload.h"
+#include "tests/testing.h"
 
 #include <c10/util/Exception.h>
 
@@ -24,6 +26,8 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 namespace gpubench {
 namespace {
@@ -128,7 +132,7 @@ SearchSettings settings(int64_t min, int64_t max, int64_t granularity, int64_t f
 /// The answer is exact: it fits and the next candidate does not, both seen (or it is max_batch).
 void expect_exact(const SearchRecord& r, const SearchSettings& s, const std::string& what) {
   SCOPED_TRACE(what);
-  EXPECT_TRUE(r.converged) << r.stop_reason;
+  EXPECT_TRUE(r.converged) << r.stop.text;
   bool fit_seen = false, next_failed = false;
   const int64_t next = r.max_batch < s.min_batch ? s.min_batch
                                                  : (r.max_batch / s.granularity + 1) * s.granularity;
@@ -137,7 +141,7 @@ void expect_exact(const SearchRecord& r, const SearchSettings& s, const std::str
     if (p.batch == r.max_batch && p.fits) fit_seen = true;
     if (p.batch == next && !p.fits) next_failed = true;
   }
-  if (r.stop_reason.rfind("limited by", 0) == 0) {
+  if (r.stop.kind == SearchStop::max_batch_limit) {
     EXPECT_TRUE(fit_seen);
     return;
   }
@@ -153,7 +157,7 @@ std::string trace(const SearchRecord& r) {
   for (const auto& p : r.probes) {
     out += fmt::format("{}{}{} ", p.batch, p.sticky ? "!" : p.fits ? "+" : "x", p.phase[0]);
   }
-  return out + "(" + r.stop_reason + ")";
+  return out + "(" + r.stop.text + ")";
 }
 
 TEST(BatchSearchTest, FindsAnExactLinearLimitInEightProbes) {
@@ -161,7 +165,8 @@ TEST(BatchSearchTest, FindsAnExactLinearLimitInEightProbes) {
   const SearchSettings s = settings(1, 65536, 1, 16);
   const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
   EXPECT_EQ(r.max_batch, 1312);
-  EXPECT_EQ(r.stop_reason, "bracket closed");
+  EXPECT_EQ(r.stop.kind, SearchStop::bracket_closed);
+  EXPECT_EQ(r.stop.text, "bracket closed");
   expect_exact(r, s, "linear 1312");
   EXPECT_LE(r.probes.size(), 8u) << trace(r);
   EXPECT_EQ(r.largest_pow2, 1024);
@@ -695,7 +700,8 @@ TEST(BatchSearchTest, AWorkspaceThatTakesAllFreeMemoryCostsProbesButNotTheAnswer
       find_max_batch(budget, static_cast<int64_t>(d.capacity), std::ref(again), options);
   if (r.probes.size() > static_cast<std::size_t>(budget.max_probes)) {
     EXPECT_FALSE(cut.converged);
-    EXPECT_EQ(cut.stop_reason, fmt::format("probe budget spent (search.max_probes={})",
+    EXPECT_EQ(cut.stop.kind, SearchStop::probe_budget);
+    EXPECT_EQ(cut.stop.text, fmt::format("probe budget spent (search.max_probes={})",
                                            budget.max_probes));
     EXPECT_TRUE(again.fits(cut.max_batch));
     ASSERT_FALSE(notes.empty());
@@ -825,7 +831,8 @@ TEST(BatchSearchTest, ABatchThatBreaksTwoWorkersFailsTheSearch) {
   const SearchRecord r = search_across_workers(s, static_cast<int64_t>(d.capacity), probe);
   EXPECT_FALSE(r.interrupted);
   EXPECT_FALSE(r.converged);
-  EXPECT_EQ(r.stop_reason, "the probe at batch 16 failed in two workers: shape mismatch");
+  EXPECT_EQ(r.stop.kind, SearchStop::probe_failed);
+  EXPECT_EQ(r.stop.text, "the probe at batch 16 failed in two workers: shape mismatch");
   EXPECT_EQ(r.probes.size(), 2u);
   EXPECT_EQ(r.max_batch, 0);
 }
@@ -1162,7 +1169,8 @@ TEST(BatchSearchTest, StopsAtMaxBatchAndSaysSo) {
   const SearchRecord r = find_max_batch(settings(1, 512, 1, 16), static_cast<int64_t>(d.capacity),
                                         std::ref(d));
   EXPECT_EQ(r.max_batch, 512);
-  EXPECT_EQ(r.stop_reason, "limited by search.max_batch=512");
+  EXPECT_EQ(r.stop.kind, SearchStop::max_batch_limit);
+  EXPECT_EQ(r.stop.text, "limited by search.max_batch=512");
   EXPECT_TRUE(r.converged);
   EXPECT_LE(r.probes.size(), 4u) << trace(r);
 }
@@ -1174,7 +1182,8 @@ TEST(BatchSearchTest, ReportsZeroWhenEvenTheMinimumDoesNotFit) {
                                         std::ref(d));
   EXPECT_EQ(r.max_batch, 0);
   EXPECT_EQ(r.largest_pow2, 0);
-  EXPECT_EQ(r.stop_reason, "does not fit at search.min_batch=2");
+  EXPECT_EQ(r.stop.kind, SearchStop::min_batch_no_fit);
+  EXPECT_EQ(r.stop.text, "does not fit at search.min_batch=2");
   EXPECT_TRUE(r.converged);
   EXPECT_FALSE(r.probes.back().fits);
   EXPECT_EQ(r.probes.back().batch, 2);
@@ -1208,7 +1217,8 @@ TEST(BatchSearchTest, ASearchThatSpendsItsBudgetSaysSo) {
   options.on_note = [&](const std::string& n) { notes.push_back(n); };
   const SearchRecord r = find_max_batch(s, 0, std::ref(d), options);
   EXPECT_EQ(r.probes.size(), 3u);
-  EXPECT_EQ(r.stop_reason, "probe budget spent (search.max_probes=3)");
+  EXPECT_EQ(r.stop.kind, SearchStop::probe_budget);
+  EXPECT_EQ(r.stop.text, "probe budget spent (search.max_probes=3)");
   EXPECT_FALSE(r.converged);
   EXPECT_GT(r.max_batch, 0);  // the largest batch seen to fit
   ASSERT_EQ(notes.size(), 1u);
@@ -1237,6 +1247,70 @@ TEST(BatchSearchTest, RecordRoundTripsThroughJson) {
   EXPECT_TRUE(SearchRecord::from_json(old).converged);
   old["stop_reason"] = "probe budget spent (search.max_probes=12)";
   EXPECT_FALSE(SearchRecord::from_json(old).converged);
+}
+
+// ---- Stop reasons (measure/search_stop.h): a kind in the code, the same sentence in the files ----
+
+TEST(SearchStopTest, EachKindWritesItsSentenceAndReadsBackFromIt) {
+  const std::vector<std::pair<SearchStopReason, std::string>> reasons = {
+      {SearchStopReason{}, ""},
+      {SearchStopReason::bracket_closed(), "bracket closed"},
+      {SearchStopReason::max_batch_limit(512), "limited by search.max_batch=512"},
+      {SearchStopReason::min_batch_no_fit(2), "does not fit at search.min_batch=2"},
+      {SearchStopReason::probe_budget(12), "probe budget spent (search.max_probes=12)"},
+      {SearchStopReason::probe_unusable(1000, "CUDA error: misaligned address"),
+       "the probe at batch 1000 left its worker unusable: CUDA error: misaligned address"},
+      {SearchStopReason::probe_failed(16, "shape mismatch"),
+       "the probe at batch 16 failed in two workers: shape mismatch"},
+      {SearchStopReason::cache_verified(1000, 1008, 65536),
+       "cached answer verified: batch 1000 fits and 1008 does not"},
+      {SearchStopReason::cache_verified(512, 0, 512),
+       "cached answer verified: batch 512 fits (limited by search.max_batch=512)"},
+  };
+  for (const auto& [reason, text] : reasons) {
+    EXPECT_EQ(reason.text, text);
+    const auto back = parse_search_stop(text);
+    ASSERT_TRUE(back.has_value()) << text;
+    EXPECT_EQ(back->kind, reason.kind) << text;
+    EXPECT_EQ(back->text, text);
+    // Through a record's JSON: the same sentence, the same kind.
+    SearchRecord r;
+    r.stop = reason;
+    EXPECT_EQ(r.to_json()["stop_reason"], text);
+    EXPECT_EQ(SearchRecord::from_json(r.to_json()).stop.kind, reason.kind) << text;
+  }
+  EXPECT_TRUE(SearchStopReason::probe_budget(3).budget_spent());
+  EXPECT_FALSE(SearchStopReason::bracket_closed().budget_spent());
+  EXPECT_TRUE(SearchStopReason::probe_unusable(8, "x").probe_broke());
+  EXPECT_TRUE(SearchStopReason::probe_failed(8, "x").probe_broke());
+  EXPECT_FALSE(SearchStopReason::cache_verified(8, 9, 64).probe_broke());
+  EXPECT_FALSE(SearchStopReason{}.stopped());
+  EXPECT_EQ(std::string(to_string(SearchStop::max_batch_limit)), "limited by search.max_batch=N");
+}
+
+TEST(SearchStopTest, OlderSentencesReadAsTheirKind) {
+  // The report golden's inputs (an older gpubench) say this of a search where nothing fits.
+  EXPECT_EQ(parse_search_stop("min_batch does not fit")->kind, SearchStop::min_batch_no_fit);
+  Json old = SearchRecord().to_json();
+  old["stop_reason"] = "min_batch does not fit";
+  old.erase("converged");
+  const SearchRecord r = SearchRecord::from_json(old);
+  EXPECT_EQ(r.stop.kind, SearchStop::min_batch_no_fit);
+  EXPECT_TRUE(r.converged);
+  EXPECT_EQ(r.to_json()["stop_reason"], "min_batch does not fit");  // written back as it was
+}
+
+TEST(SearchStopTest, ASentenceOfNoKindIsRefusedNamingTheFieldTheValueAndTheForms) {
+  for (const char* text : {"Bracket closed", "bracket closed ", "the probe at batch x failed",
+                           "the probe at batch 16 crashed: x", "limited by max_batch", "done"}) {
+    EXPECT_FALSE(parse_search_stop(text).has_value()) << text;
+  }
+  Json j = SearchRecord().to_json();
+  j["stop_reason"] = "done";
+  EXPECT_THROWS_WITH(SearchRecord::from_json(j), ConfigError,
+                     "stop_reason 'done' is not a search's stop reason; its forms are: 'bracket "
+                     "closed', 'limited by search.max_batch=N', 'does not fit at "
+                     "search.min_batch=N', 'probe budget spent (search.max_probes=N)'");
 }
 
 // ---- The probe as the worker runs it: a real TrainStep that throws OutOfMemoryError ----

@@ -2,14 +2,21 @@
 #include "gpubench/records/journal.h"
 
 #include "gpubench/base/errors.h"
+#include "gpubench/base/json.h"
 #include "gpubench/records/enums.h"
+#include "gpubench/records/result.h"
 #include "gpubench/run/job_spec.h"
 #include "tests/testing.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <exception>
+#include <filesystem>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace gpubench {
 namespace {
@@ -186,8 +193,13 @@ TEST(RecordEnumsTest, JournalsOfEarlierRunsReadAndWriteBackTheSameStrings) {
       const Json after = journal.jobs[i].to_json();
       EXPECT_EQ(after["status"], before["status"]) << i;
       EXPECT_EQ(after.contains("diverged_throughput"), before.contains("diverged_throughput"));
-      EXPECT_EQ(after["confirm"], before.value("confirm", Json::array())) << i;
+      EXPECT_EQ(dump_json(after["confirm"]), dump_json(before.value("confirm", Json::array())))
+          << i;
       EXPECT_EQ(after.value("repeats", Json::array()), before.value("repeats", Json::array()));
+      // The search's stop reason: its kind read from the sentence, the sentence written back.
+      if (before.contains("search") && before["search"].is_object()) {
+        EXPECT_EQ(after["search"]["stop_reason"], before["search"]["stop_reason"]) << i;
+      }
       // Every status and attempt phase written is one the parsers know.
       for (const Json& attempt : before.value("confirm", Json::array())) {
         EXPECT_TRUE(parse_job_status(attempt.value("status", std::string())).has_value())
@@ -197,6 +209,112 @@ TEST(RecordEnumsTest, JournalsOfEarlierRunsReadAndWriteBackTheSameStrings) {
       }
     }
   }
+}
+
+/// Every job record inside `json` (a journal line's job, a result document's jobs, a worker's
+/// record): objects with a model and a timed run's fields.
+void collect_records(const Json& json, std::vector<Json>& out) {
+  if (json.is_object()) {
+    if (json.contains("model") &&
+        (json.contains("confirm") || json.contains("warmup") || json.contains("timing"))) {
+      out.push_back(json);
+    }
+    for (const auto& item : json.items()) collect_records(item.value(), out);
+  } else if (json.is_array()) {
+    for (const Json& item : json) collect_records(item, out);
+  }
+}
+
+/// A typed field of `before` (a record as a file holds it) and of the record read from it and
+/// written again: the same bytes. Absent fields are written with their defaults, as before.
+void expect_field_written_back(const Json& before, const Json& after, const char* field,
+                               const std::string& where) {
+  if (!before.contains(field)) return;
+  ASSERT_TRUE(after.contains(field)) << where << ": " << field;
+  EXPECT_EQ(dump_json(after[field]), dump_json(before[field])) << where << ": " << field;
+}
+
+TEST(RecordFieldsTest, EveryStoredRecordWritesItsTypedFieldsBackByteForByte) {
+  // The records of earlier runs (docs/results: every shape an older gpubench wrote) and the
+  // tests' own: each reads, and writes its typed fields back as it holds them.
+  const std::filesystem::path data = GPUBENCH_TEST_DATA_DIR;
+  int records = 0;
+  for (const auto& root : {data, data / ".." / ".." / "docs" / "results"}) {
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+      const std::string path = entry.path().string();
+      const std::string ext = entry.path().extension().string();
+      if (!entry.is_regular_file() || (ext != ".json" && ext != ".jsonl")) continue;
+      std::vector<std::pair<std::string, Json>> documents;  // where, parsed JSON
+      if (ext == ".json") {
+        documents.emplace_back(path, Json::parse(testing::read_file(path), nullptr, false));
+      } else {
+        std::istringstream in(testing::read_file(path));
+        std::string line;
+        for (int n = 1; std::getline(in, line); ++n) {
+          documents.emplace_back(path + ":" + std::to_string(n),
+                                 Json::parse(line, nullptr, /*allow_exceptions=*/false));
+        }
+      }
+      for (const auto& [where, document] : documents) {
+        std::vector<Json> found;
+        collect_records(document, found);
+        for (const Json& before : found) {
+          ++records;
+          Json after;
+          try {
+            after = JobRecord::from_json(before).to_json();
+          } catch (const std::exception& e) {
+            ADD_FAILURE() << where << ": " << e.what();
+            continue;
+          }
+          expect_field_written_back(before, after, "confirm", where);
+        }
+      }
+    }
+  }
+  EXPECT_GT(records, 500);  // the survey found about 620
+}
+
+TEST(RecordFieldsTest, TimedAttemptsOfOldAndNewRecordsWriteBackTheSameBytes) {
+  // An older gpubench's attempts (docs/results/2026-12-01-h200-health), and today's.
+  const std::string old_shape = R"([{"batch":16,"status":"ok","message":""}])";
+  const std::string new_shape =
+      R"([{"batch":1000,"status":"oom","message":"CUDA out of memory","seconds":41.25,)"
+      R"("phase":"confirm"},{"batch":990,"status":"ok","message":"","seconds":40.5,)"
+      R"("phase":"step-down"},{"batch":995,"status":"oom","message":"","seconds":39.0,)"
+      R"("phase":"bisect"}])";
+  for (const std::string& text : {old_shape, new_shape}) {
+    Json before = JobRecord().to_json();
+    before["confirm"] = Json::parse(text);
+    EXPECT_EQ(dump_json(JobRecord::from_json(before).to_json()["confirm"]), text);
+  }
+  Json before = JobRecord().to_json();
+  before["confirm"] = Json::parse(old_shape);
+  const JobRecord old_record = JobRecord::from_json(before);
+  ASSERT_EQ(old_record.confirm.size(), 1u);
+  EXPECT_EQ(old_record.confirm[0].batch, 16);
+  EXPECT_EQ(old_record.confirm[0].status, JobStatus::ok);
+  EXPECT_FALSE(old_record.confirm[0].seconds.has_value());
+  EXPECT_FALSE(old_record.confirm[0].phase.has_value());
+  before["confirm"] = Json::parse(new_shape);
+  const JobRecord new_record = JobRecord::from_json(before);
+  ASSERT_EQ(new_record.confirm.size(), 3u);
+  EXPECT_EQ(new_record.confirm[0].status, JobStatus::oom);
+  EXPECT_EQ(new_record.confirm[1].phase, AttemptPhase::step_down);
+  EXPECT_EQ(new_record.confirm[2].seconds.value_or(0), 39.0);
+  // A record without attempts writes an empty list, as before.
+  EXPECT_EQ(dump_json(JobRecord::from_json({{"model", "bert-base"}}).to_json()["confirm"]), "[]");
+  // A status or phase outside its set is refused, naming where it is.
+  before["confirm"][1]["phase"] = "step_down";
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "confirm[1].phase 'step_down' is not an attempt phase (did you mean "
+                     "'step-down'?); the allowed values are: confirm, step-down, bisect");
+  before["confirm"][1]["phase"] = "step-down";
+  before["confirm"][2]["status"] = "OOM";
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "confirm[2].status 'OOM' is not a job status");
+  before["confirm"] = Json::object();
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError, "confirm: expected an array");
 }
 
 TEST(RecordEnumsTest, AnUnknownStatusIsRefusedNamingTheFieldTheValueAndTheAllowedOnes) {

@@ -14,6 +14,7 @@
 #include "gpubench/config/config.h"
 #include "gpubench/records/journal.h"
 #include "gpubench/device/nvml.h"
+#include "gpubench/measure/search_stop.h"
 #include "gpubench/train/registry.h"
 #include "gpubench/report/reporter.h"
 #include "gpubench/run/job.h"
@@ -118,7 +119,10 @@ JobRecord record(const Spec& spec) {
                       : spec.max_batch.value_or(spec.batch + spec.batch / 50);
     s.largest_pow2 = largest_power_of_two_at_most(s.max_batch);
     s.probes.resize(spec.status == JobStatus::no_fit ? 1 : 5);
-    s.stop_reason = spec.status == JobStatus::no_fit ? "min_batch does not fit" : "bracket closed";
+    // An older gpubench's sentence for a search where not even min_batch fits.
+    s.stop = spec.status == JobStatus::no_fit
+                 ? SearchStopReason{SearchStop::min_batch_no_fit, "min_batch does not fit"}
+                 : SearchStopReason::bracket_closed();
     s.converged = true;
     s.seconds = 12.5;
     s.bytes_per_sample = 5.5e7;

@@ -7,6 +7,7 @@
 #include "gpubench/run/worker.h"
 
 #include "gpubench/base/errors.h"
+#include "gpubench/measure/search_stop.h"
 #include "gpubench/train/registry.h"
 #include "gpubench/measure/timing.h"
 #include "gpubench/report/reporter.h"
@@ -191,31 +192,31 @@ TEST(RunnerTest, TheWindowStopsAtItsMinimumWhenQuietOrHopelessAndGoesOnOtherwise
   JobRecord r = time_on_cpu(diverging_architecture(1000000, 1.0), 10.0, 1e9);
   ASSERT_EQ(r.status, JobStatus::ok) << r.message;
   EXPECT_EQ(r.timing.steps, 4);
-  EXPECT_EQ(r.timing.stop, "noise");
+  EXPECT_EQ(r.timing.stop, WindowStop::noise);
   ASSERT_TRUE(r.timing.noise.has_value());
   // No host-timed step is known to a billionth: four cycles project the target far past the
   // 10 s limit, so the window ends at its minimum instead of running to the limit.
   r = time_on_cpu(diverging_architecture(1000000, 1.0), 10.0, 1e-9);
   ASSERT_EQ(r.status, JobStatus::ok) << r.message;
-  EXPECT_EQ(r.timing.stop, "noise unreachable");
+  EXPECT_EQ(r.timing.stop, WindowStop::noise_unreachable);
   EXPECT_EQ(r.timing.steps, 4);
   EXPECT_TRUE(r.timing.noise.has_value());
   // Cycles of 8 steps: the minimum is one cycle (no noise yet), two are too few to project
   // from; the window goes on and stops at three (the looks come a cycle apart here).
   r = time_on_cpu(cycling_architecture(8), 10.0, 1e-9);
   ASSERT_EQ(r.status, JobStatus::ok) << r.message;
-  EXPECT_EQ(r.timing.stop, "noise unreachable");
+  EXPECT_EQ(r.timing.stop, WindowStop::noise_unreachable);
   EXPECT_EQ(r.timing.steps, 24);
   // ... unless its time limit comes first: there the window stops at the limit.
   r = time_on_cpu(cycling_architecture(8), 1e-9, 1e-9);
   ASSERT_EQ(r.status, JobStatus::ok) << r.message;
-  EXPECT_EQ(r.timing.stop, "time limit");
+  EXPECT_EQ(r.timing.stop, WindowStop::time_limit);
   EXPECT_EQ(r.timing.steps, 8);
   EXPECT_FALSE(r.timing.noise.has_value());
   // No limit above the minimum: the window ends at its minimum, as before the noise stop.
   r = time_on_cpu(diverging_architecture(1000000, 1.0));
   EXPECT_EQ(r.timing.steps, 4);
-  EXPECT_EQ(r.timing.stop, "minimum");
+  EXPECT_EQ(r.timing.stop, WindowStop::minimum);
 }
 
 TEST(RunnerTest, ALossThatTurnsNaNInTheWindowMakesTheJobDivergedWithoutAThroughput) {
@@ -649,11 +650,10 @@ class FakeLauncher : public PhaseLauncher {
         p.error = "CUDA error: an illegal memory access was encountered";
         s.probes.push_back(p);
         s.interrupted = true;
-        s.stop_reason = fmt::format("the probe at batch {} left its worker unusable: {}",
-                                    p.batch, p.error);
+        s.stop = SearchStopReason::probe_unusable(p.batch, p.error);
         r.search = s;
         r.status = JobStatus::failed;
-        r.message = "search: " + s.stop_reason;
+        r.message = "search: " + s.stop.text;
         return r;
       }
       p.fits = true;
@@ -665,7 +665,7 @@ class FakeLauncher : public PhaseLauncher {
       r.status = found_ > 0 ? JobStatus::ok : JobStatus::no_fit;
       if (!converges) {
         // What run_phase writes for a search that spent its probe budget.
-        r.search->stop_reason = "probe budget spent (search.max_probes=10)";
+        r.search->stop = SearchStopReason::probe_budget(10);
         r.message = "warning: the search did not converge (probe budget spent "
                     "(search.max_probes=10)); batch " + std::to_string(found_) +
                     " fits but may be below the largest that does";
@@ -758,9 +758,9 @@ TEST(RunnerTest, AMemoryTierConfirmsItsBatchInAFreshProcessAndStepsDownWhenItDoe
   EXPECT_GT(r.batch, 1200);
   ASSERT_TRUE(r.search.has_value());
   EXPECT_EQ(r.search->max_batch, 1312);
-  ASSERT_TRUE(r.confirm.is_array());
-  EXPECT_EQ(r.confirm[0]["status"], "oom");
-  EXPECT_EQ(r.confirm.back()["status"], "ok");
+  ASSERT_FALSE(r.confirm.empty());
+  EXPECT_EQ(r.confirm[0].status, JobStatus::oom);
+  EXPECT_EQ(r.confirm.back().status, JobStatus::ok);
   EXPECT_NE(r.message.find("did not train in a fresh process under the cap; confirmed"),
             std::string::npos)
       << r.message;
@@ -816,13 +816,20 @@ TEST(RunnerTest, StepsDownWhenTheFreshProcessDoesNotFitTheFoundBatch) {
   EXPECT_EQ(r.status, JobStatus::ok);
   EXPECT_EQ(r.batch, 970);
   ASSERT_EQ(r.confirm.size(), 4u);
-  EXPECT_EQ(r.confirm[0]["status"], "oom");
-  EXPECT_EQ(r.confirm[0]["phase"], "confirm");
-  EXPECT_EQ(r.confirm[1]["phase"], "step-down");
-  EXPECT_EQ(r.confirm[2]["status"], "ok");
-  EXPECT_EQ(r.confirm[3]["phase"], "bisect");
-  EXPECT_EQ(r.confirm[3]["status"], "oom");
-  EXPECT_TRUE(r.confirm[3].contains("seconds"));
+  EXPECT_EQ(r.confirm[0].status, JobStatus::oom);
+  EXPECT_EQ(r.confirm[0].phase, AttemptPhase::confirm);
+  EXPECT_EQ(r.confirm[1].phase, AttemptPhase::step_down);
+  EXPECT_EQ(r.confirm[2].status, JobStatus::ok);
+  EXPECT_EQ(r.confirm[3].phase, AttemptPhase::bisect);
+  EXPECT_EQ(r.confirm[3].status, JobStatus::oom);
+  EXPECT_TRUE(r.confirm[3].seconds.has_value());
+  // Written as before: each attempt's five keys, in their order.
+  const Json written = r.to_json()["confirm"][3];
+  std::vector<std::string> keys;
+  for (const auto& item : written.items()) keys.push_back(item.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"batch", "status", "message", "seconds", "phase"}));
+  EXPECT_EQ(written["status"], "oom");
+  EXPECT_EQ(written["phase"], "bisect");
   EXPECT_NE(r.message.find("the search's batch 1000 did not fit"), std::string::npos) << r.message;
 }
 
@@ -1097,7 +1104,8 @@ TEST(RunnerTest, ASearchThatDidNotConvergeSaysSoOnStderrAndInTheRecord) {
   const JobRecord back = JobRecord::from_json(r.to_json());
   ASSERT_TRUE(back.search.has_value());
   EXPECT_FALSE(back.search->converged);
-  EXPECT_EQ(back.search->stop_reason, "probe budget spent (search.max_probes=10)");
+  EXPECT_EQ(back.search->stop.kind, SearchStop::probe_budget);
+  EXPECT_EQ(back.search->stop.text, "probe budget spent (search.max_probes=10)");
 }
 
 TEST(RunnerTest, AFixedBatchIsTimedAsGivenWithoutSearchOrStepDown) {

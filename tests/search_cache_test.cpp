@@ -6,6 +6,7 @@
 
 #include "gpubench/base/errors.h"
 #include "gpubench/config/settings.h"
+#include "gpubench/measure/search_stop.h"
 #include "gpubench/run/job.h"
 #include "gpubench/train/registry.h"
 #include "tests/testing.h"
@@ -214,7 +215,8 @@ TEST(SearchCacheTest, AHitIsVerifiedByTwoProbesAndUsed) {
   EXPECT_EQ(r.peak_bytes_at_max, static_cast<int64_t>(Device::need(1000)));
   EXPECT_EQ(r.bytes_per_sample, first.record.bytes_per_sample);  // the line the search drew
   EXPECT_EQ(r.fixed_bytes, first.record.fixed_bytes);
-  EXPECT_EQ(r.stop_reason, "cached answer verified: batch 1000 fits and 1008 does not");
+  EXPECT_EQ(r.stop.kind, SearchStop::cache_verified);
+  EXPECT_EQ(r.stop.text, "cached answer verified: batch 1000 fits and 1008 does not");
   EXPECT_EQ(r.cache["lookup"], "hit");
   EXPECT_EQ(r.cache["stored"], false);
   EXPECT_EQ(r.cache["verify"].size(), 2u);
@@ -245,7 +247,9 @@ TEST(SearchCacheTest, AnAnswerAtSearchMaxBatchIsVerifiedByOneProbe) {
   EXPECT_EQ(r.max_batch, 512);
   EXPECT_EQ(r.smallest_failure, 0);
   EXPECT_EQ(r.cache["lookup"], "hit");
-  EXPECT_NE(r.stop_reason.find("search.max_batch=512"), std::string::npos) << r.stop_reason;
+  EXPECT_EQ(r.stop.kind, SearchStop::cache_verified);
+  EXPECT_EQ(r.stop.text,
+            "cached answer verified: batch 512 fits (limited by search.max_batch=512)");
 }
 
 TEST(SearchCacheTest, AnotherDriverOrConfigMissesAndKeepsTheOtherEntry) {
@@ -401,7 +405,8 @@ TEST(SearchCacheTest, AVerificationThatBreaksItsWorkerGoesOnInAFreshOneThatOnlyS
   ASSERT_EQ(first.record.probes.size(), 1u);
   EXPECT_TRUE(first.record.probes[0].sticky);
   EXPECT_EQ(first.record.probes[0].phase, "verify");
-  EXPECT_EQ(first.record.stop_reason.rfind("the probe at batch 1000 left its worker unusable", 0),
+  EXPECT_EQ(first.record.stop.kind, SearchStop::probe_unusable);
+  EXPECT_EQ(first.record.stop.text.rfind("the probe at batch 1000 left its worker unusable", 0),
             0u);
   EXPECT_EQ(first.record.cache["lookup"], "stale");
   // The fresh worker goes on from that probe, searches in full and stores; it does not read.
@@ -438,7 +443,7 @@ class BrokenVerificationLauncher : public PhaseLauncher {
       SearchRecord s;
       if (spec.search_worker == 0) {
         s.interrupted = true;
-        s.stop_reason = "the probe at batch 1000 left its worker unusable: CUDA error";
+        s.stop = SearchStopReason::probe_unusable(1000, "CUDA error");
         s.cache = {
             {"lookup", "stale"}, {"verify", Json::array({{{"batch", 1000}}})}, {"stored", false}};
         r.status = JobStatus::failed;
@@ -610,7 +615,7 @@ TEST(SearchCacheTest, ATimedBatchIsStoredOnlyBesideTheAnswerItSteppedDownFrom) {
   // No step-down, no cache, or a search that was not a hit: nothing to store or to start from.
   SearchRecord searched = answer;
   searched.cache = {{"file", cache.file()}, {"key", key()}, {"lookup", "miss"}};
-  const Json trained = Json::array({{{"batch", 1000}, {"status", "ok"}}});
+  const std::vector<TimedAttempt> trained = {{1000, JobStatus::ok, "", std::nullopt, std::nullopt}};
   EXPECT_TRUE(remember_timed_batch(searched, trained).is_null());
   EXPECT_TRUE(remember_timed_batch(SearchRecord{}, trained).is_null());
   EXPECT_EQ(cached_timed_batch(searched), 0);
@@ -623,8 +628,9 @@ TEST(SearchCacheTest, ATimedBatchIsStoredOnlyBesideTheAnswerItSteppedDownFrom) {
   // A cache file that cannot be written: a warning in the note, the job goes on.
   SearchRecord elsewhere = answer;
   elsewhere.cache = {{"file", dir.file("none") + "/search-answers-v1.json"}, {"key", key()}};
-  const Json note = remember_timed_batch(
-      elsewhere, Json::array({{{"batch", 1000}, {"status", "oom"}}, {{"batch", 990}, {"status", "ok"}}}));
+  const Json note =
+      remember_timed_batch(elsewhere, {{1000, JobStatus::oom, "", 12.5, AttemptPhase::confirm},
+                                       {990, JobStatus::ok, "", 11.0, AttemptPhase::step_down}});
   ASSERT_TRUE(note.is_object());
   EXPECT_EQ(note["stored"], false);
   EXPECT_EQ(note["batch"], 990);

@@ -4,6 +4,7 @@
 #include "gpubench/run/suite.h"
 
 #include "gpubench/base/errors.h"
+#include "gpubench/device/device_ref.h"
 #include "gpubench/records/journal.h"
 #include "gpubench/train/registry.h"
 #include "tests/testing.h"
@@ -21,6 +22,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace gpubench {
@@ -107,6 +109,37 @@ TEST(SuiteTest, PlansOneJobPerModelOrOneSearchPerModelAndTier) {
   EXPECT_EQ(back.to_json(), plan.to_json());
   EXPECT_THROWS_WITH(SuitePlan::from_json(Json{{"jobs", 3}}, "j.jsonl"), ConfigError,
                      "j.jsonl: the journal's plan cannot be read");
+}
+
+// ---- Device references (device/device_ref.h): one parser, one formatter ----
+
+TEST(DeviceRefTest, EachDeviceIsWrittenAsItsTextAndReadBack) {
+  const std::vector<std::pair<DeviceRef, std::string>> refs = {
+      {DeviceRef::cpu(), "cpu"}, {DeviceRef::cuda(0), "cuda:0"}, {DeviceRef::cuda(7), "cuda:7"},
+      {DeviceRef::cuda(12), "cuda:12"}};
+  for (const auto& [ref, text] : refs) {
+    EXPECT_EQ(ref.str(), text);
+    const auto back = parse_device_ref(text);
+    ASSERT_TRUE(back.has_value()) << text;
+    EXPECT_TRUE(*back == ref) << text;
+    EXPECT_EQ(require_device_ref(text, "device").str(), text);
+  }
+  EXPECT_FALSE(DeviceRef::cpu().is_cuda());
+  EXPECT_EQ(DeviceRef::cpu().index, -1);
+  EXPECT_EQ(parse_device_ref("cuda:3")->index, 3);
+  for (const char* text : {"", "cuda", "cuda:", "cuda:-1", "cuda:+1", "cuda:1x", "cuda: 1",
+                           "CPU", "gpu0", "cuda:99999999999", "cpu:0"}) {
+    EXPECT_FALSE(parse_device_ref(text).has_value()) << text;
+  }
+  EXPECT_THROWS_WITH(require_device_ref("cuda", "device"), ConfigError,
+                     "device 'cuda' is not a device; it is 'cpu' or 'cuda:N' (N a CUDA ordinal: "
+                     "0, 1, ...)");
+  // A journal's plan naming no device is refused when read, naming the file and the text.
+  Json plan = gpu_plan().to_json();
+  plan["device"] = "gpu0";
+  EXPECT_THROWS_WITH(SuitePlan::from_json(plan, "j.jsonl"), ConfigError,
+                     "j.jsonl: the plan's device 'gpu0' is not a device");
+  EXPECT_EQ(SuitePlan::from_json(gpu_plan().to_json(), "j.jsonl").device, "cuda:0");
 }
 
 TEST(SuiteTest, RunsOnlyWhatTheJournalDoesNotHoldAsDone) {

@@ -2,6 +2,7 @@
 // EXPECT_THROWS_WITH that checks an exception's type and message.
 #pragma once
 
+#include "gpubench/measure/timing.h"
 #include "gpubench/records/enums.h"
 
 #include <gtest/gtest.h>
@@ -71,6 +72,8 @@ namespace gpubench {
 inline void PrintTo(JobStatus status, std::ostream* os) { *os << to_string(status); }
 inline void PrintTo(WorkerPhase phase, std::ostream* os) { *os << to_string(phase); }
 inline void PrintTo(AttemptPhase phase, std::ostream* os) { *os << to_string(phase); }
+inline void PrintTo(WarmupEnd reason, std::ostream* os) { *os << '"' << to_string(reason) << '"'; }
+inline void PrintTo(WindowStop stop, std::ostream* os) { *os << '"' << to_string(stop) << '"'; }
 }  // namespace gpubench
 
 /// Expects `statement` to throw `type` with `substring` in its message.

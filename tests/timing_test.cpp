@@ -2,10 +2,15 @@
 
 #include "gpubench/device/device.h"
 #include "gpubench/device/nvml.h"
+#include "gpubench/base/errors.h"
+#include "tests/testing.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace gpubench {
 namespace {
@@ -144,16 +149,41 @@ TEST(TimingTest, WarmupRunsUntilSteadyOrALimit) {
   t.max_warmup_seconds = 100;
   EXPECT_FALSE(warmup_done({}, 0, t).done);
   EXPECT_FALSE(warmup_done({500, 100}, 1, t).done);
-  EXPECT_EQ(warmup_done({500, 100, 100, 100}, 1, t).reason, "steady");
+  EXPECT_EQ(warmup_done({500, 100, 100, 100}, 1, t).reason, WarmupEnd::steady);
   EXPECT_FALSE(warmup_done({500, 100, 200, 100}, 1, t).done);
-  EXPECT_EQ(warmup_done({5, 1, 2, 1, 2, 1}, 1, t).reason, "step limit");
-  EXPECT_EQ(warmup_done({5, 1, 2, 1}, 101, t).reason, "time limit");
+  EXPECT_EQ(warmup_done({5, 1, 2, 1, 2, 1}, 1, t).reason, WarmupEnd::step_limit);
+  EXPECT_EQ(warmup_done({5, 1, 2, 1}, 101, t).reason, WarmupEnd::time_limit);
   t.warmup_steps = 0;
   EXPECT_TRUE(warmup_done({}, 0, t).done);  // no warm-up asked for
   t.warmup_steps = 4;
   t.steady_tolerance = -1;  // steps of varying work: no steadiness to wait for
   EXPECT_FALSE(warmup_done({900, 100, 300}, 1, t).done);
-  EXPECT_EQ(warmup_done({900, 100, 300, 50}, 1, t).reason, "every batch shape ran");
+  EXPECT_EQ(warmup_done({900, 100, 300, 50}, 1, t).reason, WarmupEnd::every_shape);
+}
+
+TEST(TimingTest, AWarmupEndIsWrittenAsItsStringAndReadBack) {
+  const std::vector<std::pair<WarmupEnd, std::string>> ends = {
+      {WarmupEnd::none, ""},
+      {WarmupEnd::steady, "steady"},
+      {WarmupEnd::every_shape, "every batch shape ran"},
+      {WarmupEnd::nothing_to_build, "nothing left to build"},
+      {WarmupEnd::step_limit, "step limit"},
+      {WarmupEnd::time_limit, "time limit"},
+      {WarmupEnd::minimum_steps, "minimum steps"},
+      // What an older gpubench wrote (docs/results/2026-12-02-h200-speed-fp16): still read.
+      {WarmupEnd::steps_ran, "warm-up steps ran"}};
+  for (const auto& [end, text] : ends) {
+    EXPECT_EQ(to_string(end), text);
+    EXPECT_EQ(parse_warmup_end(text), end) << text;
+    EXPECT_EQ(require_warmup_end(text, "warmup.reason"), end) << text;
+  }
+  for (const char* text : {"Steady", "steady ", "step-limit", "timeout"}) {
+    EXPECT_FALSE(parse_warmup_end(text).has_value()) << text;
+  }
+  EXPECT_THROWS_WITH(require_warmup_end("stedy", "warmup.reason"), ConfigError,
+                     "warmup.reason 'stedy' is not a warm-up's end (did you mean 'steady'?); the "
+                     "allowed values are: steady, every batch shape ran, nothing left to build, "
+                     "step limit, time limit, minimum steps, warm-up steps ran");
 }
 
 TEST(TimingTest, AStepIsHostBoundWhenTheHostTakesNearlyAllOfItsDeviceTime) {
@@ -198,7 +228,7 @@ TEST(TimingTest, WarmupNeverCutsTheStepsThatMayStillAutotune) {
   EXPECT_FALSE(warmup_done({129000}, 129, t, 2).done);  // the second may re-tune
   const auto d = warmup_done({129000, 21000}, 150, t, 2);
   EXPECT_TRUE(d.done);
-  EXPECT_EQ(d.reason, "time limit");
+  EXPECT_EQ(d.reason, WarmupEnd::time_limit);
   EXPECT_NE(d.detail.find("2 steps in 150.0 s of 30 s"), std::string::npos) << d.detail;
   EXPECT_NE(d.detail.find("the first, autotuning included, took 129.0 s"), std::string::npos)
       << d.detail;
@@ -208,7 +238,7 @@ TEST(TimingTest, WarmupNeverCutsTheStepsThatMayStillAutotune) {
   t.warmup_steps = 8;
   t.steady_tolerance = -1;
   EXPECT_FALSE(warmup_done(std::vector<double>(8, 5000), 40, t, 9).done);
-  EXPECT_EQ(warmup_done(std::vector<double>(9, 5000), 45, t, 9).reason, "every batch shape ran");
+  EXPECT_EQ(warmup_done(std::vector<double>(9, 5000), 45, t, 9).reason, WarmupEnd::every_shape);
 }
 
 TEST(TimingTest, AVaryingStepThatBuildsNothingPerShapeStopsWarmingOnceNothingIsLeftToBuild) {
@@ -229,35 +259,35 @@ TEST(TimingTest, AVaryingStepThatBuildsNothingPerShapeStopsWarmingOnceNothingIsL
   EXPECT_FALSE(warmup_done(two, 3.8, t, 2, none).done);  // below warmup_steps
   const WarmupDecision d = warmup_done(three, 5.5, t, 2, none);
   EXPECT_TRUE(d.done);
-  EXPECT_EQ(d.reason, "nothing left to build");
+  EXPECT_EQ(d.reason, WarmupEnd::nothing_to_build);
   EXPECT_NE(d.detail.find("3 steps"), std::string::npos) << d.detail;
   // A last step that took memory from the driver (a larger shape): on, one step at a time.
   const WarmupShapes growing{false, true};
   EXPECT_FALSE(warmup_done(three, 5.5, t, 2, growing).done);
   const std::vector<double> four(steps.begin(), steps.begin() + 4);
-  EXPECT_EQ(warmup_done(four, 7.1, t, 2, none).reason, "nothing left to build");
+  EXPECT_EQ(warmup_done(four, 7.1, t, 2, none).reason, WarmupEnd::nothing_to_build);
   // ... up to the limits, as any warm-up.
-  EXPECT_EQ(warmup_done(four, 30.5, t, 2, growing).reason, "time limit");
+  EXPECT_EQ(warmup_done(four, 30.5, t, 2, growing).reason, WarmupEnd::time_limit);
   // A step that builds per shape (cuDNN autotuning, CUDA graphs) still runs every shape,
   // whatever the allocator does: its first runs are not at their steady times.
   const WarmupShapes every{true, false};
   t.warmup_steps = 8;
   EXPECT_FALSE(warmup_done(three, 5.5, t, 9, every).done);
   EXPECT_FALSE(warmup_done(std::vector<double>(8, 1600), 13, t, 9, every).done);
-  EXPECT_EQ(warmup_done(steps, 14.7, t, 9, every).reason, "every batch shape ran");
-  EXPECT_EQ(warmup_done(steps, 14.7, t, 9).reason, "every batch shape ran");  // the default
+  EXPECT_EQ(warmup_done(steps, 14.7, t, 9, every).reason, WarmupEnd::every_shape);
+  EXPECT_EQ(warmup_done(steps, 14.7, t, 9).reason, WarmupEnd::every_shape);  // the default
   // An opening that precedes the cycle (mt-dnn: the peak batch twice, each task's first) is
   // the minimum: warmup_steps holds it, and the window's whole cycles start after it.
   t.warmup_steps = 11;
   const std::vector<double> mtdnn{1760, 1289, 319, 795, 247, 365, 349, 175, 105, 316, 319};
   EXPECT_FALSE(warmup_done(std::vector<double>(mtdnn.begin(), mtdnn.end() - 1), 5.7, t, 2, none)
                    .done);
-  EXPECT_EQ(warmup_done(mtdnn, 6.0, t, 2, none).reason, "nothing left to build");
+  EXPECT_EQ(warmup_done(mtdnn, 6.0, t, 2, none).reason, WarmupEnd::nothing_to_build);
   // Steps of one shape are judged by their times, as before: the shapes' facts do not apply.
   t.warmup_steps = 3;
   t.steady_tolerance = 0.05;
   EXPECT_FALSE(warmup_done({500, 100, 200, 100}, 1, t, 2, none).done);
-  EXPECT_EQ(warmup_done({500, 100, 100, 100}, 1, t, 2, growing).reason, "steady");
+  EXPECT_EQ(warmup_done({500, 100, 100, 100}, 1, t, 2, growing).reason, WarmupEnd::steady);
 }
 
 TEST(TimingTest, WarmupStopsBeforeAStepThatWouldEndPastTheTimeLimit) {
@@ -268,12 +298,12 @@ TEST(TimingTest, WarmupStopsBeforeAStepThatWouldEndPastTheTimeLimit) {
   // Autotuning is over after two steps; the third would end at 30.6 s.
   const auto d = warmup_done({10300, 10100}, 20.5, t, 2);
   EXPECT_TRUE(d.done);
-  EXPECT_EQ(d.reason, "time limit");
+  EXPECT_EQ(d.reason, WarmupEnd::time_limit);
   EXPECT_NE(d.detail.find("the next step would end past the limit"), std::string::npos)
       << d.detail;
   EXPECT_NE(d.detail.find("not steady yet"), std::string::npos) << d.detail;
   // Short steps: steady long before the limit, once warmup_steps have run.
-  EXPECT_EQ(warmup_done({8000, 100, 100, 100, 100}, 8.4, t, 2).reason, "steady");
+  EXPECT_EQ(warmup_done({8000, 100, 100, 100, 100}, 8.4, t, 2).reason, WarmupEnd::steady);
   EXPECT_FALSE(warmup_done({8000, 100, 100, 100}, 8.3, t, 2).done);  // below warmup_steps
 }
 
@@ -306,22 +336,23 @@ TEST(TimingTest, TheWindowGoesOnWhileNoisyUpToItsTimeLimit) {
   t.min_seconds = 5;
   t.max_seconds = 15;
   t.noise_target = 0.005;
-  EXPECT_EQ(window_stop(0.001, 3, 5.2, t), "noise");
-  EXPECT_EQ(window_stop(0.005, 3, 5.2, t), "noise");
+  EXPECT_EQ(window_stop(0.001, 3, 5.2, t), WindowStop::noise);
+  EXPECT_EQ(window_stop(0.005, 3, 5.2, t), WindowStop::noise);
   // Noisy with time left: on while two cycles are too few to project from, or while the noise
   // projects to the target within the limit (14 cycles, 7.3 s).
-  EXPECT_EQ(window_stop(0.02, 2, 5.2, t), "");
-  EXPECT_EQ(window_stop(0.006, 10, 5.2, t), "");
-  EXPECT_EQ(window_stop(std::nullopt, 1, 8, t), "");  // one cycle so far: go on
-  EXPECT_EQ(window_stop(0.02, 2, 15, t), "time limit");
-  EXPECT_EQ(window_stop(std::nullopt, 1, 16, t), "time limit");
+  EXPECT_EQ(window_stop(0.02, 2, 5.2, t), WindowStop::none);
+  EXPECT_EQ(window_stop(0.006, 10, 5.2, t), WindowStop::none);
+  EXPECT_EQ(window_stop(std::nullopt, 1, 8, t), WindowStop::none);  // one cycle so far: go on
+  EXPECT_EQ(window_stop(0.02, 2, 15, t), WindowStop::time_limit);
+  EXPECT_EQ(window_stop(std::nullopt, 1, 16, t), WindowStop::time_limit);
   // A noise that projects past the limit: no use going on.
-  EXPECT_EQ(window_stop(0.02, 3, 5.2, t), "noise unreachable");
+  EXPECT_EQ(window_stop(0.02, 3, 5.2, t), WindowStop::noise_unreachable);
   // A limit at or below the minimum turns the noise stop off: the window ends at its minimum.
   t.max_seconds = 5;
-  EXPECT_EQ(window_stop(0.5, 3, 5.2, t), "minimum");
+  EXPECT_EQ(window_stop(0.5, 3, 5.2, t), WindowStop::minimum);
   const RunSettings defaults;
-  EXPECT_EQ(window_stop(0.5, 3, 0.1, defaults.cpu_timing), "minimum");  // the CPU: as before
+  // The CPU: as before.
+  EXPECT_EQ(window_stop(0.5, 3, 0.1, defaults.cpu_timing), WindowStop::minimum);
   EXPECT_GT(defaults.timing.max_seconds, defaults.timing.min_seconds);
 }
 
@@ -352,7 +383,7 @@ std::vector<double> alternating_steps(int n, double mean_ms, double deviation) {
 struct WindowEnd {
   int steps = 0;
   double seconds = 0;
-  std::string stop;  // "" when the series ran out first
+  WindowStop stop = WindowStop::none;  // none when the series ran out first
 };
 
 /// The window over `step_ms` as the runner judges it, looking after every step once its minimum
@@ -365,7 +396,7 @@ WindowEnd walk_window(const std::vector<double>& step_ms, const TimingSettings& 
     if (!window_done(end.steps, end.seconds, t)) continue;
     const std::vector<double> so_far(step_ms.begin(), step_ms.begin() + end.steps);
     end.stop = window_stop(window_noise(so_far, 1), end.steps, end.seconds, t);
-    if (!end.stop.empty()) return end;
+    if (end.stop != WindowStop::none) return end;
   }
   return end;
 }
@@ -378,27 +409,27 @@ TEST(TimingTest, AWindowThatCannotReachItsNoiseTargetByItsLimitStopsAtItsMinimum
   // 1 s steps +-7% (nasnet-large fp32 on the H200: cv 6.9%): +-9.4% after five steps, which
   // would take hundreds of seconds to reach +-0.5%. The window stops at its minimum and says so.
   WindowEnd end = walk_window(alternating_steps(100, 1000, 0.07), t);
-  EXPECT_EQ(end.stop, "noise unreachable");
+  EXPECT_EQ(end.stop, WindowStop::noise_unreachable);
   EXPECT_EQ(end.steps, 5);
   // 0.5 s steps +-1.35%: +-1.02% at the minimum (ten steps), 17 s projected: stops there.
   end = walk_window(alternating_steps(100, 500, 0.0135), t);
-  EXPECT_EQ(end.stop, "noise unreachable");
+  EXPECT_EQ(end.stop, WindowStop::noise_unreachable);
   EXPECT_EQ(end.steps, 10);
   // +-1.2%: +-0.90% at the minimum, 14 s projected (28 cycles; the noise's square alone would
   // say 16.4 s): the window goes on and reaches the target at 26 steps, 13 s.
   end = walk_window(alternating_steps(100, 500, 0.012), t);
-  EXPECT_EQ(end.stop, "noise");
+  EXPECT_EQ(end.stop, WindowStop::noise);
   EXPECT_EQ(end.steps, 26);
   EXPECT_LT(end.seconds, t.max_seconds);
   // +-0.8%: quiet enough to converge soon after the minimum (+-0.60% there): on to the target.
   end = walk_window(alternating_steps(100, 500, 0.008), t);
-  EXPECT_EQ(end.stop, "noise");
+  EXPECT_EQ(end.stop, WindowStop::noise);
   EXPECT_GT(end.steps, 10);
   EXPECT_LE(end.steps, 14);
   // Too few cycles to project from (a minimum window of two cycles of eight steps): on, up to
   // the limit; from three cycles the noise projects.
-  EXPECT_EQ(window_stop(0.2, 2, 5.0, t), "");
-  EXPECT_EQ(window_stop(0.2, 3, 7.5, t), "noise unreachable");
+  EXPECT_EQ(window_stop(0.2, 2, 5.0, t), WindowStop::none);
+  EXPECT_EQ(window_stop(0.2, 3, 7.5, t), WindowStop::noise_unreachable);
 }
 
 TEST(TimingTest, ASlowStepsWindowTakesTwoStepsWhenTheNoiseRuleAsksForNoMore) {
@@ -408,18 +439,18 @@ TEST(TimingTest, ASlowStepsWindowTakesTwoStepsWhenTheNoiseRuleAsksForNoMore) {
   // stylegan fp32 on the H200: 5.2 s steps within 0.02% of each other. Two steps give
   // +-12.706 x 0.02% / 2 = +-0.13%: the noise is met at 10.4 s, where three steps took 15.6 s.
   WindowEnd end = walk_window(alternating_steps(10, 5200, 0.0001), t);
-  EXPECT_EQ(end.stop, "noise");
+  EXPECT_EQ(end.stop, WindowStop::noise);
   EXPECT_EQ(end.steps, 2);
   EXPECT_NEAR(end.seconds, 10.4, 1e-9);
   // Two steps that disagree by 2% (+-25%): on to a third, as the noise rule asks; at 15 s the
   // time limit ends it, with the noise of three steps.
   end = walk_window(alternating_steps(10, 5000, 0.01), t);
-  EXPECT_EQ(end.stop, "time limit");
+  EXPECT_EQ(end.stop, WindowStop::time_limit);
   EXPECT_EQ(end.steps, 3);
   // unsupmt fp32 (12.6 s steps): two steps are past the time limit already; the window ends
   // there with a noise (two cycles), where three steps took 37.8 s.
   end = walk_window(alternating_steps(10, 12600, 0.005), t);
-  EXPECT_EQ(end.stop, "time limit");
+  EXPECT_EQ(end.stop, WindowStop::time_limit);
   EXPECT_EQ(end.steps, 2);
   // Never a window of one step at the default, however slow: no noise without two.
   EXPECT_FALSE(window_done(1, 30, t));
@@ -427,7 +458,7 @@ TEST(TimingTest, ASlowStepsWindowTakesTwoStepsWhenTheNoiseRuleAsksForNoMore) {
   // Fast steps: min_seconds decides, as before (0.6 s steps: 5.4 s at the ninth).
   end = walk_window(alternating_steps(100, 600, 0.0001), t);
   EXPECT_EQ(end.steps, 9);
-  EXPECT_EQ(end.stop, "noise");
+  EXPECT_EQ(end.stop, WindowStop::noise);
   // A minimum asked for is kept (--min-steps 3).
   TimingSettings three = t;
   three.min_steps = 3;
@@ -438,18 +469,53 @@ TEST(TimingTest, ASlowStepsWindowTakesTwoStepsWhenTheNoiseRuleAsksForNoMore) {
 TEST(TimingTest, ATimingRecordKeepsTheNoiseAndWhyTheWindowStopped) {
   TimingStats s = summarize_steps({10, 11, 12}, 0.033);
   s.noise = 0.0123;
-  s.stop = "noise unreachable";
+  s.stop = WindowStop::noise_unreachable;
+  EXPECT_EQ(s.to_json()["stop"], "noise unreachable");
   const TimingStats back = TimingStats::from_json(s.to_json());
   ASSERT_TRUE(back.noise.has_value());
   EXPECT_DOUBLE_EQ(*back.noise, 0.0123);
-  EXPECT_EQ(back.stop, "noise unreachable");
+  EXPECT_EQ(back.stop, WindowStop::noise_unreachable);
   // Records written before the noise existed read back without one.
   Json old = s.to_json();
   old.erase("noise");
   old.erase("stop");
   EXPECT_FALSE(TimingStats::from_json(old).noise.has_value());
+  EXPECT_EQ(TimingStats::from_json(old).stop, WindowStop::none);
   s.noise.reset();
   EXPECT_TRUE(s.to_json()["noise"].is_null());
+}
+
+TEST(TimingTest, AWindowStopIsWrittenAsItsStringAndReadBack) {
+  const std::vector<std::pair<WindowStop, std::string>> stops = {
+      {WindowStop::none, ""},
+      {WindowStop::minimum, "minimum"},
+      {WindowStop::noise, "noise"},
+      {WindowStop::noise_unreachable, "noise unreachable"},
+      {WindowStop::time_limit, "time limit"},
+      {WindowStop::step_limit, "step limit"},
+      {WindowStop::with_rank_0, "with rank 0"}};
+  for (const auto& [stop, text] : stops) {
+    EXPECT_EQ(to_string(stop), text);
+    EXPECT_EQ(parse_window_stop(text), stop) << text;
+    EXPECT_EQ(require_window_stop(text, "timing.stop"), stop) << text;
+    // A record's timing, written and read back: the same string.
+    TimingStats s;
+    s.stop = stop;
+    const Json json = s.to_json();
+    EXPECT_EQ(json["stop"], text);
+    EXPECT_EQ(dump_json(TimingStats::from_json(json).to_json()), dump_json(json)) << text;
+  }
+  for (const char* text : {"Noise", "noise ", "time-limit", "steady"}) {
+    EXPECT_FALSE(parse_window_stop(text).has_value()) << text;
+  }
+  EXPECT_THROWS_WITH(require_window_stop("nosie", "timing.stop"), ConfigError,
+                     "timing.stop 'nosie' is not a timed window's end (did you mean 'noise'?); the "
+                     "allowed values are: minimum, noise, noise unreachable, time limit, step "
+                     "limit, with rank 0");
+  Json bad = TimingStats{}.to_json();
+  bad["stop"] = "time limit reached";
+  EXPECT_THROWS_WITH(TimingStats::from_json(bad), ConfigError,
+                     "timing.stop 'time limit reached' is not a timed window's end");
 }
 
 TEST(TimingTest, ASampleHasItsMedianRangeAndTheMeansNinetyFivePercentInterval) {

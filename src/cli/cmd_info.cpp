@@ -3,6 +3,7 @@
 #include "gpubench/base/strings.h"
 #include "gpubench/base/version.h"
 #include "gpubench/device/device.h"
+#include "gpubench/device/device_ref.h"
 #include "gpubench/distributed/comm.h"
 #include "gpubench/report/reporter.h"
 #include "src/cli/internal.h"
@@ -71,7 +72,8 @@ int run_info(const InfoOptions& o, std::ostream& out, std::ostream& err) {
   out << fmt::format("data-parallel backends: {}\n", distributed::backend_support());
   std::vector<std::vector<std::string>> rows;
   for (const auto& d : devices) {
-    rows.push_back({d.type == "cuda" ? fmt::format("cuda:{}", d.index) : "cpu", d.name,
+    const DeviceRef ref = d.type == "cuda" ? DeviceRef::cuda(d.index) : DeviceRef::cpu();
+    rows.push_back({ref.str(), d.name,
                     format_bytes(static_cast<double>(d.memory_bytes)),
                     std::to_string(d.multiprocessors),
                     d.compute_capability.empty() ? "-" : d.compute_capability});
@@ -81,7 +83,7 @@ int run_info(const InfoOptions& o, std::ostream& out, std::ostream& err) {
   std::vector<std::vector<std::string>> peak_rows;
   for (std::size_t i = 0; i < devices.size(); ++i) {
     if (peaks[i].empty()) continue;
-    std::vector<std::string> row = {fmt::format("cuda:{}", devices[i].index)};
+    std::vector<std::string> row = {DeviceRef::cuda(devices[i].index).str()};
     for (const auto& kind : matmul_peak_kinds()) {
       row.push_back(peaks[i][kind].is_number() ? format_significant(peaks[i][kind].get<double>(), 3)
                                                : std::string("-"));

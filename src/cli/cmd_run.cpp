@@ -7,6 +7,7 @@
 #include "gpubench/base/terminal.h"
 #include "gpubench/config/settings.h"
 #include "gpubench/device/device.h"
+#include "gpubench/device/device_ref.h"
 #include "gpubench/distributed/environment.h"
 #include "gpubench/distributed/launcher.h"
 #include "gpubench/records/journal.h"
@@ -203,9 +204,8 @@ RunPlan plan_resume(const RunOptions& o, std::ostream& err) {
                    "and --device");
   } else if (o.gpu || !o.device.empty()) {
     plan.device = select_device(o, err);
-  } else if (plan.device != "cpu") {
-    const int index = std::stoi(plan.device.substr(5));
-    GPUBENCH_CHECK(index < cuda_device_count(), DeviceError,
+  } else if (const DeviceRef ref = require_device_ref(plan.device, "device"); ref.is_cuda()) {
+    GPUBENCH_CHECK(ref.index < cuda_device_count(), DeviceError,
                    "{}: the journal's suite ran on {}, which is not visible here; choose a "
                    "device with --gpu N",
                    o.resume_path, plan.device);

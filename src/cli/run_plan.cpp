@@ -4,6 +4,7 @@
 #include "gpubench/base/strings.h"
 #include "gpubench/config/settings.h"
 #include "gpubench/device/device.h"
+#include "gpubench/device/device_ref.h"
 #include "gpubench/distributed/environment.h"
 #include "src/cli/internal.h"
 
@@ -65,7 +66,7 @@ Json data_parallel_plan(const RunOptions& o) {
                    o.world_size.value_or(0), o.gpus, gpus.size(), gpus.size() == 1 ? "" : "s");
     dp.world_size = static_cast<int>(gpus.size());
     dp.backend = "nccl";
-    for (int g : gpus) dp.devices.push_back(fmt::format("cuda:{}", g));
+    for (int g : gpus) dp.devices.push_back(DeviceRef::cuda(g).str());
     return dp.to_json();
   }
   if (env) {
@@ -81,7 +82,7 @@ Json data_parallel_plan(const RunOptions& o) {
     dp.environment = env;
     if (o.device == "cpu") {
       dp.backend = "gloo";
-      dp.devices = {"cpu"};
+      dp.devices = {DeviceRef::cpu().str()};
     } else {
       const int count = cuda_device_count();
       // A process that sees one GPU (Slurm's --gpus-per-task 1 sets CUDA_VISIBLE_DEVICES) runs
@@ -94,7 +95,7 @@ Json data_parallel_plan(const RunOptions& o) {
                      count == 0 ? std::string("no") : fmt::format("only {}", count),
                      count == 1 ? " is" : "s are");
       dp.backend = "nccl";
-      dp.devices = {fmt::format("cuda:{}", gpu)};
+      dp.devices = {DeviceRef::cuda(gpu).str()};
     }
     return dp.to_json();
   }
@@ -108,7 +109,7 @@ Json data_parallel_plan(const RunOptions& o) {
                  "--world-size {}: at most 64 CPU ranks on one host", *o.world_size);
   dp.world_size = *o.world_size;
   dp.backend = "gloo";
-  dp.devices.assign(static_cast<std::size_t>(dp.world_size), "cpu");
+  dp.devices.assign(static_cast<std::size_t>(dp.world_size), DeviceRef::cpu().str());
   return dp.to_json();
 }
 
@@ -135,12 +136,12 @@ std::string select_device(const RunOptions& o, std::ostream& err) {
     GPUBENCH_CHECK(index < count, DeviceError, "{}: {} CUDA device{} visible (see 'gpubench info')",
                    asked, count == 0 ? std::string("no") : fmt::format("only {}", count),
                    count == 1 ? " is" : "s are");
-    return fmt::format("cuda:{}", index);
+    return DeviceRef::cuda(index).str();
   }
-  if (count > 0) return "cuda:0";
+  if (count > 0) return DeviceRef::cuda(0).str();
   err << "gpubench: no CUDA device found; running on the CPU at each model's small fixed batch "
          "(no max-batch search). Results are marked cpu.\n";
-  return "cpu";
+  return DeviceRef::cpu().str();
 }
 
 std::vector<std::string> expand_models(const RunOptions& o, const ConfigStore& store) {
@@ -217,18 +218,20 @@ void check_batches(const ConfigStore& store, const std::vector<std::string>& mod
 }
 
 std::string device_name_of(const std::string& device) {
-  if (device == "cpu") return "cpu";
-  return cuda_device_info(std::stoi(device.substr(5))).name;
+  const DeviceRef ref = require_device_ref(device, "device");
+  if (!ref.is_cuda()) return "cpu";
+  return cuda_device_info(ref.index).name;
 }
 
 void check_tier_caps(const std::vector<double>& tiers, const std::string& device,
                      const char* what) {
   if (tiers.empty()) return;
-  GPUBENCH_CHECK(device != "cpu", DeviceError,
+  const DeviceRef ref = require_device_ref(device, "device");
+  GPUBENCH_CHECK(ref.is_cuda(), DeviceError,
                  "--memory-tiers emulates smaller GPUs by capping a CUDA device's memory; no "
                  "CUDA device is in use (see 'gpubench info'; to continue a tier journal, give "
                  "--gpu N)");
-  const DeviceInfo info = cuda_device_info(std::stoi(device.substr(5)));
+  const DeviceInfo info = cuda_device_info(ref.index);
   const double device_gib = static_cast<double>(info.memory_bytes) / double(int64_t{1} << 30);
   const double largest = *std::max_element(tiers.begin(), tiers.end());
   GPUBENCH_CHECK(largest < device_gib, ConfigError,

@@ -1,6 +1,7 @@
 #include "gpubench/distributed/launcher.h"
 
 #include "gpubench/base/errors.h"
+#include "gpubench/device/device_ref.h"
 #include "gpubench/device/nvml.h"
 #include "gpubench/distributed/comm.h"
 #include "gpubench/run/process.h"
@@ -304,7 +305,8 @@ struct DataParallelLauncher::Impl {
     std::vector<RankProcess> ranks(static_cast<std::size_t>(plan.world_size));
     std::vector<int> gpus;
     for (const auto& d : plan.devices) {
-      if (d.rfind("cuda:", 0) == 0) gpus.push_back(std::stoi(d.substr(5)));
+      const DeviceRef ref = require_device_ref(d, "device");
+      if (ref.is_cuda()) gpus.push_back(ref.index);
     }
     const std::string interconnect =
         plan.backend == "gloo" && gpus.empty() ? "loopback (CPU ranks)" : interconnect_of(gpus);

@@ -1,4 +1,5 @@
 #include "gpubench/measure/batch_search.h"
+#include "gpubench/measure/search_stop.h"
 #include "src/measure/memory_line.h"
 
 #include "gpubench/base/errors.h"
@@ -184,18 +185,18 @@ class Search {
   Line line() const { return model_line(fits()); }
   bool live() const { return live_; }
 
-  /// Why the search is over, or empty.
-  std::string stop_reason() const {
+  /// Why the search is over, or SearchStop::none.
+  SearchStopReason stop_reason() const {
     const int64_t l = lo(), h = hi();
-    if (l == cand_.top()) return fmt::format("limited by search.max_batch={}", s_.max_batch);
+    if (l == cand_.top()) return SearchStopReason::max_batch_limit(s_.max_batch);
     if (h != 0 && cand_.next_above(l) >= h) {
-      return l == 0 ? fmt::format("does not fit at search.min_batch={}", s_.min_batch)
-                    : "bracket closed";
+      return l == 0 ? SearchStopReason::min_batch_no_fit(s_.min_batch)
+                    : SearchStopReason::bracket_closed();
     }
     if (static_cast<int>(probes_.size()) >= s_.max_probes) {
-      return fmt::format("probe budget spent (search.max_probes={})", s_.max_probes);
+      return SearchStopReason::probe_budget(s_.max_probes);
     }
-    return "";
+    return {};
   }
 
   struct Step {
@@ -537,9 +538,9 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
   }
 
   while (true) {
-    record.stop_reason = search.stop_reason();
-    if (!record.stop_reason.empty()) {
-      record.converged = record.stop_reason.rfind("probe budget", 0) != 0;
+    record.stop = search.stop_reason();
+    if (record.stop.stopped()) {
+      record.converged = !record.stop.budget_spent();
       break;
     }
     const Search::Step step = search.next();
@@ -552,10 +553,8 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
     if (options.on_probe) options.on_probe(p, static_cast<int>(search.probes().size()));
     if (p.sticky) {
       record.interrupted = !again;
-      record.stop_reason =
-          again ? fmt::format("the probe at batch {} failed in two workers: {}", p.batch, p.error)
-                : fmt::format("the probe at batch {} left its worker unusable: {}", p.batch,
-                              p.error);
+      record.stop = again ? SearchStopReason::probe_failed(p.batch, p.error)
+                          : SearchStopReason::probe_unusable(p.batch, p.error);
       break;
     }
   }
@@ -590,14 +589,14 @@ SearchRecord find_max_batch(const SearchSettings& settings, int64_t capacity_byt
   record.workers = workers;
   record.seconds =
       prior_seconds + std::chrono::duration<double>(Clock::now() - started).count();
-  if (record.stop_reason.rfind("probe budget", 0) == 0) {
+  if (record.stop.budget_spent()) {
     note(record.smallest_failure > 0
              ? fmt::format("the search did not converge: {}; batch {} fits, the largest lies "
                            "below {} (raise search.max_probes to close the bracket)",
-                           record.stop_reason, lo, record.smallest_failure)
+                           record.stop.text, lo, record.smallest_failure)
              : fmt::format("the search did not converge: {}; batch {} fits, the largest may "
                            "lie above it (raise search.max_probes)",
-                           record.stop_reason, lo));
+                           record.stop.text, lo));
   }
   return record;
 }

@@ -1,17 +1,134 @@
-// The search's records as data: each probe, the hint a later search starts from, and the whole
-// search, to and from the JSON of job records and journals. The search itself is
-// batch_search.cpp.
+// The search's records as data: each probe, the hint a later search starts from, why the search
+// stopped, and the whole search, to and from the JSON of job records and journals. The search
+// itself is batch_search.cpp.
 #include "gpubench/measure/batch_search.h"
+#include "gpubench/measure/search_stop.h"
 
 #include "gpubench/base/errors.h"
 #include "gpubench/base/json_int.h"
 #include "gpubench/base/strings.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <array>
+#include <cctype>
 #include <cmath>
 #include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace gpubench {
+
+// ---- Stop reasons (measure/search_stop.h): the only place their sentences are spelled ----
+
+namespace {
+
+constexpr std::string_view kBracketClosed = "bracket closed";
+constexpr std::string_view kMaxBatchLimit = "limited by search.max_batch=";
+constexpr std::string_view kMinBatchNoFit = "does not fit at search.min_batch=";
+constexpr std::string_view kMinBatchNoFitOld = "min_batch does not fit";  // older records
+constexpr std::string_view kProbeBudget = "probe budget spent";
+constexpr std::string_view kProbeAt = "the probe at batch ";
+constexpr std::string_view kLeftUnusable = " left its worker unusable";
+constexpr std::string_view kFailedTwice = " failed in two workers";
+constexpr std::string_view kCacheVerified = "cached answer verified: ";
+
+/// Each kind's form, in the enum's order.
+constexpr std::array<std::pair<SearchStop, const char*>, 8> kStopForms = {{
+    {SearchStop::none, ""},
+    {SearchStop::bracket_closed, "bracket closed"},
+    {SearchStop::max_batch_limit, "limited by search.max_batch=N"},
+    {SearchStop::min_batch_no_fit, "does not fit at search.min_batch=N"},
+    {SearchStop::probe_budget, "probe budget spent (search.max_probes=N)"},
+    {SearchStop::probe_unusable, "the probe at batch N left its worker unusable: ERROR"},
+    {SearchStop::probe_failed, "the probe at batch N failed in two workers: ERROR"},
+    {SearchStop::cache_verified, "cached answer verified: batch N fits and M does not"},
+}};
+
+bool starts_with(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+SearchStopReason make_stop(SearchStop kind, std::string text) { return {kind, std::move(text)}; }
+
+}  // namespace
+
+SearchStopReason SearchStopReason::bracket_closed() {
+  return make_stop(SearchStop::bracket_closed, std::string(kBracketClosed));
+}
+SearchStopReason SearchStopReason::max_batch_limit(int64_t max_batch) {
+  return make_stop(SearchStop::max_batch_limit, fmt::format("{}{}", kMaxBatchLimit, max_batch));
+}
+SearchStopReason SearchStopReason::min_batch_no_fit(int64_t min_batch) {
+  return make_stop(SearchStop::min_batch_no_fit, fmt::format("{}{}", kMinBatchNoFit, min_batch));
+}
+SearchStopReason SearchStopReason::probe_budget(int max_probes) {
+  return make_stop(SearchStop::probe_budget,
+              fmt::format("{} (search.max_probes={})", kProbeBudget, max_probes));
+}
+SearchStopReason SearchStopReason::probe_unusable(int64_t batch, std::string_view error) {
+  return make_stop(SearchStop::probe_unusable,
+              fmt::format("{}{}{}: {}", kProbeAt, batch, kLeftUnusable, error));
+}
+SearchStopReason SearchStopReason::probe_failed(int64_t batch, std::string_view error) {
+  return make_stop(SearchStop::probe_failed,
+              fmt::format("{}{}{}: {}", kProbeAt, batch, kFailedTwice, error));
+}
+SearchStopReason SearchStopReason::cache_verified(int64_t batch, int64_t smallest_failure,
+                                                  int64_t max_batch) {
+  return make_stop(SearchStop::cache_verified,
+              smallest_failure > 0
+                  ? fmt::format("{}batch {} fits and {} does not", kCacheVerified, batch,
+                                smallest_failure)
+                  : fmt::format("{}batch {} fits ({}{})", kCacheVerified, batch, kMaxBatchLimit,
+                                max_batch));
+}
+
+const char* to_string(SearchStop kind) {
+  for (const auto& [k, form] : kStopForms) {
+    if (k == kind) return form;
+  }
+  return "?";  // not reached: every kind has a row
+}
+
+std::optional<SearchStopReason> parse_search_stop(std::string_view text) {
+  auto kind = [&]() -> std::optional<SearchStop> {
+    if (text.empty()) return SearchStop::none;
+    if (text == kBracketClosed) return SearchStop::bracket_closed;
+    if (starts_with(text, kMaxBatchLimit)) return SearchStop::max_batch_limit;
+    if (starts_with(text, kMinBatchNoFit) || text == kMinBatchNoFitOld) {
+      return SearchStop::min_batch_no_fit;
+    }
+    if (starts_with(text, kProbeBudget)) return SearchStop::probe_budget;
+    if (starts_with(text, kCacheVerified)) return SearchStop::cache_verified;
+    if (starts_with(text, kProbeAt)) {
+      std::string_view rest = text.substr(kProbeAt.size());
+      std::size_t digits = 0;
+      while (digits < rest.size() && std::isdigit(static_cast<unsigned char>(rest[digits]))) {
+        ++digits;
+      }
+      rest = rest.substr(digits);
+      if (digits > 0 && starts_with(rest, kLeftUnusable)) return SearchStop::probe_unusable;
+      if (digits > 0 && starts_with(rest, kFailedTwice)) return SearchStop::probe_failed;
+    }
+    return std::nullopt;
+  }();
+  if (!kind) return std::nullopt;
+  return make_stop(*kind, std::string(text));
+}
+
+SearchStopReason require_search_stop(std::string_view text, std::string_view field) {
+  if (auto reason = parse_search_stop(text)) return *reason;
+  std::vector<std::string> forms;
+  for (const auto& row : kStopForms) {
+    if (row.first != SearchStop::none) forms.push_back(fmt::format("'{}'", row.second));
+  }
+  throw ConfigError(fmt::format("{} '{}' is not a search's stop reason; its forms are: {}", field,
+                                text, join(forms, ", ")));
+}
 
 Json ProbeRecord::to_json() const {
   Json j = {{"batch", batch},
@@ -100,7 +217,7 @@ Json SearchRecord::to_json() const {
             {"capacity_bytes", capacity_bytes},
             {"smallest_failure", smallest_failure},
             {"probe_count", probes.size()},
-            {"stop_reason", stop_reason},
+            {"stop_reason", stop.text},
             {"converged", converged},
             {"hinted", hinted},
             {"hint_note", hint_note},
@@ -130,9 +247,9 @@ SearchRecord SearchRecord::from_json(const Json& json) {
   r.memory_line = json.value("memory_line", std::string("reserved"));
   r.capacity_bytes = json.value("capacity_bytes", int64_t{0});
   r.smallest_failure = json.value("smallest_failure", int64_t{0});
-  r.stop_reason = json.value("stop_reason", std::string());
+  r.stop = require_search_stop(json.value("stop_reason", std::string()), "stop_reason");
   // Records from before this field: a search stopped for anything but its budget converged.
-  r.converged = json.value("converged", r.stop_reason.rfind("probe budget", 0) != 0);
+  r.converged = json.value("converged", !r.stop.budget_spent());
   r.hinted = json.value("hinted", false);
   r.hint_note = json.value("hint_note", std::string());
   r.interrupted = json.value("interrupted", false);

@@ -1,14 +1,21 @@
 #include "gpubench/measure/timing.h"
-#include "gpubench/base/json_int.h"
 
+#include "gpubench/base/errors.h"
+#include "gpubench/base/json_int.h"
 #include "gpubench/base/strings.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace gpubench {
 
@@ -215,28 +222,68 @@ bool is_steady(const std::vector<double>& step_ms, double tolerance) {
                      [&](double t) { return std::fabs(t - m) <= tolerance * m; });
 }
 
+namespace {
+
+/// Each warm-up end's string, in the enum's order: the only place they are spelled.
+constexpr std::array<std::pair<WarmupEnd, const char*>, 8> kWarmupEnds = {{
+    {WarmupEnd::none, ""},
+    {WarmupEnd::steady, "steady"},
+    {WarmupEnd::every_shape, "every batch shape ran"},
+    {WarmupEnd::nothing_to_build, "nothing left to build"},
+    {WarmupEnd::step_limit, "step limit"},
+    {WarmupEnd::time_limit, "time limit"},
+    {WarmupEnd::minimum_steps, "minimum steps"},
+    {WarmupEnd::steps_ran, "warm-up steps ran"},
+}};
+
+}  // namespace
+
+const char* to_string(WarmupEnd reason) {
+  for (const auto& [e, name] : kWarmupEnds) {
+    if (e == reason) return name;
+  }
+  return "?";  // not reached: every enumerator has a row
+}
+
+std::optional<WarmupEnd> parse_warmup_end(std::string_view text) {
+  for (const auto& [e, name] : kWarmupEnds) {
+    if (text == name) return e;
+  }
+  return std::nullopt;
+}
+
+WarmupEnd require_warmup_end(std::string_view text, std::string_view field) {
+  if (const auto reason = parse_warmup_end(text)) return *reason;
+  std::vector<std::string> allowed;
+  for (const auto& row : kWarmupEnds) {
+    if (row.first != WarmupEnd::none) allowed.emplace_back(row.second);
+  }
+  throw ConfigError(fmt::format("{} '{}' is not a warm-up's end{}; the allowed values are: {}",
+                                field, text, did_you_mean(text, allowed), join(allowed, ", ")));
+}
+
 WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_seconds,
                            const TimingSettings& settings, int autotune_steps,
                            const WarmupShapes& shapes) {
   const int steps = static_cast<int>(step_ms.size());
   // Rule 1: autotuning may still run in these steps; no limit cuts them short.
-  if (steps < std::max(autotune_steps, 0)) return {false, "", ""};
+  if (steps < std::max(autotune_steps, 0)) return {false, WarmupEnd::none, ""};
   const bool minimum_done = steps >= settings.warmup_steps;
   // A negative tolerance marks steps of varying work, whose times differ by shape: every shape
   // has run once now, or nothing builds per shape and the allocator no longer grows.
   if (settings.steady_tolerance < 0) {
-    if (minimum_done && shapes.every_shape) return {true, "every batch shape ran", ""};
+    if (minimum_done && shapes.every_shape) return {true, WarmupEnd::every_shape, ""};
     if (minimum_done && !shapes.allocator_grew) {
-      return {true, "nothing left to build",
+      return {true, WarmupEnd::nothing_to_build,
               fmt::format("{}: nothing builds per batch shape, and the last took no memory from "
                           "the driver",
                           counted(steps, "step"))};
     }
   } else if (minimum_done && is_steady(step_ms, settings.steady_tolerance)) {
-    return {true, "steady", ""};
+    return {true, WarmupEnd::steady, ""};
   }
   if (minimum_done && steps >= settings.max_warmup_steps) {
-    return {true, "step limit", counted(steps, "step")};
+    return {true, WarmupEnd::step_limit, counted(steps, "step")};
   }
   const double last_s = steps > 0 ? step_ms.back() / 1000.0 : 0.0;
   const bool over = elapsed_seconds >= settings.max_warmup_seconds;
@@ -252,11 +299,11 @@ WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_se
     if (settings.steady_tolerance >= 0 && !is_steady(step_ms, settings.steady_tolerance)) {
       detail += "; not steady yet";
     }
-    return {true, "time limit", detail};
+    return {true, WarmupEnd::time_limit, detail};
   }
   // Fewer than three steps cannot show steadiness; a minimum below three is taken as asked.
-  if (steps < 3 && minimum_done) return {true, "minimum steps", ""};
-  return {false, "", ""};
+  if (steps < 3 && minimum_done) return {true, WarmupEnd::minimum_steps, ""};
+  return {false, WarmupEnd::none, ""};
 }
 
 HostShare host_share(const std::vector<double>& host_ms, const std::vector<double>& device_ms,
@@ -329,17 +376,56 @@ double projected_window_seconds(double noise, int cycles, double elapsed_seconds
   return high * per_cycle;
 }
 
-std::string window_stop(const std::optional<double>& noise, int cycles, double elapsed_seconds,
-                        const TimingSettings& settings) {
-  if (settings.max_seconds <= settings.min_seconds) return "minimum";
-  if (noise && *noise <= settings.noise_target) return "noise";
-  if (elapsed_seconds >= settings.max_seconds) return "time limit";
+WindowStop window_stop(const std::optional<double>& noise, int cycles, double elapsed_seconds,
+                       const TimingSettings& settings) {
+  if (settings.max_seconds <= settings.min_seconds) return WindowStop::minimum;
+  if (noise && *noise <= settings.noise_target) return WindowStop::noise;
+  if (elapsed_seconds >= settings.max_seconds) return WindowStop::time_limit;
   if (noise && cycles >= kMinCyclesToProject &&
       projected_window_seconds(*noise, cycles, elapsed_seconds, settings.noise_target) >
           settings.max_seconds) {
-    return "noise unreachable";
+    return WindowStop::noise_unreachable;
   }
-  return "";
+  return WindowStop::none;
+}
+
+namespace {
+
+/// Each window stop's string, in the enum's order: the only place they are spelled.
+constexpr std::array<std::pair<WindowStop, const char*>, 7> kWindowStops = {{
+    {WindowStop::none, ""},
+    {WindowStop::minimum, "minimum"},
+    {WindowStop::noise, "noise"},
+    {WindowStop::noise_unreachable, "noise unreachable"},
+    {WindowStop::time_limit, "time limit"},
+    {WindowStop::step_limit, "step limit"},
+    {WindowStop::with_rank_0, "with rank 0"},
+}};
+
+}  // namespace
+
+const char* to_string(WindowStop stop) {
+  for (const auto& [s, name] : kWindowStops) {
+    if (s == stop) return name;
+  }
+  return "?";  // not reached: every enumerator has a row
+}
+
+std::optional<WindowStop> parse_window_stop(std::string_view text) {
+  for (const auto& [s, name] : kWindowStops) {
+    if (text == name) return s;
+  }
+  return std::nullopt;
+}
+
+WindowStop require_window_stop(std::string_view text, std::string_view field) {
+  if (const auto stop = parse_window_stop(text)) return *stop;
+  std::vector<std::string> allowed;
+  for (const auto& row : kWindowStops) {
+    if (row.first != WindowStop::none) allowed.emplace_back(row.second);
+  }
+  throw ConfigError(fmt::format("{} '{}' is not a timed window's end{}; the allowed values are: {}",
+                                field, text, did_you_mean(text, allowed), join(allowed, ", ")));
 }
 
 Json TimingStats::to_json() const {
@@ -351,7 +437,7 @@ Json TimingStats::to_json() const {
           {"step_time_ms_stddev", stddev_ms},
           {"window_seconds", window_seconds},
           {"noise", noise ? Json(*noise) : Json(nullptr)},
-          {"stop", stop}};
+          {"stop", to_string(stop)}};
 }
 
 TimingStats TimingStats::from_json(const Json& json) {
@@ -364,7 +450,9 @@ TimingStats TimingStats::from_json(const Json& json) {
   s.stddev_ms = json.value("step_time_ms_stddev", 0.0);
   s.window_seconds = json.value("window_seconds", 0.0);
   if (json.contains("noise") && json["noise"].is_number()) s.noise = json["noise"].get<double>();
-  s.stop = json.value("stop", std::string());
+  // A record without one (older than the noise stop) reads as none, as it did; one outside the
+  // set is refused, naming it.
+  s.stop = require_window_stop(json.value("stop", std::string()), "timing.stop");
   return s;
 }
 

@@ -92,4 +92,9 @@ WorkerPhase require_worker_phase(std::string_view text, std::string_view field) 
   throw_not_one_of(field, text, "a worker phase", names_in(kWorkerPhases));
 }
 
+AttemptPhase require_attempt_phase(std::string_view text, std::string_view field) {
+  if (const auto phase = parse_attempt_phase(text)) return *phase;
+  throw_not_one_of(field, text, "an attempt phase", names_in(kAttemptPhases));
+}
+
 }  // namespace gpubench

@@ -2,6 +2,8 @@
 
 #include "gpubench/base/errors.h"
 
+#include <fmt/format.h>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -11,10 +13,13 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <string>
 #include <vector>
 
 namespace gpubench {
@@ -36,9 +41,34 @@ std::vector<std::string> JobRecord::modifications() const {
   return out;
 }
 
+Json TimedAttempt::to_json() const {
+  Json out = {{"batch", batch}, {"status", to_string(status)}, {"message", message}};
+  if (seconds) out["seconds"] = *seconds;
+  if (phase) out["phase"] = to_string(*phase);
+  return out;
+}
+
+TimedAttempt TimedAttempt::from_json(const Json& json, const std::string& field) {
+  GPUBENCH_CHECK(json.is_object(), ConfigError, "{}: expected an object, got {}", field,
+                 json.type_name());
+  TimedAttempt a;
+  a.batch = json.value("batch", int64_t{0});
+  a.status = require_job_status(json.value("status", std::string()), field + ".status");
+  a.message = json.value("message", std::string());
+  if (json.contains("seconds") && json["seconds"].is_number()) {
+    a.seconds = json["seconds"].get<double>();
+  }
+  if (json.contains("phase")) {
+    a.phase = require_attempt_phase(json["phase"].get<std::string>(), field + ".phase");
+  }
+  return a;
+}
+
 Json JobRecord::to_json() const {
   Json params = Json::object();
   for (const auto& [network, count] : trainable_params) params[network] = count;
+  Json attempts = Json::array();
+  for (const TimedAttempt& attempt : confirm) attempts.push_back(attempt.to_json());
   Json out = {{"model", model},
               {"family", family},
               {"precision", precision},
@@ -54,7 +84,7 @@ Json JobRecord::to_json() const {
               {"batch_source", batch_source},
               {"batch_info", batch_info},
               {"search", search ? search->to_json() : Json(nullptr)},
-              {"confirm", confirm},
+              {"confirm", attempts},
               {"warmup", warmup},
               {"timing", timing.to_json()},
               {"step_time_ms", step_time_ms},
@@ -145,7 +175,12 @@ JobRecord job_record_from_json(const Json& j) {
   r.data_parallel = j.value("data_parallel", Json::object());
   if (j.contains("search") && j["search"].is_object())
     r.search = SearchRecord::from_json(j["search"]);
-  r.confirm = j.value("confirm", Json::array());
+  const Json attempts = j.value("confirm", Json::array());
+  GPUBENCH_CHECK(attempts.is_array(), ConfigError, "confirm: expected an array, got {}",
+                 attempts.type_name());
+  for (std::size_t i = 0; i < attempts.size(); ++i) {
+    r.confirm.push_back(TimedAttempt::from_json(attempts[i], fmt::format("confirm[{}]", i)));
+  }
   r.warmup = j.value("warmup", Json::object());
   if (j.contains("timing")) r.timing = TimingStats::from_json(j["timing"]);
   if (j.contains("step_time_ms")) r.step_time_ms = j["step_time_ms"].get<std::vector<double>>();

@@ -5,6 +5,7 @@
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/device/device.h"
+#include "gpubench/device/device_ref.h"
 #include "gpubench/measure/timing.h"
 #include "gpubench/run/search_cache.h"
 #include "src/run/clock.h"
@@ -89,8 +90,8 @@ void fill_identity(JobRecord& record, const ModelConfig& config, const RunSettin
   record.emulated = record.emulated || record.memory_cap_gib.has_value();
   if (record.device.type.empty() || record.device.name.empty()) {
     // The whole description, so the record groups with the job's other records in reports.
-    record.device = device.rfind("cuda:", 0) == 0 ? cuda_device_info(std::atoi(device.c_str() + 5))
-                                                  : cpu_device_info();
+    const DeviceRef ref = require_device_ref(device, "device");
+    record.device = ref.is_cuda() ? cuda_device_info(ref.index) : cpu_device_info();
   }
   if (record.config.empty()) record.config = config.to_json();
   if (record.created_utc.empty()) record.created_utc = utc_now();
@@ -194,8 +195,8 @@ void repeat_timed_run(JobRecord& record, double first_seconds, JobSpec spec,
 /// The fresh-process runs at a searched (or given) batch, with the step-down after an
 /// out-of-memory error and the bisection back up once a batch trained.
 struct Attempts {
-  JobRecord record;          ///< the largest batch that trained, else the last run's record
-  Json log = Json::array();  ///< every run: batch, status, message, seconds, phase
+  JobRecord record;               ///< the largest batch that trained, else the last run's record
+  std::vector<TimedAttempt> log;  ///< every run: batch, status, message, seconds, phase
   int64_t first_batch = 0;
   int64_t last_batch = 0;
 };
@@ -220,11 +221,8 @@ Attempts run_at_batch(JobSpec spec, int64_t batch, bool may_step, const ModelCon
     const auto attempt_started = Clock::now();
     out.record = launcher.launch(spec, run.job_timeout_s);
     out.last_batch = batch;
-    out.log.push_back({{"batch", batch},
-                       {"status", to_string(out.record.status)},
-                       {"message", out.record.message},
-                       {"seconds", seconds_since(attempt_started)},
-                       {"phase", to_string(phase)}});
+    out.log.push_back(
+        {batch, out.record.status, out.record.message, seconds_since(attempt_started), phase});
     if (out.record.status != JobStatus::oom && !out.record.ok()) break;  // not memory: stop
     outcomes.emplace_back(batch, out.record.ok());
     if (out.record.ok() && (!best || batch > best->batch)) best = out.record;
@@ -338,7 +336,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
       if (!found.search || !found.search->interrupted || worker + 1 >= kMaxSearchWorkers) break;
       spec.search_probes = found.search->probes;
       log(fmt::format("{}: {}; the search goes on in a fresh worker", plan.model,
-                      found.search->stop_reason));
+                      found.search->stop.text));
     }
     if (found.search) found.search->cache = merged_cache_note(first_cache, found.search->cache);
     if (found.search && !found.search->converged && found.ok()) {
@@ -370,7 +368,7 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
   spec.phase = WorkerPhase::time;
   Attempts timed = run_at_batch(spec, batch, source == "search", config, run, launcher, log);
   JobRecord record = std::move(timed.record);
-  const Json attempts = std::move(timed.log);
+  const std::vector<TimedAttempt> attempts = std::move(timed.log);
   // A worker that died says nothing of its batch: the record keeps the one it was given.
   if (record.batch == 0) record.batch = timed.last_batch;
   if (record.status == JobStatus::oom) {
@@ -400,10 +398,9 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
     if (!spec.matmul_peak) spec.matmul_peak = measured_matmul_peak(record, plan.device);
     // The first timed run's process time: the attempt that trained at the record's batch.
     double first_seconds = 0;
-    for (const Json& a : attempts) {
-      if (parse_job_status(a.value("status", std::string())) == JobStatus::ok &&
-          a.value("batch", int64_t{0}) == record.batch) {
-        first_seconds = a.value("seconds", 0.0);
+    for (const TimedAttempt& a : attempts) {
+      if (a.status == JobStatus::ok && a.batch == record.batch) {
+        first_seconds = a.seconds.value_or(0);
       }
     }
     repeat_timed_run(record, first_seconds, spec, run, launcher, log);

@@ -6,6 +6,7 @@
 #include "gpubench/base/env.h"
 #include "gpubench/base/errors.h"
 #include "gpubench/base/strings.h"
+#include "gpubench/measure/search_stop.h"
 #include "gpubench/records/result.h"
 
 #include <fmt/format.h>
@@ -294,6 +295,7 @@ struct Verification {
   bool holds = false;   ///< the answer fits and one granule more does not (or it is the top)
   bool sticky = false;  ///< a probe left its worker unusable
   std::string why;      ///< why it does not hold
+  SearchStopReason broke;  ///< the stop reason of a probe that left its worker unusable
 };
 
 Verification verify(const SearchSettings& settings, int64_t answer, const ProbeFunction& probe,
@@ -305,7 +307,8 @@ Verification verify(const SearchSettings& settings, int64_t answer, const ProbeF
     const ProbeRecord p = v.probes.back();
     if (p.sticky) {
       v.sticky = true;
-      v.why = fmt::format("the probe at batch {} left its worker unusable: {}", p.batch, p.error);
+      v.broke = SearchStopReason::probe_unusable(p.batch, p.error);
+      v.why = v.broke.text;
     }
     return p;
   };
@@ -359,12 +362,7 @@ SearchRecord verified_record(const SearchSettings& settings, int64_t capacity,
   r.capacity_bytes = capacity;
   r.smallest_failure = v.probes.size() > 1 ? v.probes[1].batch : 0;
   r.probes = v.probes;
-  r.stop_reason =
-      r.smallest_failure > 0
-          ? fmt::format("cached answer verified: batch {} fits and {} does not", r.max_batch,
-                        r.smallest_failure)
-          : fmt::format("cached answer verified: batch {} fits (limited by search.max_batch={})",
-                        r.max_batch, settings.max_batch);
+  r.stop = SearchStopReason::cache_verified(r.max_batch, r.smallest_failure, settings.max_batch);
   r.converged = true;
   r.headroom_bytes = options.headroom_bytes;
   r.workers = options.worker + 1;
@@ -381,7 +379,7 @@ SearchRecord interrupted_record(int64_t capacity, const Verification& v,
   r.capacity_bytes = capacity;
   r.probes = {v.probes.back()};
   r.interrupted = true;
-  r.stop_reason = v.why;
+  r.stop = v.broke;
   r.headroom_bytes = options.headroom_bytes;
   r.workers = options.worker + 1;
   r.seconds = probe_seconds(v.probes);
@@ -450,7 +448,7 @@ SearchRecord cached_search(const SearchSettings& settings, int64_t capacity_byte
                           timed["batch"].get<int64_t>(), cached.max_batch));
         }
         SearchRecord r = verified_record(settings, capacity_bytes, cached, v, options);
-        say(fmt::format("{}: no search", r.stop_reason));
+        say(fmt::format("{}: no search", r.stop.text));
         r.cache = note;
         return r;
       }
@@ -497,25 +495,22 @@ int64_t cached_timed_batch(const SearchRecord& search) {
   return batch > 0 && batch < search.max_batch ? batch : 0;
 }
 
-Json remember_timed_batch(const SearchRecord& search, const Json& attempts) {
+Json remember_timed_batch(const SearchRecord& search, const std::vector<TimedAttempt>& attempts) {
   const Json& note = search.cache;
   if (!note.is_object() || !note.contains("key") || !note.contains("file") ||
-      !note["file"].is_string() || search.max_batch <= 0 || !attempts.is_array()) {
+      !note["file"].is_string() || search.max_batch <= 0) {
     return nullptr;
   }
   // The largest batch that trained, and the smallest above it that ran out of memory.
   int64_t trained = 0;
-  for (const Json& a : attempts) {
-    if (parse_job_status(a.value("status", std::string())) == JobStatus::ok) {
-      trained = std::max(trained, a.value("batch", int64_t{0}));
-    }
+  for (const TimedAttempt& a : attempts) {
+    if (a.status == JobStatus::ok) trained = std::max(trained, a.batch);
   }
   if (trained <= 0 || trained >= search.max_batch) return nullptr;  // no step-down
   int64_t failed = 0;
-  for (const Json& a : attempts) {
-    const int64_t b = a.value("batch", int64_t{0});
-    if (parse_job_status(a.value("status", std::string())) == JobStatus::oom && b > trained) {
-      failed = failed == 0 ? b : std::min(failed, b);
+  for (const TimedAttempt& a : attempts) {
+    if (a.status == JobStatus::oom && a.batch > trained) {
+      failed = failed == 0 ? a.batch : std::min(failed, a.batch);
     }
   }
   // An entry that holds this batch already (the timed run started there and trained).

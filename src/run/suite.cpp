@@ -1,6 +1,7 @@
 #include "gpubench/run/suite.h"
 
 #include "gpubench/device/device.h"
+#include "gpubench/device/device_ref.h"
 #include "gpubench/base/errors.h"
 #include "gpubench/run/process.h"
 #include "gpubench/base/strings.h"
@@ -124,6 +125,7 @@ SuitePlan SuitePlan::from_json(const Json& json, const std::string& file) {
     SuitePlan plan;
     for (const auto& job : json.at("jobs")) plan.jobs.push_back(SuiteJob::from_json(job));
     plan.device = json.at("device").get<std::string>();
+    require_device_ref(plan.device, fmt::format("{}: the plan's device", file));
     plan.device_name = json.value("device_name", std::string());
     if (json.contains("fixed_batch") && json["fixed_batch"].is_number_integer()) {
       plan.fixed_batch = json["fixed_batch"].get<int64_t>();

@@ -190,7 +190,8 @@ Warmup warm_up(JobRecord& record, TrainStep& step, StepClock& clock, const StepC
     clock.mark();
     w.warm_ms.push_back(clock.intervals_ms().front());
   };
-  std::string reason, detail;
+  WarmupEnd reason = WarmupEnd::none;
+  std::string detail;
   // Steps that may still autotune are never timed, whatever the warm-up's limits.
   const int autotune =
       device.is_cuda()
@@ -246,14 +247,15 @@ Warmup warm_up(JobRecord& record, TrainStep& step, StepClock& clock, const StepC
       graphs_if_host_bound(record.model, step, ctx.runtime, cycle, w.host_ms, w.warm_ms, warm_step);
   Heartbeat::phase("after the warm-up");
   const double warm_seconds = seconds_since(warm_start);
-  record.warmup = {{"steps", w.warm_ms.size()},  {"reason", reason},
+  record.warmup = {{"steps", w.warm_ms.size()},  {"reason", to_string(reason)},
                    {"detail", detail},           {"seconds", warm_seconds},
                    {"autotune_steps", autotune}, {"step_time_ms", w.warm_ms},
                    {"every_shape", every_shape}};
   if (!host_bound.is_null()) record.warmup["host_bound"] = host_bound;
   worker_log(record.model, fmt::format("warm-up: {} in {:.1f} s ({}{})",
                                        counted(static_cast<int64_t>(w.warm_ms.size()), "step"),
-                                       warm_seconds, reason, detail.empty() ? "" : ": " + detail));
+                                       warm_seconds, to_string(reason),
+                                       detail.empty() ? "" : ": " + detail));
   // How the step runs (launch, precision, optimizer kernels), settled by the warm-up: a CUDA
   // graph is captured there.
   record.runtime = step.runtime_info();
@@ -307,7 +309,7 @@ struct Window {
   int steps = 0;
   std::vector<double> times;  ///< each step's device time [ms]
   std::optional<double> noise;
-  std::string stop;    ///< why the window ended (window_stop, or "step limit")
+  WindowStop stop = WindowStop::none;  ///< why it ended (window_stop, or step_limit)
   double seconds = 0;  ///< the window's device time
 };
 
@@ -346,7 +348,7 @@ Window time_window(JobRecord& record, TrainStep& step, StepClock& clock, const S
     if (!window_done(w.steps, device_seconds, t)) return false;
     w.noise = window_noise(w.times, cycle);
     w.stop = window_stop(w.noise, static_cast<int>(w.times.size()) / cycle, device_seconds, t);
-    if (!w.stop.empty()) return true;
+    if (w.stop != WindowStop::none) return true;
     // The next look after about a quarter more steps, whole cycles, and not far past the limit.
     const double per_step = device_seconds / w.steps;
     const int to_limit =
@@ -365,20 +367,20 @@ Window time_window(JobRecord& record, TrainStep& step, StepClock& clock, const S
     if (w.steps >= kMaxSteps) {
       w.times = clock.intervals_ms();
       w.noise = window_noise(w.times, cycle);
-      w.stop = "step limit";
+      w.stop = WindowStop::step_limit;
       break;
     }
     if (w.steps % cycle != 0) continue;
     // Every rank of a data-parallel run agrees after each cycle, so all end at the same step.
     const bool stop = look();
     if (!agreement.decide(stop)) {
-      w.stop.clear();
+      w.stop = WindowStop::none;
       continue;
     }
     if (!stop) {
       w.times = clock.intervals_ms();
       w.noise = window_noise(w.times, cycle);
-      w.stop = "with rank 0";
+      w.stop = WindowStop::with_rank_0;
     }
     break;
   }
@@ -472,9 +474,10 @@ void time_phase(JobRecord& record, const Architecture& arch, const StepContext& 
       record.model,
       fmt::format("timed: {} in {:.2f} s, {} {}{}", counted(window.steps, "step"), window.seconds,
                   format_significant(record.throughput, 4), record.throughput_unit,
-                  window.stop == "minimum" ? std::string()
-                  : window.noise ? fmt::format(" (+-{:.2f}%, {})", 100 * *window.noise, window.stop)
-                                 : fmt::format(" ({})", window.stop)));
+                  window.stop == WindowStop::minimum ? std::string()
+                  : window.noise ? fmt::format(" (+-{:.2f}%, {})", 100 * *window.noise,
+                                               to_string(window.stop))
+                                 : fmt::format(" ({})", to_string(window.stop))));
 
   // A number is a result only when the model it timed was training soundly: finite losses at
   // both ends of the window, and the workload's own degeneracy check.

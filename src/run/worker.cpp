@@ -230,20 +230,20 @@ void log_probe(const std::string& model, const ProbeRecord& p, int index) {
 void record_search(JobRecord& record, SearchRecord search, const ModelConfig& config) {
   record.batch = search.max_batch;
   record.batch_source = "search";
-  const bool broken = search.interrupted || search.stop_reason.rfind("the probe at", 0) == 0;
+  const bool broken = search.interrupted || search.stop.probe_broke();
   record.status = broken                 ? JobStatus::failed
                   : search.max_batch > 0 ? JobStatus::ok
                                          : JobStatus::no_fit;
   if (broken) {
-    record.message = "search: " + search.stop_reason;
+    record.message = "search: " + search.stop.text;
   } else if (search.max_batch == 0) {
     record.message =
-        fmt::format("does not fit at batch {} ({})", config.search.min_batch, search.stop_reason);
+        fmt::format("does not fit at batch {} ({})", config.search.min_batch, search.stop.text);
   } else if (!search.converged) {
     record.message = fmt::format(
         "warning: the search did not converge ({}); batch {} fits but may be below the "
         "largest that does (raise search.max_probes to close the bracket)",
-        search.stop_reason, search.max_batch);
+        search.stop.text, search.max_batch);
   }
   record.search = std::move(search);
 }

@@ -30,6 +30,7 @@
 
 #include "gpubench/config/config.h"
 #include "gpubench/base/json.h"
+#include "gpubench/measure/search_stop.h"
 
 #include <cstdint>
 #include <functional>
@@ -107,7 +108,9 @@ struct SearchRecord {
   /// max_batch + granularity.
   int64_t smallest_failure = 0;
   std::vector<ProbeRecord> probes;
-  std::string stop_reason;  ///< "bracket closed", "limited by search.max_batch=...", ...
+  /// Why it stopped (measure/search_stop.h): its kind and its sentence, written as
+  /// "stop_reason" ("bracket closed", "limited by search.max_batch=512", ...).
+  SearchStopReason stop;
   /// The answer is exact: max_batch fits and the next candidate does not (both seen), max_batch
   /// is search.max_batch, or min_batch does not fit. False when the budget ran out or the search
   /// was interrupted.

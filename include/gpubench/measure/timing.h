@@ -7,9 +7,30 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gpubench {
+
+/// Why a timed window ended (window_stop, and the runner's own two), written as its string in
+/// the record's timing.stop: the schema is unchanged.
+enum class WindowStop {
+  none,               ///< "": not ended (window_stop: go on), or a record without one
+  minimum,            ///< "minimum": no limit above the minimum, it ended there
+  noise,              ///< "noise": within settings.noise_target
+  noise_unreachable,  ///< "noise unreachable": the target projects past max_seconds
+  time_limit,         ///< "time limit": at max_seconds
+  step_limit,         ///< "step limit": the runner's cap on a window's steps
+  with_rank_0,        ///< "with rank 0": a data-parallel rank that ended where rank 0 did
+};
+
+const char* to_string(WindowStop stop);
+/// The stop whose string `text` is ("" is WindowStop::none), or none for a string outside the
+/// set.
+std::optional<WindowStop> parse_window_stop(std::string_view text);
+/// `text` read from the field `field` of a file: the stop, or a ConfigError naming the field,
+/// the value and the allowed values.
+WindowStop require_window_stop(std::string_view text, std::string_view field);
 
 /// Summary of the timed window.
 struct TimingStats {
@@ -23,9 +44,9 @@ struct TimingStats {
   /// The window's noise: half-width of the 95% interval of the mean step time over whole
   /// cycles, relative to it (window_noise); unset where fewer than two cycles ran.
   std::optional<double> noise;
-  /// Why the window ended: "minimum", "noise", "noise unreachable", "time limit", "step limit"
-  /// (window_stop).
-  std::string stop;
+  /// Why the window ended (window_stop); written as its string, "" for none. A string outside
+  /// the set is refused when read.
+  WindowStop stop = WindowStop::none;
 
   Json to_json() const;
   static TimingStats from_json(const Json& json);
@@ -67,12 +88,34 @@ TimingStats summarize_steps(const std::vector<double>& step_ms, double window_se
 /// median: cuDNN autotuning and allocator growth are over.
 bool is_steady(const std::vector<double>& step_ms, double tolerance);
 
-/// Whether warm-up is done after these steps, and why: "steady", "every batch shape ran",
-/// "nothing left to build", "step limit", "time limit", "minimum steps"; `detail` says more in
-/// words (a time limit: how long the steps took, the first one, autotuning included, on its own).
+/// Why a warm-up ended (the rules of warmup_done), written as its string in the record's
+/// warmup.reason: the schema is unchanged.
+enum class WarmupEnd {
+  none,              ///< "": not ended
+  steady,            ///< "steady"
+  every_shape,       ///< "every batch shape ran"
+  nothing_to_build,  ///< "nothing left to build"
+  step_limit,        ///< "step limit"
+  time_limit,        ///< "time limit"
+  minimum_steps,     ///< "minimum steps"
+  /// "warm-up steps ran": records of an older gpubench only (its rule for steps of varying
+  /// work, before every_shape and nothing_to_build); read and written back, never decided.
+  steps_ran,
+};
+
+const char* to_string(WarmupEnd reason);
+/// The reason whose string `text` is ("" is WarmupEnd::none), or none for a string outside the
+/// set.
+std::optional<WarmupEnd> parse_warmup_end(std::string_view text);
+/// `text` read from the field `field` of a file: the reason, or a ConfigError naming the field,
+/// the value and the allowed values.
+WarmupEnd require_warmup_end(std::string_view text, std::string_view field);
+
+/// Whether warm-up is done after these steps, and why (`reason`); `detail` says more in words
+/// (a time limit: how long the steps took, the first one, autotuning included, on its own).
 struct WarmupDecision {
   bool done = false;
-  std::string reason;
+  WarmupEnd reason = WarmupEnd::none;
   std::string detail;
 };
 
@@ -154,9 +197,9 @@ double projected_window_seconds(double noise, int cycles, double elapsed_seconds
 /// limit" at max_seconds; and "noise unreachable" as soon as the noise over at least
 /// kMinCyclesToProject `cycles` projects (projected_window_seconds) that the target would be
 /// reached only past max_seconds: those seconds would buy a noise still above it. A max_seconds
-/// at or below min_seconds turns all of that off ("minimum"). "" = go on.
-std::string window_stop(const std::optional<double>& noise, int cycles, double elapsed_seconds,
-                        const TimingSettings& settings);
+/// at or below min_seconds turns all of that off ("minimum"). WindowStop::none = go on.
+WindowStop window_stop(const std::optional<double>& noise, int cycles, double elapsed_seconds,
+                       const TimingSettings& settings);
 
 /// What a throughput means in arithmetic: {flops_per_unit, tflops (achieved: throughput x
 /// FLOPs per unit), peak_kind, peak_tflops (the device's measured dense-matmul peak for the

@@ -51,5 +51,6 @@ std::optional<AttemptPhase> parse_attempt_phase(std::string_view text);
 /// 'no-fit'?); the allowed values are: ok, no-fit, diverged, failed, timeout, crashed, oom".
 JobStatus require_job_status(std::string_view text, std::string_view field);
 WorkerPhase require_worker_phase(std::string_view text, std::string_view field);
+AttemptPhase require_attempt_phase(std::string_view text, std::string_view field);
 
 }  // namespace gpubench

@@ -9,6 +9,7 @@
 #include "gpubench/records/enums.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -37,6 +38,23 @@ struct JobCost {
   std::string source;
 };
 
+/// One timed run of a job in a fresh process (an entry of JobRecord::confirm): the search's
+/// batch, a step down after an out-of-memory error, or a bisection back up.
+struct TimedAttempt {
+  int64_t batch = 0;
+  JobStatus status = JobStatus::ok;  ///< written as its string; "oom" where it ran out
+  std::string message;
+  std::optional<double> seconds;      ///< the process's wall time; older records lack it
+  std::optional<AttemptPhase> phase;  ///< written as its string; older records lack it
+
+  /// {batch, status, message, seconds, phase}: the keys it has, in that order.
+  Json to_json() const;
+  /// `json` read from the field `field` of a record ("confirm[2]"): a status or phase outside
+  /// its set is a ConfigError naming the field ("confirm[2].phase"), the value and the allowed
+  /// values.
+  static TimedAttempt from_json(const Json& json, const std::string& field);
+};
+
 /// One model on one device at one precision: the search, the timed run and their context.
 struct JobRecord {
   std::string model;            ///< "bert-base"
@@ -62,9 +80,9 @@ struct JobRecord {
   /// empty on one device. `throughput` is then the sum over the ranks.
   Json data_parallel = Json::object();
   std::optional<SearchRecord> search;
-  /// Timed-run attempts: [{batch, status, message, seconds, phase}], status a JobStatus's string,
-  /// phase an AttemptPhase's: "confirm" (the search's batch), "step-down" or "bisect".
-  Json confirm = Json::array();
+  /// The timed-run attempts, in the order they ran: [{batch, status, message, seconds, phase}]
+  /// (older records: {batch, status, message}); a memory tier's confirm runs.
+  std::vector<TimedAttempt> confirm;
   Json warmup = Json::object();  ///< {steps, reason, step_time_ms: [...]}
   TimingStats timing;
   std::vector<double> step_time_ms;  ///< every timed step

@@ -11,11 +11,13 @@
 #include "gpubench/base/json.h"
 #include "gpubench/config/config.h"
 #include "gpubench/measure/batch_search.h"
+#include "gpubench/records/result.h"
 
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gpubench {
 
@@ -123,7 +125,7 @@ int64_t cached_timed_batch(const SearchRecord& search);
 /// names. Returns the note for the record's `search.cache.timed_stored`: {batch, failed,
 /// stored, and a warning where it could not be stored}; null when there is nothing to store
 /// (no cache, no step-down, or the entry already holds that batch).
-Json remember_timed_batch(const SearchRecord& search, const Json& attempts);
+Json remember_timed_batch(const SearchRecord& search, const std::vector<TimedAttempt>& attempts);
 
 /// The cache note of a search that went on in fresh workers: the first worker's lookup and
 /// verification (`first`) with what the last one stored (`last`, whose lookup is "skipped").
