@@ -64,6 +64,34 @@ TimedAttempt TimedAttempt::from_json(const Json& json, const std::string& field)
   return a;
 }
 
+Json WarmupRecord::to_json() const {
+  Json out = {{"steps", steps}, {"reason", to_string(reason)}};
+  if (detail) out["detail"] = *detail;
+  if (seconds) out["seconds"] = *seconds;
+  if (autotune_steps) out["autotune_steps"] = *autotune_steps;
+  out["step_time_ms"] = step_time_ms;
+  if (every_shape) out["every_shape"] = *every_shape;
+  if (host_bound) out["host_bound"] = *host_bound;
+  return out;
+}
+
+WarmupRecord WarmupRecord::from_json(const Json& json, const std::string& field) {
+  GPUBENCH_CHECK(json.is_object(), ConfigError, "{}: expected an object, got {}", field,
+                 json.type_name());
+  WarmupRecord w;
+  w.steps = json.value("steps", int64_t{0});
+  w.reason = require_warmup_end(json.value("reason", std::string()), field + ".reason");
+  if (json.contains("detail")) w.detail = json["detail"].get<std::string>();
+  if (json.contains("seconds")) w.seconds = json["seconds"].get<double>();
+  if (json.contains("autotune_steps")) w.autotune_steps = json["autotune_steps"].get<int64_t>();
+  if (json.contains("step_time_ms")) {
+    w.step_time_ms = json["step_time_ms"].get<std::vector<double>>();
+  }
+  if (json.contains("every_shape")) w.every_shape = json["every_shape"].get<bool>();
+  if (json.contains("host_bound")) w.host_bound = json["host_bound"];
+  return w;
+}
+
 Json JobRecord::to_json() const {
   Json params = Json::object();
   for (const auto& [network, count] : trainable_params) params[network] = count;
@@ -85,7 +113,7 @@ Json JobRecord::to_json() const {
               {"batch_info", batch_info},
               {"search", search ? search->to_json() : Json(nullptr)},
               {"confirm", attempts},
-              {"warmup", warmup},
+              {"warmup", warmup ? warmup->to_json() : Json::object()},
               {"timing", timing.to_json()},
               {"step_time_ms", step_time_ms},
               {"units_per_step", units_per_step},
@@ -181,7 +209,10 @@ JobRecord job_record_from_json(const Json& j) {
   for (std::size_t i = 0; i < attempts.size(); ++i) {
     r.confirm.push_back(TimedAttempt::from_json(attempts[i], fmt::format("confirm[{}]", i)));
   }
-  r.warmup = j.value("warmup", Json::object());
+  // {} where no warm-up ran (a search-only or failed job).
+  if (const Json warmup = j.value("warmup", Json::object()); !warmup.empty()) {
+    r.warmup = WarmupRecord::from_json(warmup, "warmup");
+  }
   if (j.contains("timing")) r.timing = TimingStats::from_json(j["timing"]);
   if (j.contains("step_time_ms")) r.step_time_ms = j["step_time_ms"].get<std::vector<double>>();
   r.units_per_step = j.value("units_per_step", 0.0);
