@@ -11,8 +11,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -195,7 +197,8 @@ TEST(RecordEnumsTest, JournalsOfEarlierRunsReadAndWriteBackTheSameStrings) {
       EXPECT_EQ(after.contains("diverged_throughput"), before.contains("diverged_throughput"));
       EXPECT_EQ(dump_json(after["confirm"]), dump_json(before.value("confirm", Json::array())))
           << i;
-      EXPECT_EQ(after.value("repeats", Json::array()), before.value("repeats", Json::array()));
+      EXPECT_EQ(dump_json(after.value("repeats", Json::array())),
+                dump_json(before.value("repeats", Json::array())));
       // The search's stop reason: its kind read from the sentence, the sentence written back.
       if (before.contains("search") && before["search"].is_object()) {
         EXPECT_EQ(after["search"]["stop_reason"], before["search"]["stop_reason"]) << i;
@@ -268,6 +271,11 @@ TEST(RecordFieldsTest, EveryStoredRecordWritesItsTypedFieldsBackByteForByte) {
             continue;
           }
           expect_field_written_back(before, after, "confirm", where);
+          expect_field_written_back(before, after, "warmup", where);
+          expect_field_written_back(before, after, "repeats", where);
+          if (before.contains("timing") && before["timing"].contains("stop")) {
+            EXPECT_EQ(after["timing"]["stop"], before["timing"]["stop"]) << where;
+          }
         }
       }
     }
@@ -315,6 +323,79 @@ TEST(RecordFieldsTest, TimedAttemptsOfOldAndNewRecordsWriteBackTheSameBytes) {
                      "confirm[2].status 'OOM' is not a job status");
   before["confirm"] = Json::object();
   EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError, "confirm: expected an array");
+}
+
+TEST(RecordFieldsTest, WarmUpsOfOldAndNewRecordsWriteBackTheSameBytes) {
+  const std::vector<std::string> shapes = {
+      // No warm-up ran (a memory tier's record).
+      R"({})",
+      // An older gpubench's (docs/results/2026-12-01-h200-health), its reason included.
+      R"({"steps":5,"reason":"warm-up steps ran","step_time_ms":[812.5,90.25,90.0,90.5,90.0]})",
+      // Today's, with and without every_shape and host_bound.
+      R"({"steps":3,"reason":"steady","detail":"","seconds":4.5,"autotune_steps":2,)"
+      R"("step_time_ms":[900.0,100.0,100.5]})",
+      R"({"steps":4,"reason":"nothing left to build","detail":"4 steps: nothing builds per batch )"
+      R"(shape","seconds":2.25,"autotune_steps":2,"step_time_ms":[9.0,1.0,2.0,1.5],)"
+      R"("every_shape":false,"host_bound":{"steps":3,"host_ms":4.5,"device_ms":4.75,)"
+      R"("share":0.95,"threshold":0.9,"host_bound":true,"graphs":"on",)"
+      R"("capture_steps":4}})"};
+  for (const std::string& text : shapes) {
+    Json before = JobRecord().to_json();
+    before["warmup"] = Json::parse(text);
+    EXPECT_EQ(dump_json(JobRecord::from_json(before).to_json()["warmup"]), text);
+  }
+  Json before = JobRecord().to_json();
+  before["warmup"] = Json::parse(shapes[1]);
+  const JobRecord old_record = JobRecord::from_json(before);
+  ASSERT_TRUE(old_record.warmup.has_value());
+  EXPECT_EQ(old_record.warmup->reason, WarmupEnd::steps_ran);
+  EXPECT_FALSE(old_record.warmup->detail.has_value());
+  EXPECT_FALSE(old_record.warmup->every_shape.has_value());
+  before["warmup"] = Json::parse(shapes[3]);
+  const JobRecord new_record = JobRecord::from_json(before);
+  ASSERT_TRUE(new_record.warmup.has_value());
+  EXPECT_EQ(new_record.warmup->reason, WarmupEnd::nothing_to_build);
+  EXPECT_EQ(new_record.warmup->every_shape, std::optional<bool>(false));
+  EXPECT_EQ(new_record.warmup->step_time_ms.size(), 4u);
+  EXPECT_FALSE(JobRecord::from_json({{"model", "bert-base"}}).warmup.has_value());
+  // A reason outside the set is refused, naming the field.
+  before["warmup"]["reason"] = "steady state";
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "warmup.reason 'steady state' is not a warm-up's end");
+  before["warmup"] = "steady";
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError, "warmup: expected an object");
+}
+
+TEST(RecordFieldsTest, RepeatsOfOldAndNewRecordsWriteBackTheSameBytes) {
+  // Without NVML's power, clock and energy (docs/results/2026-12-03-h200-rois-signals-ddp), and
+  // with them.
+  const std::string without =
+      R"([{"throughput":1500.25,"step_time_ms_median":42.5,"steps":120,"window_seconds":5.125,)"
+      R"("status":"ok","message":"","seconds":61.5}])";
+  const std::string with =
+      R"([{"throughput":1500.25,"step_time_ms_median":42.5,"steps":120,"window_seconds":5.125,)"
+      R"("status":"ok","message":"","seconds":61.5,"power_w_mean":612.5,)"
+      R"("sm_clock_mhz_median":1980,"units_per_joule":2.5,"throttled":false},)"
+      R"({"throughput":0.0,"step_time_ms_median":0.0,"steps":0,"window_seconds":0.0,)"
+      R"("status":"oom","message":"CUDA out of memory","seconds":12.0}])";
+  for (const std::string& text : {without, with}) {
+    Json before = JobRecord().to_json();
+    before["repeats"] = Json::parse(text);
+    EXPECT_EQ(dump_json(JobRecord::from_json(before).to_json()["repeats"]), text);
+  }
+  Json before = JobRecord().to_json();
+  before["repeats"] = Json::parse(with);
+  const JobRecord r = JobRecord::from_json(before);
+  ASSERT_EQ(r.repeats.size(), 2u);
+  EXPECT_EQ(r.repeats[0].sm_clock_mhz_median, std::optional<int64_t>(1980));
+  EXPECT_EQ(r.repeats[0].throttled, std::optional<bool>(false));
+  EXPECT_EQ(r.repeats[1].status, JobStatus::oom);
+  EXPECT_FALSE(r.repeats[1].power_w_mean.has_value());
+  // No repeats: none written, as before.
+  EXPECT_FALSE(JobRecord::from_json({{"model", "bert-base"}}).to_json().contains("repeats"));
+  before["repeats"][1]["status"] = "out of memory";
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "repeats[1].status 'out of memory' is not a job status");
 }
 
 TEST(RecordEnumsTest, AnUnknownStatusIsRefusedNamingTheFieldTheValueAndTheAllowedOnes) {

@@ -27,6 +27,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -56,7 +57,8 @@ TEST(RunnerTest, TimePhaseOnTheCpuProducesACompleteRecord) {
   EXPECT_GT(r.throughput, 0);
   EXPECT_DOUBLE_EQ(r.units_per_step, 2);  // examples per step
   EXPECT_NEAR(r.throughput, 2.0 * r.timing.steps / r.timing.window_seconds, 1e-6 * r.throughput);
-  EXPECT_EQ(r.warmup["steps"], 1);
+  ASSERT_TRUE(r.warmup.has_value());
+  EXPECT_EQ(r.warmup->steps, 1);
   EXPECT_TRUE(r.losses.contains("mlm"));
   EXPECT_TRUE(std::isfinite(r.losses["loss"].get<double>()));
   EXPECT_GT(r.trainable_params.at("model"), 0);
@@ -319,20 +321,22 @@ TEST(RunnerTest, TheWarmUpGoesOnUntilTheStepSettledAndSaysSo) {
   int window_runs = 0;
   const JobRecord r = time_on_cpu(settling_architecture(/*unsettled_runs=*/7, &window_runs));
   EXPECT_EQ(r.status, JobStatus::ok) << r.message;
-  EXPECT_EQ(r.warmup["steps"], 7);  // one warm-up step by the rules, six more to settle
-  EXPECT_NE(r.warmup["detail"].get<std::string>().find(
-                "then 6 more steps while the scale is still backing off"),
+  ASSERT_TRUE(r.warmup.has_value());
+  EXPECT_EQ(r.warmup->steps, 7);  // one warm-up step by the rules, six more to settle
+  const std::string detail = r.warmup->detail.value_or("");
+  EXPECT_NE(detail.find("then 6 more steps while the scale is still backing off"),
             std::string::npos)
-      << r.warmup["detail"];
+      << detail;
   EXPECT_EQ(window_runs, 4);
 }
 
 TEST(RunnerTest, AStepThatNeverSettlesIsTimedAfterABoundedWarmUpAndSaysSo) {
   int window_runs = 0;
   const JobRecord r = time_on_cpu(settling_architecture(/*unsettled_runs=*/1000, &window_runs));
-  EXPECT_EQ(r.warmup["steps"], 1 + 64);
-  EXPECT_NE(r.warmup["detail"].get<std::string>().find("(still so)"), std::string::npos)
-      << r.warmup["detail"];
+  ASSERT_TRUE(r.warmup.has_value());
+  EXPECT_EQ(r.warmup->steps, 1 + 64);
+  const std::string detail = r.warmup->detail.value_or("");
+  EXPECT_NE(detail.find("(still so)"), std::string::npos) << detail;
   // Its own verdict on the window then decides the job.
   EXPECT_EQ(r.status, JobStatus::diverged);
   EXPECT_NE(r.message.find("timed before it settled"), std::string::npos) << r.message;
@@ -344,10 +348,10 @@ TEST(RunnerTest, AWarmUpStopsSettlingOnceALossIsNoLongerFinite) {
   // the warm-up stops after 1 + 16 steps instead of 1 + 64, and the window says diverged.
   const JobRecord r =
       time_on_cpu(settling_architecture(/*unsettled_runs=*/1000, &window_runs, /*nan_after=*/12));
-  EXPECT_EQ(r.warmup["steps"], 1 + 16);
-  EXPECT_NE(r.warmup["detail"].get<std::string>().find("a loss is no longer finite"),
-            std::string::npos)
-      << r.warmup["detail"];
+  ASSERT_TRUE(r.warmup.has_value());
+  EXPECT_EQ(r.warmup->steps, 1 + 16);
+  const std::string detail = r.warmup->detail.value_or("");
+  EXPECT_NE(detail.find("a loss is no longer finite"), std::string::npos) << detail;
   EXPECT_EQ(r.status, JobStatus::diverged);
   EXPECT_NE(r.message.find("loss 'loss' is NaN"), std::string::npos) << r.message;
 }
@@ -422,26 +426,32 @@ TEST(RunnerTest, AHostBoundWarmUpTurnsGraphsOnAndWarmsUpUntilACycleReplays) {
   // shapes, 3 more replay a whole cycle; then the window.
   const JobRecord r = time_host_bound(3, "", true);
   ASSERT_EQ(r.status, JobStatus::ok) << r.message;
-  const Json& h = r.warmup["host_bound"];
+  ASSERT_TRUE(r.warmup.has_value());
+  ASSERT_TRUE(r.warmup->host_bound.has_value());
+  const Json& h = *r.warmup->host_bound;
   EXPECT_TRUE(h["host_bound"].get<bool>()) << h;
   EXPECT_GE(h["share"].get<double>(), kHostBoundShare) << h;
   EXPECT_DOUBLE_EQ(h["threshold"].get<double>(), kHostBoundShare);
   EXPECT_EQ(h["steps"], 1);
   EXPECT_EQ(h["graphs"], "on");
   EXPECT_EQ(h["capture_steps"], 6 + 3);
-  EXPECT_EQ(r.warmup["steps"], 1 + 6 + 3);
-  EXPECT_EQ(r.warmup["step_time_ms"].size(), 10u);
+  EXPECT_EQ(r.warmup->steps, 1 + 6 + 3);
+  EXPECT_EQ(r.warmup->step_time_ms.size(), 10u);
   EXPECT_EQ(r.runtime["launch"], "cuda-graphs");  // read after the captures
   EXPECT_EQ(r.timing.steps % 3, 0);               // whole cycles, all replays
   // One shape: two replays in a row are enough.
   const JobRecord one = time_host_bound(1, "", true);
-  EXPECT_EQ(one.warmup["host_bound"]["capture_steps"], 2 + 2);
+  ASSERT_TRUE(one.warmup.has_value());
+  ASSERT_TRUE(one.warmup->host_bound.has_value());
+  EXPECT_EQ((*one.warmup->host_bound)["capture_steps"], 2 + 2);
 }
 
 TEST(RunnerTest, AHostBoundStepThatCannotTakeGraphsStaysEagerAndSaysWhy) {
   const JobRecord r = time_host_bound(2, "amp-fp16 reads a flag on the host", true);
   ASSERT_EQ(r.status, JobStatus::ok) << r.message;
-  const Json& h = r.warmup["host_bound"];
+  ASSERT_TRUE(r.warmup.has_value());
+  ASSERT_TRUE(r.warmup->host_bound.has_value());
+  const Json& h = *r.warmup->host_bound;
   EXPECT_TRUE(h["host_bound"].get<bool>()) << h;
   EXPECT_EQ(h["graphs"], "off");
   EXPECT_EQ(h["why_not"], "amp-fp16 reads a flag on the host");
@@ -449,7 +459,9 @@ TEST(RunnerTest, AHostBoundStepThatCannotTakeGraphsStaysEagerAndSaysWhy) {
   EXPECT_EQ(r.runtime["launch"], "eager");
   // Without the setting the warm-up neither measures nor asks.
   const JobRecord off = time_host_bound(2, "", false);
-  EXPECT_FALSE(off.warmup.contains("host_bound")) << off.warmup;
+  ASSERT_TRUE(off.warmup.has_value());
+  EXPECT_FALSE(off.warmup->host_bound.has_value()) << off.warmup->to_json();
+  EXPECT_FALSE(off.to_json()["warmup"].contains("host_bound"));
   EXPECT_EQ(off.runtime["launch"], "eager");
 }
 
@@ -497,7 +509,7 @@ TEST(RunnerTest, TheTimedPhaseAllocatesTheOptimizerStateBeforeTheFirstStep) {
   EXPECT_EQ(std::count(log.begin(), log.end(), "state"), 1);
   EXPECT_EQ(std::count(log.begin() + 2, log.end(), "run"), static_cast<long>(log.size()) - 2);
   EXPECT_EQ(std::count(log.begin(), log.end(), "run"),
-            r.warmup["steps"].get<int>() + r.timing.steps);
+            r.warmup.value_or(WarmupRecord{}).steps + r.timing.steps);
 }
 
 TEST(RunnerTest, ATiersConfirmAllocatesTheOptimizerStateBeforeItsFirstStep) {
@@ -890,12 +902,12 @@ TEST(RunnerTest, RepeatedTimedRunsGiveTheMedianAndAnInterval) {
   EXPECT_NEAR(r.throughput_stats->ci95_low, 12 - half, 1e-9);
   EXPECT_NEAR(r.throughput_stats->ci95_high, 12 + half, 1e-9);
   ASSERT_EQ(r.repeats.size(), 3u);
-  EXPECT_EQ(r.repeats[1]["throughput"], 14);
-  EXPECT_EQ(r.repeats[2]["status"], "ok");
+  EXPECT_EQ(r.repeats[1].throughput, 14);
+  EXPECT_EQ(r.repeats[2].status, JobStatus::ok);
   ASSERT_TRUE(r.normalized.has_value());  // scored on the median
   EXPECT_DOUBLE_EQ(r.normalized->score, 12 / r.normalized->baseline_throughput);
   const JobRecord back = JobRecord::from_json(r.to_json());
-  EXPECT_EQ(back.repeats, r.repeats);
+  EXPECT_EQ(dump_json(back.to_json()["repeats"]), dump_json(r.to_json()["repeats"]));
   EXPECT_EQ(back.throughput_stats->to_json(), r.throughput_stats->to_json());
 
   // One timed run: no repeats, no interval; the record reads and writes as before.
@@ -916,8 +928,9 @@ TEST(RunnerTest, RepeatedTimedRunsSummarizePowerClocksAndEnergyOverEveryRun) {
   const JobRecord r = run_job(plan, with_repeat(4), launcher, quiet);
   ASSERT_EQ(r.status, JobStatus::ok) << r.message;
   ASSERT_EQ(r.repeats.size(), 4u);
-  EXPECT_GT(r.repeats[0]["seconds"].get<double>(), 0.0);
-  EXPECT_DOUBLE_EQ(r.repeats[1]["power_w_mean"].get<double>(), 314.0);
+  EXPECT_GT(r.repeats[0].seconds, 0.0);
+  EXPECT_DOUBLE_EQ(r.repeats[1].power_w_mean.value_or(0), 314.0);
+  EXPECT_EQ(r.repeats[1].sm_clock_mhz_median, std::optional<int64_t>(1886));
   const Json& s = r.repeat_summary;
   EXPECT_EQ(s["runs"], 3);  // the one out of memory is not counted
   EXPECT_EQ(s["throttled_runs"], 1);
@@ -1007,7 +1020,7 @@ TEST(RunnerTest, ARepeatThatDivergesFailsTheJobAndOneOutOfMemoryIsSaid) {
   EXPECT_EQ(e.throughput, 11);  // the median of 10 and 12
   EXPECT_EQ(e.throughput_stats->n, 2);
   EXPECT_EQ(e.repeats.size(), 3u);
-  EXPECT_EQ(e.repeats[1]["status"], "oom");
+  EXPECT_EQ(e.repeats[1].status, JobStatus::oom);
   EXPECT_NE(e.message.find("1 of 3 timed runs did not finish, the statistics are over the other "
                            "2: timed run 2 of 3: oom (CUDA out of memory)"),
             std::string::npos)

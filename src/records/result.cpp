@@ -20,6 +20,7 @@
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gpubench {
@@ -64,6 +65,69 @@ TimedAttempt TimedAttempt::from_json(const Json& json, const std::string& field)
   return a;
 }
 
+Json WarmupRecord::to_json() const {
+  Json out = {{"steps", steps}, {"reason", to_string(reason)}};
+  if (detail) out["detail"] = *detail;
+  if (seconds) out["seconds"] = *seconds;
+  if (autotune_steps) out["autotune_steps"] = *autotune_steps;
+  out["step_time_ms"] = step_time_ms;
+  if (every_shape) out["every_shape"] = *every_shape;
+  if (host_bound) out["host_bound"] = *host_bound;
+  return out;
+}
+
+WarmupRecord WarmupRecord::from_json(const Json& json, const std::string& field) {
+  GPUBENCH_CHECK(json.is_object(), ConfigError, "{}: expected an object, got {}", field,
+                 json.type_name());
+  WarmupRecord w;
+  w.steps = json.value("steps", int64_t{0});
+  w.reason = require_warmup_end(json.value("reason", std::string()), field + ".reason");
+  if (json.contains("detail")) w.detail = json["detail"].get<std::string>();
+  if (json.contains("seconds")) w.seconds = json["seconds"].get<double>();
+  if (json.contains("autotune_steps")) w.autotune_steps = json["autotune_steps"].get<int64_t>();
+  if (json.contains("step_time_ms")) {
+    w.step_time_ms = json["step_time_ms"].get<std::vector<double>>();
+  }
+  if (json.contains("every_shape")) w.every_shape = json["every_shape"].get<bool>();
+  if (json.contains("host_bound")) w.host_bound = json["host_bound"];
+  return w;
+}
+
+Json RepeatRun::to_json() const {
+  Json out = {{"throughput", throughput},
+              {"step_time_ms_median", step_time_ms_median},
+              {"steps", steps},
+              {"window_seconds", window_seconds},
+              {"status", to_string(status)},
+              {"message", message},
+              {"seconds", seconds}};
+  if (power_w_mean) out["power_w_mean"] = *power_w_mean;
+  if (sm_clock_mhz_median) out["sm_clock_mhz_median"] = *sm_clock_mhz_median;
+  if (units_per_joule) out["units_per_joule"] = *units_per_joule;
+  if (throttled) out["throttled"] = *throttled;
+  return out;
+}
+
+RepeatRun RepeatRun::from_json(const Json& json, const std::string& field) {
+  GPUBENCH_CHECK(json.is_object(), ConfigError, "{}: expected an object, got {}", field,
+                 json.type_name());
+  RepeatRun r;
+  r.throughput = json.value("throughput", 0.0);
+  r.step_time_ms_median = json.value("step_time_ms_median", 0.0);
+  r.steps = json.value("steps", int64_t{0});
+  r.window_seconds = json.value("window_seconds", 0.0);
+  r.status = require_job_status(json.value("status", std::string()), field + ".status");
+  r.message = json.value("message", std::string());
+  r.seconds = json.value("seconds", 0.0);
+  if (json.contains("power_w_mean")) r.power_w_mean = json["power_w_mean"].get<double>();
+  if (json.contains("sm_clock_mhz_median")) {
+    r.sm_clock_mhz_median = json["sm_clock_mhz_median"].get<int64_t>();
+  }
+  if (json.contains("units_per_joule")) r.units_per_joule = json["units_per_joule"].get<double>();
+  if (json.contains("throttled")) r.throttled = json["throttled"].get<bool>();
+  return r;
+}
+
 Json JobRecord::to_json() const {
   Json params = Json::object();
   for (const auto& [network, count] : trainable_params) params[network] = count;
@@ -85,7 +149,7 @@ Json JobRecord::to_json() const {
               {"batch_info", batch_info},
               {"search", search ? search->to_json() : Json(nullptr)},
               {"confirm", attempts},
-              {"warmup", warmup},
+              {"warmup", warmup ? warmup->to_json() : Json::object()},
               {"timing", timing.to_json()},
               {"step_time_ms", step_time_ms},
               {"units_per_step", units_per_step},
@@ -108,7 +172,11 @@ Json JobRecord::to_json() const {
   }
   if (status == JobStatus::diverged) out["diverged_throughput"] = diverged_throughput;
   // Repeats (run.repeat >= 2) only: records of one timed run read and write as before.
-  if (!repeats.empty()) out["repeats"] = repeats;
+  if (!repeats.empty()) {
+    Json runs = Json::array();
+    for (const RepeatRun& run : repeats) runs.push_back(run.to_json());
+    out["repeats"] = std::move(runs);
+  }
   if (throughput_stats) out["throughput_stats"] = throughput_stats->to_json();
   if (!repeat_summary.empty()) out["repeat_summary"] = repeat_summary;
   out["config"] = config;
@@ -181,7 +249,10 @@ JobRecord job_record_from_json(const Json& j) {
   for (std::size_t i = 0; i < attempts.size(); ++i) {
     r.confirm.push_back(TimedAttempt::from_json(attempts[i], fmt::format("confirm[{}]", i)));
   }
-  r.warmup = j.value("warmup", Json::object());
+  // {} where no warm-up ran (a search-only or failed job).
+  if (const Json warmup = j.value("warmup", Json::object()); !warmup.empty()) {
+    r.warmup = WarmupRecord::from_json(warmup, "warmup");
+  }
   if (j.contains("timing")) r.timing = TimingStats::from_json(j["timing"]);
   if (j.contains("step_time_ms")) r.step_time_ms = j["step_time_ms"].get<std::vector<double>>();
   r.units_per_step = j.value("units_per_step", 0.0);
@@ -195,7 +266,12 @@ JobRecord job_record_from_json(const Json& j) {
   r.losses_start = j.value("losses_start", Json::object());
   r.losses = j.value("losses", Json::object());
   r.diverged_throughput = j.value("diverged_throughput", 0.0);
-  r.repeats = j.value("repeats", Json::array());
+  const Json repeats = j.value("repeats", Json::array());
+  GPUBENCH_CHECK(repeats.is_array(), ConfigError, "repeats: expected an array, got {}",
+                 repeats.type_name());
+  for (std::size_t i = 0; i < repeats.size(); ++i) {
+    r.repeats.push_back(RepeatRun::from_json(repeats[i], fmt::format("repeats[{}]", i)));
+  }
   r.repeat_summary = j.value("repeat_summary", Json::object());
   if (!r.repeat_summary.is_object()) r.repeat_summary = Json::object();
   if (j.contains("throughput_stats") && j["throughput_stats"].is_object()) {

@@ -17,6 +17,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace gpubench {
 
@@ -99,46 +101,56 @@ void fill_identity(JobRecord& record, const ModelConfig& config, const RunSettin
 
 /// One timed run as a repetition: what it measured and how it ended, with the GPU's power,
 /// clock and energy over its window where NVML gave them.
-Json repetition_json(const JobRecord& r, double seconds) {
-  Json out = {{"throughput", r.ok() ? r.throughput : 0.0},
-              {"step_time_ms_median", r.timing.median_ms},
-              {"steps", r.timing.steps},
-              {"window_seconds", r.timing.window_seconds},
-              {"status", to_string(r.status)},
-              {"message", r.message},
-              {"seconds", seconds}};
+RepeatRun repetition(const JobRecord& r, double seconds) {
+  RepeatRun out;
+  out.throughput = r.ok() ? r.throughput : 0.0;
+  out.step_time_ms_median = r.timing.median_ms;
+  out.steps = r.timing.steps;
+  out.window_seconds = r.timing.window_seconds;
+  out.status = r.status;
+  out.message = r.message;
+  out.seconds = seconds;
   const Json& c = r.clocks;
-  auto copy = [&](const char* name, std::initializer_list<const char*> path) {
-    const Json* at = json_at(c, path);
-    if (at != nullptr && (at->is_number() || at->is_boolean())) out[name] = *at;
-  };
-  copy("power_w_mean", {"power_w", "mean"});
-  copy("sm_clock_mhz_median", {"sm_clock_mhz", "median"});
-  copy("units_per_joule", {"energy", "units_per_joule"});
-  copy("throttled", {"throttled"});
+  out.power_w_mean = number_at(c, {"power_w", "mean"});
+  if (const std::optional<double> mhz = number_at(c, {"sm_clock_mhz", "median"})) {
+    out.sm_clock_mhz_median = static_cast<int64_t>(std::llround(*mhz));
+  }
+  out.units_per_joule = number_at(c, {"energy", "units_per_joule"});
+  if (const Json* throttled = json_at(c, {"throttled"}); throttled && throttled->is_boolean()) {
+    out.throttled = throttled->get<bool>();
+  }
   return out;
 }
 
-/// The repeats' other measurements (repetition_json's numbers) over the runs that trained:
+/// The repeats' other measurements (repetition's numbers) over the runs that trained:
 /// {median, min, max} each, and how many runs trained and how many were throttled.
-Json summarize_repeats(const Json& repeats) {
+Json summarize_repeats(const std::vector<RepeatRun>& repeats) {
   Json out = Json::object();
   int runs = 0, throttled = 0;
-  for (const Json& r : repeats) {
-    if (parse_job_status(r.value("status", std::string())) != JobStatus::ok) continue;
+  for (const RepeatRun& r : repeats) {
+    if (r.status != JobStatus::ok) continue;
     ++runs;
-    if (r.value("throttled", false)) ++throttled;
+    if (r.throttled.value_or(false)) ++throttled;
   }
   out["runs"] = runs;
   out["throttled_runs"] = throttled;
-  for (const char* name :
-       {"step_time_ms_median", "power_w_mean", "sm_clock_mhz_median", "units_per_joule"}) {
+  using Measure = std::optional<double> (*)(const RepeatRun&);
+  const std::pair<const char*, Measure> measures[] = {
+      {"step_time_ms_median",
+       [](const RepeatRun& r) { return std::optional<double>(r.step_time_ms_median); }},
+      {"power_w_mean", [](const RepeatRun& r) { return r.power_w_mean; }},
+      {"sm_clock_mhz_median",
+       [](const RepeatRun& r) {
+         return r.sm_clock_mhz_median
+                    ? std::optional<double>(static_cast<double>(*r.sm_clock_mhz_median))
+                    : std::nullopt;
+       }},
+      {"units_per_joule", [](const RepeatRun& r) { return r.units_per_joule; }}};
+  for (const auto& [name, measure] : measures) {
     std::vector<double> values;
-    for (const Json& r : repeats) {
-      if (parse_job_status(r.value("status", std::string())) == JobStatus::ok && r.contains(name) &&
-          r[name].is_number()) {
-        values.push_back(r[name].get<double>());
-      }
+    for (const RepeatRun& r : repeats) {
+      if (r.status != JobStatus::ok) continue;
+      if (const std::optional<double> v = measure(r)) values.push_back(*v);
     }
     if (values.empty()) continue;
     const SampleStats stats = summarize_sample(values);  // as the throughputs are summarized
@@ -155,7 +167,7 @@ Json summarize_repeats(const Json& repeats) {
 void repeat_timed_run(JobRecord& record, double first_seconds, JobSpec spec,
                       const RunSettings& run, PhaseLauncher& launcher,
                       const std::function<void(const std::string&)>& log) {
-  record.repeats = Json::array({repetition_json(record, first_seconds)});
+  record.repeats = {repetition(record, first_seconds)};
   std::vector<double> throughputs = {record.throughput};
   std::vector<std::string> problems;
   spec.phase = WorkerPhase::time;
@@ -165,7 +177,7 @@ void repeat_timed_run(JobRecord& record, double first_seconds, JobSpec spec,
                     record.batch));
     const auto started = Clock::now();
     const JobRecord again = launcher.launch(spec, run.job_timeout_s);
-    record.repeats.push_back(repetition_json(again, seconds_since(started)));
+    record.repeats.push_back(repetition(again, seconds_since(started)));
     if (again.ok()) {
       throughputs.push_back(again.throughput);
     } else if (again.status == JobStatus::diverged) {

@@ -6,6 +6,7 @@
 #include "gpubench/device/nvml.h"
 #include "gpubench/device/profile.h"
 #include "gpubench/measure/timing.h"
+#include "gpubench/records/result.h"
 #include "gpubench/run/worker.h"
 #include "src/run/worker_progress.h"
 
@@ -247,11 +248,15 @@ Warmup warm_up(JobRecord& record, TrainStep& step, StepClock& clock, const StepC
       graphs_if_host_bound(record.model, step, ctx.runtime, cycle, w.host_ms, w.warm_ms, warm_step);
   Heartbeat::phase("after the warm-up");
   const double warm_seconds = seconds_since(warm_start);
-  record.warmup = {{"steps", w.warm_ms.size()},  {"reason", to_string(reason)},
-                   {"detail", detail},           {"seconds", warm_seconds},
-                   {"autotune_steps", autotune}, {"step_time_ms", w.warm_ms},
-                   {"every_shape", every_shape}};
-  if (!host_bound.is_null()) record.warmup["host_bound"] = host_bound;
+  WarmupRecord& warmup = record.warmup.emplace();
+  warmup.steps = static_cast<int64_t>(w.warm_ms.size());
+  warmup.reason = reason;
+  warmup.detail = detail;
+  warmup.seconds = warm_seconds;
+  warmup.autotune_steps = autotune;
+  warmup.step_time_ms = w.warm_ms;
+  warmup.every_shape = every_shape;
+  if (!host_bound.is_null()) warmup.host_bound = host_bound;
   worker_log(record.model, fmt::format("warm-up: {} in {:.1f} s ({}{})",
                                        counted(static_cast<int64_t>(w.warm_ms.size()), "step"),
                                        warm_seconds, to_string(reason),

@@ -55,6 +55,55 @@ struct TimedAttempt {
   static TimedAttempt from_json(const Json& json, const std::string& field);
 };
 
+/// How a timed run's warm-up went (JobRecord::warmup). Records of an older gpubench hold only
+/// steps, reason and step_time_ms; every_shape and host_bound came later, host_bound only where
+/// runtime.cuda_graphs_if_host_bound asked.
+struct WarmupRecord {
+  int64_t steps = 0;
+  /// Written as its string (warmup.reason); one outside the set is refused when read.
+  WarmupEnd reason = WarmupEnd::none;
+  std::optional<std::string> detail;      ///< warmup_done's detail ("" when none)
+  std::optional<double> seconds;          ///< the warm-up's wall time
+  std::optional<int64_t> autotune_steps;  ///< steps that may still autotune (never cut short)
+  std::vector<double> step_time_ms;       ///< every warm-up step
+  std::optional<bool> every_shape;        ///< steps of varying work that build per shape
+  /// The host's share of the steps and what it decided (timed_phase.cpp graphs_if_host_bound):
+  /// {steps, host_ms, device_ms, share, threshold, host_bound, graphs, ...}, kept as written.
+  std::optional<Json> host_bound;
+
+  /// {steps, reason, detail, seconds, autotune_steps, step_time_ms, every_shape, host_bound}:
+  /// the keys it has, in that order.
+  Json to_json() const;
+  /// `json` read from the record's field `field` ("warmup"): a reason outside WarmupEnd's set is
+  /// a ConfigError naming "warmup.reason", the value and the allowed values.
+  static WarmupRecord from_json(const Json& json, const std::string& field);
+};
+
+/// One timed run of a job with run.repeat >= 2 (an entry of JobRecord::repeats): what it
+/// measured and how it ended, with the GPU's power, clock and energy over its window where NVML
+/// gave them (records of runs without NVML, or of an older gpubench, lack those four).
+struct RepeatRun {
+  double throughput = 0;  ///< 0 for a run that did not train
+  double step_time_ms_median = 0;
+  int64_t steps = 0;
+  double window_seconds = 0;
+  JobStatus status = JobStatus::ok;  ///< written as its string
+  std::string message;
+  double seconds = 0;                          ///< the process's wall time
+  std::optional<double> power_w_mean;          ///< clocks.power_w.mean
+  std::optional<int64_t> sm_clock_mhz_median;  ///< clocks.sm_clock_mhz.median (whole MHz)
+  std::optional<double> units_per_joule;       ///< clocks.energy.units_per_joule
+  std::optional<bool> throttled;               ///< clocks.throttled
+
+  /// {throughput, step_time_ms_median, steps, window_seconds, status, message, seconds,
+  /// power_w_mean, sm_clock_mhz_median, units_per_joule, throttled}: the keys it has, in that
+  /// order.
+  Json to_json() const;
+  /// `json` read from the field `field` of a record ("repeats[1]"): a status outside its set is
+  /// a ConfigError naming the field ("repeats[1].status"), the value and the allowed values.
+  static RepeatRun from_json(const Json& json, const std::string& field);
+};
+
 /// One model on one device at one precision: the search, the timed run and their context.
 struct JobRecord {
   std::string model;            ///< "bert-base"
@@ -83,15 +132,17 @@ struct JobRecord {
   /// The timed-run attempts, in the order they ran: [{batch, status, message, seconds, phase}]
   /// (older records: {batch, status, message}); a memory tier's confirm runs.
   std::vector<TimedAttempt> confirm;
-  Json warmup = Json::object();  ///< {steps, reason, step_time_ms: [...]}
+  /// The timed run's warm-up; none (written as {}) where none ran: a search-only job, a failed
+  /// one.
+  std::optional<WarmupRecord> warmup;
   TimingStats timing;
   std::vector<double> step_time_ms;  ///< every timed step
   double units_per_step = 0;         ///< mean throughput units per step
   double throughput = 0;  ///< throughput_unit over the timed window; with repeats, their median
   /// With run.repeat >= 2: each timed run at the job's batch, the first (whose window, memory
-  /// and clocks the fields above describe) included: [{throughput, step_time_ms_median, steps,
-  /// window_seconds, status, message, seconds}], in the order they ran.
-  Json repeats = Json::array();
+  /// and clocks the fields above describe) included, in the order they ran. Not written when
+  /// empty.
+  std::vector<RepeatRun> repeats;
   /// With run.repeat >= 2: the throughputs of the repeats that trained (median, min, max and the
   /// mean's 95% interval); none with one timed run.
   std::optional<SampleStats> throughput_stats;
