@@ -3,6 +3,7 @@
 #include "gpubench/base/errors.h"
 #include "gpubench/base/json_int.h"
 #include "gpubench/base/strings.h"
+#include "gpubench/base/word_table.h"
 
 #include <fmt/format.h>
 
@@ -225,7 +226,7 @@ bool is_steady(const std::vector<double>& step_ms, double tolerance) {
 namespace {
 
 /// Each warm-up end's string, in the enum's order: the only place they are spelled.
-constexpr std::array<std::pair<WarmupEnd, const char*>, 8> kWarmupEnds = {{
+constexpr WordTable<WarmupEnd, 8> kWarmupEnds = {{
     {WarmupEnd::none, ""},
     {WarmupEnd::steady, "steady"},
     {WarmupEnd::every_shape, "every batch shape ran"},
@@ -238,28 +239,14 @@ constexpr std::array<std::pair<WarmupEnd, const char*>, 8> kWarmupEnds = {{
 
 }  // namespace
 
-const char* to_string(WarmupEnd reason) {
-  for (const auto& [e, name] : kWarmupEnds) {
-    if (e == reason) return name;
-  }
-  return "?";  // not reached: every enumerator has a row
-}
+const char* to_string(WarmupEnd reason) { return word_of(kWarmupEnds, reason); }
 
 std::optional<WarmupEnd> parse_warmup_end(std::string_view text) {
-  for (const auto& [e, name] : kWarmupEnds) {
-    if (text == name) return e;
-  }
-  return std::nullopt;
+  return value_of(kWarmupEnds, text);
 }
 
 WarmupEnd require_warmup_end(std::string_view text, std::string_view field) {
-  if (const auto reason = parse_warmup_end(text)) return *reason;
-  std::vector<std::string> allowed;
-  for (const auto& row : kWarmupEnds) {
-    if (row.first != WarmupEnd::none) allowed.emplace_back(row.second);
-  }
-  throw ConfigError(fmt::format("{} '{}' is not a warm-up's end{}; the allowed values are: {}",
-                                field, text, did_you_mean(text, allowed), join(allowed, ", ")));
+  return require_word(kWarmupEnds, text, field, "a warm-up's end", {WarmupEnd::none});
 }
 
 WarmupDecision warmup_done(const std::vector<double>& step_ms, double elapsed_seconds,
@@ -392,7 +379,7 @@ WindowStop window_stop(const std::optional<double>& noise, int cycles, double el
 namespace {
 
 /// Each window stop's string, in the enum's order: the only place they are spelled.
-constexpr std::array<std::pair<WindowStop, const char*>, 7> kWindowStops = {{
+constexpr WordTable<WindowStop, 7> kWindowStops = {{
     {WindowStop::none, ""},
     {WindowStop::minimum, "minimum"},
     {WindowStop::noise, "noise"},
@@ -404,28 +391,14 @@ constexpr std::array<std::pair<WindowStop, const char*>, 7> kWindowStops = {{
 
 }  // namespace
 
-const char* to_string(WindowStop stop) {
-  for (const auto& [s, name] : kWindowStops) {
-    if (s == stop) return name;
-  }
-  return "?";  // not reached: every enumerator has a row
-}
+const char* to_string(WindowStop stop) { return word_of(kWindowStops, stop); }
 
 std::optional<WindowStop> parse_window_stop(std::string_view text) {
-  for (const auto& [s, name] : kWindowStops) {
-    if (text == name) return s;
-  }
-  return std::nullopt;
+  return value_of(kWindowStops, text);
 }
 
 WindowStop require_window_stop(std::string_view text, std::string_view field) {
-  if (const auto stop = parse_window_stop(text)) return *stop;
-  std::vector<std::string> allowed;
-  for (const auto& row : kWindowStops) {
-    if (row.first != WindowStop::none) allowed.emplace_back(row.second);
-  }
-  throw ConfigError(fmt::format("{} '{}' is not a timed window's end{}; the allowed values are: {}",
-                                field, text, did_you_mean(text, allowed), join(allowed, ", ")));
+  return require_word(kWindowStops, text, field, "a timed window's end", {WindowStop::none});
 }
 
 Json TimingStats::to_json() const {
