@@ -257,10 +257,25 @@ struct DataParallelLauncher::Impl {
     std::vector<std::string> keys;
     for (int r = 0; r < env.world_size; ++r) keys.push_back(prefix + std::to_string(r));
     store->wait(keys, plan.rendezvous_timeout_s, "every rank's job");
-    const Json first = Json::parse(store->get(keys.front()));
+    std::vector<Json> asked;
+    for (const std::string& key : keys) asked.push_back(Json::parse(store->get(key)));
+    // Rank 0's process holds the store: once every rank has read the jobs, it may end (a
+    // disagreement ends the job at once) without the others losing the store mid-read, which
+    // left them with no record but "Connection reset by peer".
+    store->set(fmt::format("agree-{}/read-{}", agreements, env.rank), "1");
+    if (env.rank == 0) {
+      std::vector<std::string> read;
+      for (int r = 0; r < env.world_size; ++r) {
+        read.push_back(fmt::format("agree-{}/read-{}", agreements, r));
+      }
+      try {
+        store->wait(read, plan.rendezvous_timeout_s, "every rank's reading of the jobs");
+      } catch (const RendezvousError&) {
+        // A rank that died after sending its job: its own launcher or the timed run says so.
+      }
+    }
     for (int r = 1; r < env.world_size; ++r) {
-      const Json theirs = Json::parse(store->get(keys[static_cast<std::size_t>(r)]));
-      if (const auto d = first_difference(theirs, first, "")) {
+      if (const auto d = first_difference(asked[static_cast<std::size_t>(r)], asked.front(), "")) {
         return fmt::format("rank {} was given {} {}, rank 0 {}", r, d->path, d->a, d->b);
       }
     }
