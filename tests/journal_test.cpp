@@ -273,6 +273,7 @@ TEST(RecordFieldsTest, EveryStoredRecordWritesItsTypedFieldsBackByteForByte) {
           expect_field_written_back(before, after, "confirm", where);
           expect_field_written_back(before, after, "warmup", where);
           expect_field_written_back(before, after, "repeats", where);
+          expect_field_written_back(before, after, "repeat_summary", where);
           if (before.contains("timing") && before["timing"].contains("stop")) {
             EXPECT_EQ(after["timing"]["stop"], before["timing"]["stop"]) << where;
           }
@@ -396,6 +397,57 @@ TEST(RecordFieldsTest, RepeatsOfOldAndNewRecordsWriteBackTheSameBytes) {
   before["repeats"][1]["status"] = "out of memory";
   EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
                      "repeats[1].status 'out of memory' is not a job status");
+}
+
+TEST(RecordFieldsTest, RepeatSummariesOfOldAndNewRecordsWriteBackTheSameBytes) {
+  // Without NVML's power, clock and energy (the step time alone), and with them
+  // (docs/results/2026-12-06-h100-cache-ddp).
+  const std::string without =
+      R"({"runs":2,"throttled_runs":0,"step_time_ms_median":{"median":42.5,"min":42.0,)"
+      R"("max":43.0}})";
+  const std::string with =
+      R"({"runs":3,"throttled_runs":1,"step_time_ms_median":{"median":42.5,"min":42.0,)"
+      R"("max":43.0},"power_w_mean":{"median":612.5,"min":600.0,"max":650.25},)"
+      R"("sm_clock_mhz_median":{"median":1980.0,"min":1965.0,"max":1980.0},)"
+      R"("units_per_joule":{"median":2.5,"min":2.25,"max":2.75}})";
+  for (const std::string& text : {without, with}) {
+    Json before = JobRecord().to_json();
+    before["repeat_summary"] = Json::parse(text);
+    EXPECT_EQ(dump_json(JobRecord::from_json(before).to_json()["repeat_summary"]), text);
+  }
+  Json before = JobRecord().to_json();
+  before["repeat_summary"] = Json::parse(without);
+  const JobRecord old_record = JobRecord::from_json(before);
+  ASSERT_TRUE(old_record.repeat_summary.has_value());
+  EXPECT_EQ(old_record.repeat_summary->runs, 2);
+  EXPECT_FALSE(old_record.repeat_summary->power_w_mean.has_value());
+  before["repeat_summary"] = Json::parse(with);
+  const JobRecord new_record = JobRecord::from_json(before);
+  ASSERT_TRUE(new_record.repeat_summary && new_record.repeat_summary->sm_clock_mhz_median &&
+              new_record.repeat_summary->units_per_joule);
+  EXPECT_EQ(new_record.repeat_summary->throttled_runs, 1);
+  EXPECT_EQ(new_record.repeat_summary->sm_clock_mhz_median->median, 1980.0);
+  EXPECT_EQ(new_record.repeat_summary->units_per_joule->max, 2.75);
+  // One timed run: none, and none written, as before ({} reads the same).
+  EXPECT_FALSE(JobRecord::from_json({{"model", "bert-base"}}).repeat_summary.has_value());
+  EXPECT_FALSE(JobRecord::from_json({{"model", "bert-base"}, {"repeat_summary", Json::object()}})
+                   .to_json()
+                   .contains("repeat_summary"));
+  // A value of the wrong type is refused, naming where it is.
+  before["repeat_summary"]["power_w_mean"]["median"] = "612 W";
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "repeat_summary.power_w_mean.median: expected a number, got '612 W'");
+  before["repeat_summary"] = Json::parse(with);
+  before["repeat_summary"]["runs"] = 2.5;
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "repeat_summary.runs: expected an integer, got 2.5");
+  before["repeat_summary"] = Json::parse(with);
+  before["repeat_summary"]["units_per_joule"] = Json::array({2.5});
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "repeat_summary.units_per_joule: expected an object, got array");
+  before["repeat_summary"] = 3;
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "repeat_summary: expected an object, got number");
 }
 
 TEST(RecordEnumsTest, AnUnknownStatusIsRefusedNamingTheFieldTheValueAndTheAllowedOnes) {

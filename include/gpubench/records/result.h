@@ -104,6 +104,37 @@ struct RepeatRun {
   static RepeatRun from_json(const Json& json, const std::string& field);
 };
 
+/// A measurement over the timed runs that trained (an entry of RepeatSummary): its median and
+/// range, as the throughputs are summarized.
+struct MedianRange {
+  double median = 0, min = 0, max = 0;
+
+  /// {median, min, max}.
+  Json to_json() const;
+  /// `json` read from the field `field` of a record ("repeat_summary.power_w_mean"): a value that
+  /// is not a number is a ConfigError naming the field ("repeat_summary.power_w_mean.median").
+  static MedianRange from_json(const Json& json, const std::string& field);
+};
+
+/// With run.repeat >= 2 (JobRecord::repeat_summary): how many timed runs trained and how many of
+/// them throttled, and the other measurements over those runs. The step time is every run's;
+/// power, SM clock and energy only where NVML gave them (runs without NVML lack those three).
+struct RepeatSummary {
+  int64_t runs = 0;            ///< timed runs that trained
+  int64_t throttled_runs = 0;  ///< of those, the ones whose GPU throttled
+  std::optional<MedianRange> step_time_ms_median;
+  std::optional<MedianRange> power_w_mean;
+  std::optional<MedianRange> sm_clock_mhz_median;  ///< MHz; a median of two may end in .5
+  std::optional<MedianRange> units_per_joule;
+
+  /// {runs, throttled_runs, step_time_ms_median, power_w_mean, sm_clock_mhz_median,
+  /// units_per_joule}: the keys it has, in that order.
+  Json to_json() const;
+  /// `json` read from the record's field `field` ("repeat_summary"): a value of the wrong type
+  /// is a ConfigError naming it ("repeat_summary.runs").
+  static RepeatSummary from_json(const Json& json, const std::string& field);
+};
+
 /// One model on one device at one precision: the search, the timed run and their context.
 struct JobRecord {
   std::string model;            ///< "bert-base"
@@ -148,10 +179,10 @@ struct JobRecord {
   std::optional<SampleStats> throughput_stats;
   /// With run.repeat >= 2: the other measurements over the timed runs that trained, each as
   /// {median, min, max}: step_time_ms_median, power_w_mean, sm_clock_mhz_median,
-  /// units_per_joule (the ones a run measured); and runs, throttled_runs. Empty with one timed
-  /// run. The tables show these medians, as `throughput` is the throughputs' median; clocks,
-  /// timing and step_time_ms stay the first run's.
-  Json repeat_summary = Json::object();
+  /// units_per_joule (the ones a run measured); and runs, throttled_runs. None (not written)
+  /// with one timed run. The tables show these medians, as `throughput` is the throughputs'
+  /// median; clocks, timing and step_time_ms stay the first run's.
+  std::optional<RepeatSummary> repeat_summary;
   int64_t peak_memory_bytes = 0;     ///< peak reserved by the allocator in the timed run
   int64_t peak_allocated_bytes = 0;
   /// The timed run's memory, apart: {resident_bytes (allocated after the timed window: weights,
