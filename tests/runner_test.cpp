@@ -87,7 +87,8 @@ TEST(RunnerTest, TheWorkloadsCudnnSettingIsAppliedAndRecorded) {
       // On only when both the run and the workload want it; what the worker set before it built
       // the model is what the record's runtime and cuDNN sections say.
       EXPECT_EQ(r.runtime["cudnn_benchmark"], workload && run) << workload << run;
-      EXPECT_EQ(r.memory["cudnn"]["benchmark"], workload && run) << workload << run;
+      ASSERT_TRUE(r.memory.cudnn.has_value());
+      EXPECT_EQ((*r.memory.cudnn)["benchmark"], workload && run) << workload << run;
       EXPECT_EQ(r.config["runtime"]["cudnn_benchmark"], workload);
     }
   }
@@ -109,7 +110,8 @@ TEST(RunnerTest, AWorkloadsCudnnAlgorithmLimitReplacesTheRunsAndIsRecorded) {
     // -1 leaves the run's number; any other is the workload's own (0: every algorithm). The
     // worker set it before the model was built, and the record's cuDNN section read it back.
     const int expected = workload >= 0 ? workload : 5;
-    EXPECT_EQ(r.memory["cudnn"]["benchmark_limit"], expected) << workload;
+    ASSERT_TRUE(r.memory.cudnn.has_value());
+    EXPECT_EQ((*r.memory.cudnn)["benchmark_limit"], expected) << workload;
     EXPECT_EQ(r.runtime["cudnn_benchmark_limit"], expected) << workload;
     EXPECT_EQ(r.config["runtime"]["cudnn_benchmark_limit"], workload);
   }
@@ -524,7 +526,7 @@ TEST(RunnerTest, ATiersConfirmAllocatesTheOptimizerStateBeforeItsFirstStep) {
   EXPECT_EQ(record.status, JobStatus::ok);
   // On the CPU the confirm trains one step (no autotuning to sit out).
   EXPECT_EQ(log, (std::vector<std::string>{"build", "state", "run"}));
-  EXPECT_EQ(record.memory["confirm_steps"], 1);
+  EXPECT_EQ(record.memory.confirm_steps, std::optional<int64_t>(1));
 }
 
 // A tier's confirm reads the losses: a batch whose model no longer trains soundly is no answer.

@@ -206,6 +206,95 @@ RepeatSummary RepeatSummary::from_json(const Json& json, const std::string& fiel
   return s;
 }
 
+Json AllocatorCounters::to_json() const {
+  return {{"alloc_retries", alloc_retries},
+          {"ooms", ooms},
+          {"device_allocations", device_allocations},
+          {"device_frees", device_frees}};
+}
+
+AllocatorCounters AllocatorCounters::from_json(const Json& json, const std::string& field) {
+  require_object(json, field);
+  AllocatorCounters c;
+  c.alloc_retries = integer_field(json, "alloc_retries", field);
+  c.ooms = integer_field(json, "ooms", field);
+  c.device_allocations = integer_field(json, "device_allocations", field);
+  c.device_frees = integer_field(json, "device_frees", field);
+  return c;
+}
+
+Json MemoryCap::to_json() const {
+  Json out = {{"cap_bytes", cap_bytes},
+              {"outside_allocator_bytes", outside_allocator_bytes},
+              {"allocator_cap_bytes", allocator_cap_bytes}};
+  if (nvml_process_bytes) out["nvml_process_bytes"] = *nvml_process_bytes;
+  return out;
+}
+
+MemoryCap MemoryCap::from_json(const Json& json, const std::string& field) {
+  require_object(json, field);
+  MemoryCap c;
+  c.cap_bytes = integer_field(json, "cap_bytes", field);
+  c.outside_allocator_bytes = integer_field(json, "outside_allocator_bytes", field);
+  c.allocator_cap_bytes = integer_field(json, "allocator_cap_bytes", field);
+  c.nvml_process_bytes = optional_integer(json, "nvml_process_bytes", field);
+  return c;
+}
+
+Json MemoryRecord::to_json() const {
+  Json out = Json::object();
+  if (autotune_peak_allocated_bytes) {
+    out["autotune_peak_allocated_bytes"] = *autotune_peak_allocated_bytes;
+  }
+  if (autotune_peak_reserved_bytes) {
+    out["autotune_peak_reserved_bytes"] = *autotune_peak_reserved_bytes;
+  }
+  if (cudnn) out["cudnn"] = *cudnn;
+  if (allocator) out["allocator"] = *allocator;
+  if (allocator_counters_warmup) {
+    out["allocator_counters_warmup"] = allocator_counters_warmup->to_json();
+  }
+  if (resident_bytes) out["resident_bytes"] = *resident_bytes;
+  if (window_peak_allocated_bytes) {
+    out["window_peak_allocated_bytes"] = *window_peak_allocated_bytes;
+  }
+  if (window_peak_reserved_bytes) out["window_peak_reserved_bytes"] = *window_peak_reserved_bytes;
+  if (outside_allocator_bytes) out["outside_allocator_bytes"] = *outside_allocator_bytes;
+  if (allocator_counters_window) {
+    out["allocator_counters_window"] = allocator_counters_window->to_json();
+  }
+  if (confirm_steps) out["confirm_steps"] = *confirm_steps;
+  if (cap) out["cap"] = cap->to_json();
+  return out;
+}
+
+MemoryRecord MemoryRecord::from_json(const Json& json, const std::string& field) {
+  require_object(json, field);
+  const auto object_at = [&](const char* key) -> std::optional<Json> {
+    if (!json.contains(key)) return std::nullopt;
+    require_object(json[key], field + "." + key);
+    return json[key];
+  };
+  const auto counters_at = [&](const char* key) -> std::optional<AllocatorCounters> {
+    if (!json.contains(key)) return std::nullopt;
+    return AllocatorCounters::from_json(json[key], field + "." + key);
+  };
+  MemoryRecord m;
+  m.autotune_peak_allocated_bytes = optional_integer(json, "autotune_peak_allocated_bytes", field);
+  m.autotune_peak_reserved_bytes = optional_integer(json, "autotune_peak_reserved_bytes", field);
+  m.cudnn = object_at("cudnn");
+  m.allocator = object_at("allocator");
+  m.allocator_counters_warmup = counters_at("allocator_counters_warmup");
+  m.resident_bytes = optional_integer(json, "resident_bytes", field);
+  m.window_peak_allocated_bytes = optional_integer(json, "window_peak_allocated_bytes", field);
+  m.window_peak_reserved_bytes = optional_integer(json, "window_peak_reserved_bytes", field);
+  m.outside_allocator_bytes = optional_integer(json, "outside_allocator_bytes", field);
+  m.allocator_counters_window = counters_at("allocator_counters_window");
+  m.confirm_steps = optional_integer(json, "confirm_steps", field);
+  if (json.contains("cap")) m.cap = MemoryCap::from_json(json["cap"], field + ".cap");
+  return m;
+}
+
 Json JobRecord::to_json() const {
   Json params = Json::object();
   for (const auto& [network, count] : trainable_params) params[network] = count;
@@ -234,7 +323,7 @@ Json JobRecord::to_json() const {
               {"throughput", throughput},
               {"peak_memory_bytes", peak_memory_bytes},
               {"peak_allocated_bytes", peak_allocated_bytes},
-              {"memory", memory},
+              {"memory", memory.to_json()},
               {"trainable_params", params},
               {"losses_start", losses_start},
               {"losses", losses},
@@ -337,7 +426,10 @@ JobRecord job_record_from_json(const Json& j) {
   r.throughput = j.value("throughput", 0.0);
   r.peak_memory_bytes = j.value("peak_memory_bytes", int64_t{0});
   r.peak_allocated_bytes = j.value("peak_allocated_bytes", int64_t{0});
-  r.memory = j.value("memory", Json::object());
+  // {} where nothing was measured (a failed job), absent in the oldest records.
+  if (const Json memory = j.value("memory", Json::object()); !memory.is_null()) {
+    r.memory = MemoryRecord::from_json(memory, "memory");
+  }
   const Json params = j.value("trainable_params", Json::object());
   for (const auto& item : params.items())
     r.trainable_params[item.key()] = item.value().get<int64_t>();

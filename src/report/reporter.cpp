@@ -242,11 +242,16 @@ const std::vector<ResultColumn>& result_columns() {
        }},
       {"window_alloc_retries", "alloc retries",
        [](const JobRecord& j) {
-         return raw_at(j.memory, {"allocator_counters_window", "alloc_retries"});
+         const auto& counters = j.memory.allocator_counters_window;
+         return counters ? number(static_cast<double>(counters->alloc_retries)) : std::string();
        },
        nullptr},
       {"outside_allocator_bytes", "outside allocator",
-       [](const JobRecord& j) { return raw_at(j.memory, {"outside_allocator_bytes"}); }, nullptr},
+       [](const JobRecord& j) {
+         const auto& bytes = j.memory.outside_allocator_bytes;
+         return bytes ? number(static_cast<double>(*bytes)) : std::string();
+       },
+       nullptr},
       {"peak_memory_bytes", "peak memory",
        [](const JobRecord& j) { return integer(j.peak_memory_bytes); },
        [](const JobRecord& j) {
