@@ -273,6 +273,8 @@ TEST(RecordFieldsTest, EveryStoredRecordWritesItsTypedFieldsBackByteForByte) {
           expect_field_written_back(before, after, "confirm", where);
           expect_field_written_back(before, after, "warmup", where);
           expect_field_written_back(before, after, "repeats", where);
+          expect_field_written_back(before, after, "repeat_summary", where);
+          expect_field_written_back(before, after, "memory", where);
           if (before.contains("timing") && before["timing"].contains("stop")) {
             EXPECT_EQ(after["timing"]["stop"], before["timing"]["stop"]) << where;
           }
@@ -396,6 +398,130 @@ TEST(RecordFieldsTest, RepeatsOfOldAndNewRecordsWriteBackTheSameBytes) {
   before["repeats"][1]["status"] = "out of memory";
   EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
                      "repeats[1].status 'out of memory' is not a job status");
+}
+
+TEST(RecordFieldsTest, RepeatSummariesOfOldAndNewRecordsWriteBackTheSameBytes) {
+  // Without NVML's power, clock and energy (the step time alone), and with them
+  // (docs/results/2026-12-06-h100-cache-ddp).
+  const std::string without =
+      R"({"runs":2,"throttled_runs":0,"step_time_ms_median":{"median":42.5,"min":42.0,)"
+      R"("max":43.0}})";
+  const std::string with =
+      R"({"runs":3,"throttled_runs":1,"step_time_ms_median":{"median":42.5,"min":42.0,)"
+      R"("max":43.0},"power_w_mean":{"median":612.5,"min":600.0,"max":650.25},)"
+      R"("sm_clock_mhz_median":{"median":1980.0,"min":1965.0,"max":1980.0},)"
+      R"("units_per_joule":{"median":2.5,"min":2.25,"max":2.75}})";
+  for (const std::string& text : {without, with}) {
+    Json before = JobRecord().to_json();
+    before["repeat_summary"] = Json::parse(text);
+    EXPECT_EQ(dump_json(JobRecord::from_json(before).to_json()["repeat_summary"]), text);
+  }
+  Json before = JobRecord().to_json();
+  before["repeat_summary"] = Json::parse(without);
+  const JobRecord old_record = JobRecord::from_json(before);
+  ASSERT_TRUE(old_record.repeat_summary.has_value());
+  EXPECT_EQ(old_record.repeat_summary->runs, 2);
+  EXPECT_FALSE(old_record.repeat_summary->power_w_mean.has_value());
+  before["repeat_summary"] = Json::parse(with);
+  const JobRecord new_record = JobRecord::from_json(before);
+  ASSERT_TRUE(new_record.repeat_summary && new_record.repeat_summary->sm_clock_mhz_median &&
+              new_record.repeat_summary->units_per_joule);
+  EXPECT_EQ(new_record.repeat_summary->throttled_runs, 1);
+  EXPECT_EQ(new_record.repeat_summary->sm_clock_mhz_median->median, 1980.0);
+  EXPECT_EQ(new_record.repeat_summary->units_per_joule->max, 2.75);
+  // One timed run: none, and none written, as before ({} reads the same).
+  EXPECT_FALSE(JobRecord::from_json({{"model", "bert-base"}}).repeat_summary.has_value());
+  EXPECT_FALSE(JobRecord::from_json({{"model", "bert-base"}, {"repeat_summary", Json::object()}})
+                   .to_json()
+                   .contains("repeat_summary"));
+  // A value of the wrong type is refused, naming where it is.
+  before["repeat_summary"]["power_w_mean"]["median"] = "612 W";
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "repeat_summary.power_w_mean.median: expected a number, got '612 W'");
+  before["repeat_summary"] = Json::parse(with);
+  before["repeat_summary"]["runs"] = 2.5;
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "repeat_summary.runs: expected an integer, got 2.5");
+  before["repeat_summary"] = Json::parse(with);
+  before["repeat_summary"]["units_per_joule"] = Json::array({2.5});
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "repeat_summary.units_per_joule: expected an object, got array");
+  before["repeat_summary"] = 3;
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "repeat_summary: expected an object, got number");
+}
+
+TEST(RecordFieldsTest, MemoryOfOldAndNewRecordsWritesBackTheSameBytes) {
+  const std::vector<std::string> shapes = {
+      // Nothing measured (a failed job).
+      R"({})",
+      // An older gpubench's timed run (docs/results/2026-12-01-h200-fp32-suite-partial): no
+      // allocator, no counters.
+      R"({"autotune_peak_allocated_bytes":1000,"autotune_peak_reserved_bytes":2000,)"
+      R"("cudnn":{"benchmark":true,"benchmark_limit":10,"empty_cache_after_benchmark":false},)"
+      R"("resident_bytes":500,"window_peak_allocated_bytes":900,"window_peak_reserved_bytes":)"
+      R"(1900})",
+      // Today's, on the CPU (the allocator's options unknown) and on a capped CUDA device with
+      // a cuDNN workspace variable set.
+      R"({"autotune_peak_allocated_bytes":0,"autotune_peak_reserved_bytes":0,"cudnn":)"
+      R"({"benchmark":false,"benchmark_limit":10,"empty_cache_after_benchmark":false},)"
+      R"("allocator":{"conf":null,"expandable_segments":null},"allocator_counters_warmup":)"
+      R"({"alloc_retries":0,"ooms":0,"device_allocations":0,"device_frees":0},)"
+      R"("resident_bytes":0,"window_peak_allocated_bytes":0,"window_peak_reserved_bytes":0,)"
+      R"("allocator_counters_window":{"alloc_retries":0,"ooms":0,"device_allocations":0,)"
+      R"("device_frees":0}})",
+      R"({"autotune_peak_allocated_bytes":1000,"autotune_peak_reserved_bytes":2000,"cudnn":)"
+      R"({"benchmark":true,"benchmark_limit":10,"empty_cache_after_benchmark":true,)"
+      R"("CUDNN_CONV_WSCAP_DBG":"4096"},"allocator":{"conf":"expandable_segments:True",)"
+      R"("expandable_segments":true},"allocator_counters_warmup":{"alloc_retries":1,"ooms":0,)"
+      R"("device_allocations":7,"device_frees":2},"resident_bytes":500,)"
+      R"("window_peak_allocated_bytes":900,"window_peak_reserved_bytes":1900,)"
+      R"("outside_allocator_bytes":600,"allocator_counters_window":{"alloc_retries":0,)"
+      R"("ooms":0,"device_allocations":0,"device_frees":0},"cap":{"cap_bytes":8000,)"
+      R"("outside_allocator_bytes":600,"allocator_cap_bytes":7400,"nvml_process_bytes":650}})",
+      // A memory tier's search and its confirm (docs/results/2026-12-04-...-tiers-repeats).
+      R"({"cap":{"cap_bytes":8000,"outside_allocator_bytes":600,"allocator_cap_bytes":7400}})",
+      R"({"confirm_steps":3})"};
+  for (const std::string& text : shapes) {
+    Json before = JobRecord().to_json();
+    before["memory"] = Json::parse(text);
+    EXPECT_EQ(dump_json(JobRecord::from_json(before).to_json()["memory"]), text);
+  }
+  Json before = JobRecord().to_json();
+  before["memory"] = Json::parse(shapes[1]);
+  const JobRecord old_record = JobRecord::from_json(before);
+  EXPECT_EQ(old_record.memory.resident_bytes, std::optional<int64_t>(500));
+  EXPECT_FALSE(old_record.memory.allocator.has_value());
+  EXPECT_FALSE(old_record.memory.allocator_counters_window.has_value());
+  EXPECT_FALSE(old_record.memory.cap.has_value());
+  before["memory"] = Json::parse(shapes[3]);
+  const JobRecord new_record = JobRecord::from_json(before);
+  ASSERT_TRUE(new_record.memory.allocator_counters_warmup && new_record.memory.cap);
+  EXPECT_EQ(new_record.memory.allocator_counters_warmup->device_allocations, 7);
+  EXPECT_EQ(new_record.memory.cap->allocator_cap_bytes, 7400);
+  EXPECT_EQ(new_record.memory.cap->nvml_process_bytes, std::optional<int64_t>(650));
+  EXPECT_EQ(new_record.memory.outside_allocator_bytes, std::optional<int64_t>(600));
+  // The oldest records have no memory: read as empty, written as {}.
+  EXPECT_EQ(dump_json(JobRecord::from_json({{"model", "bert-base"}}).to_json()["memory"]), "{}");
+  // A value of the wrong type is refused, naming where it is.
+  before["memory"]["resident_bytes"] = "500 MB";
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "memory.resident_bytes: expected an integer, got '500 MB'");
+  before["memory"] = Json::parse(shapes[3]);
+  before["memory"]["cap"]["cap_bytes"] = 8.5;
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "memory.cap.cap_bytes: expected an integer, got 8.5");
+  before["memory"] = Json::parse(shapes[3]);
+  before["memory"]["allocator_counters_window"]["ooms"] = true;
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "memory.allocator_counters_window.ooms: expected an integer, got true");
+  before["memory"] = Json::parse(shapes[3]);
+  before["memory"]["cudnn"] = "on";
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "memory.cudnn: expected an object, got string");
+  before["memory"] = Json::array();
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "memory: expected an object, got array");
 }
 
 TEST(RecordEnumsTest, AnUnknownStatusIsRefusedNamingTheFieldTheValueAndTheAllowedOnes) {

@@ -25,6 +25,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 
 namespace gpubench {
@@ -138,10 +139,7 @@ JobRecord record(const Spec& spec) {
     // The cap stands for the whole card: the context and kernels came off it.
     const auto cap = static_cast<int64_t>(*spec.cap_gib * double(int64_t{1} << 30));
     const int64_t outside = int64_t{600} << 20;
-    r.memory = {{"cap",
-                 {{"cap_bytes", cap},
-                  {"outside_allocator_bytes", outside},
-                  {"allocator_cap_bytes", allocator_cap_bytes(cap, outside)}}}};
+    r.memory.cap = MemoryCap{cap, outside, allocator_cap_bytes(cap, outside), std::nullopt};
     return r;
   }
   if (spec.status == JobStatus::ok) {

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 namespace gpubench {
@@ -676,7 +677,7 @@ TEST(ReportTest, MemoryTierRecordsMakeTheirOwnTableNotThroughputColumns) {
   // Records that took the context off the cap get the whole-card note instead.
   std::vector<JobRecord> whole = jobs;
   for (auto& job : whole) {
-    if (job.memory_cap_gib) job.memory["cap"] = {{"outside_allocator_bytes", 600 << 20}};
+    if (job.memory_cap_gib) job.memory.cap = MemoryCap{0, 600 << 20, 0, std::nullopt};
   }
   const std::string whole_table = render("table", whole);
   EXPECT_NE(whole_table.find("note: emulated: the cap stands for the whole card"),

@@ -87,7 +87,8 @@ TEST(RunnerTest, TheWorkloadsCudnnSettingIsAppliedAndRecorded) {
       // On only when both the run and the workload want it; what the worker set before it built
       // the model is what the record's runtime and cuDNN sections say.
       EXPECT_EQ(r.runtime["cudnn_benchmark"], workload && run) << workload << run;
-      EXPECT_EQ(r.memory["cudnn"]["benchmark"], workload && run) << workload << run;
+      ASSERT_TRUE(r.memory.cudnn.has_value());
+      EXPECT_EQ((*r.memory.cudnn)["benchmark"], workload && run) << workload << run;
       EXPECT_EQ(r.config["runtime"]["cudnn_benchmark"], workload);
     }
   }
@@ -109,7 +110,8 @@ TEST(RunnerTest, AWorkloadsCudnnAlgorithmLimitReplacesTheRunsAndIsRecorded) {
     // -1 leaves the run's number; any other is the workload's own (0: every algorithm). The
     // worker set it before the model was built, and the record's cuDNN section read it back.
     const int expected = workload >= 0 ? workload : 5;
-    EXPECT_EQ(r.memory["cudnn"]["benchmark_limit"], expected) << workload;
+    ASSERT_TRUE(r.memory.cudnn.has_value());
+    EXPECT_EQ((*r.memory.cudnn)["benchmark_limit"], expected) << workload;
     EXPECT_EQ(r.runtime["cudnn_benchmark_limit"], expected) << workload;
     EXPECT_EQ(r.config["runtime"]["cudnn_benchmark_limit"], workload);
   }
@@ -524,7 +526,7 @@ TEST(RunnerTest, ATiersConfirmAllocatesTheOptimizerStateBeforeItsFirstStep) {
   EXPECT_EQ(record.status, JobStatus::ok);
   // On the CPU the confirm trains one step (no autotuning to sit out).
   EXPECT_EQ(log, (std::vector<std::string>{"build", "state", "run"}));
-  EXPECT_EQ(record.memory["confirm_steps"], 1);
+  EXPECT_EQ(record.memory.confirm_steps, std::optional<int64_t>(1));
 }
 
 // A tier's confirm reads the losses: a batch whose model no longer trains soundly is no answer.
@@ -916,6 +918,8 @@ TEST(RunnerTest, RepeatedTimedRunsGiveTheMedianAndAnInterval) {
   EXPECT_EQ(once.calls.size(), 1u);
   EXPECT_TRUE(single.repeats.empty());
   EXPECT_FALSE(single.throughput_stats.has_value());
+  EXPECT_FALSE(single.repeat_summary.has_value());
+  EXPECT_FALSE(single.to_json().contains("repeat_summary"));
   EXPECT_FALSE(single.to_json().contains("repeats"));
 }
 
@@ -931,16 +935,21 @@ TEST(RunnerTest, RepeatedTimedRunsSummarizePowerClocksAndEnergyOverEveryRun) {
   EXPECT_GT(r.repeats[0].seconds, 0.0);
   EXPECT_DOUBLE_EQ(r.repeats[1].power_w_mean.value_or(0), 314.0);
   EXPECT_EQ(r.repeats[1].sm_clock_mhz_median, std::optional<int64_t>(1886));
-  const Json& s = r.repeat_summary;
-  EXPECT_EQ(s["runs"], 3);  // the one out of memory is not counted
-  EXPECT_EQ(s["throttled_runs"], 1);
-  EXPECT_DOUBLE_EQ(s["power_w_mean"]["median"].get<double>(), 312.0);
-  EXPECT_DOUBLE_EQ(s["power_w_mean"]["min"].get<double>(), 310.0);
-  EXPECT_DOUBLE_EQ(s["power_w_mean"]["max"].get<double>(), 314.0);
-  EXPECT_DOUBLE_EQ(s["sm_clock_mhz_median"]["median"].get<double>(), 1888.0);
-  EXPECT_DOUBLE_EQ(s["units_per_joule"]["median"].get<double>(), 0.12);
-  EXPECT_DOUBLE_EQ(s["step_time_ms_median"]["max"].get<double>(), 100.0);
-  EXPECT_EQ(JobRecord::from_json(r.to_json()).repeat_summary, s);
+  ASSERT_TRUE(r.repeat_summary.has_value());
+  const RepeatSummary& s = *r.repeat_summary;
+  EXPECT_EQ(s.runs, 3);  // the one out of memory is not counted
+  EXPECT_EQ(s.throttled_runs, 1);
+  ASSERT_TRUE(s.power_w_mean && s.sm_clock_mhz_median && s.units_per_joule &&
+              s.step_time_ms_median);
+  EXPECT_DOUBLE_EQ(s.power_w_mean->median, 312.0);
+  EXPECT_DOUBLE_EQ(s.power_w_mean->min, 310.0);
+  EXPECT_DOUBLE_EQ(s.power_w_mean->max, 314.0);
+  EXPECT_DOUBLE_EQ(s.sm_clock_mhz_median->median, 1888.0);
+  EXPECT_DOUBLE_EQ(s.units_per_joule->median, 0.12);
+  EXPECT_DOUBLE_EQ(s.step_time_ms_median->max, 100.0);
+  const std::optional<RepeatSummary> back = JobRecord::from_json(r.to_json()).repeat_summary;
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(dump_json(back->to_json()), dump_json(s.to_json()));
   // The tables read the medians, as they read the throughputs' median.
   std::ostringstream csv;
   make_reporter("csv", csv)->report({r}, builtin().reference());

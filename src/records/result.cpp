@@ -1,6 +1,7 @@
 #include "gpubench/records/result.h"
 
 #include "gpubench/base/errors.h"
+#include "gpubench/base/json.h"
 
 #include <fmt/format.h>
 
@@ -19,6 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +31,42 @@ namespace gpubench {
 namespace {
 JobRecord job_record_from_json(const Json& j);
 ResultDocument result_document_from_json(const Json& j, const std::string& file);
+
+// Readers of a typed field's keys: a value of the wrong type is a ConfigError naming
+// FIELD.KEY and the value, where nlohmann's type_error would name neither.
+void require_object(const Json& json, const std::string& field) {
+  GPUBENCH_CHECK(json.is_object(), ConfigError, "{}: expected an object, got {}", field,
+                 json.type_name());
+}
+
+std::optional<double> optional_number(const Json& object, const char* key,
+                                      const std::string& field) {
+  if (!object.contains(key)) return std::nullopt;
+  const Json& value = object[key];
+  GPUBENCH_CHECK(value.is_number(), ConfigError, "{}.{}: expected a number, got {}", field, key,
+                 quote_value(value));
+  return value.get<double>();
+}
+
+double number_field(const Json& object, const char* key, const std::string& field) {
+  return optional_number(object, key, field).value_or(0.0);
+}
+
+std::optional<int64_t> optional_integer(const Json& object, const char* key,
+                                        const std::string& field) {
+  if (!object.contains(key)) return std::nullopt;
+  const Json& value = object[key];
+  GPUBENCH_CHECK(
+      value.is_number_integer() &&
+          !(value.is_number_unsigned() &&
+            value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())),
+      ConfigError, "{}.{}: expected an integer, got {}", field, key, quote_value(value));
+  return value.get<int64_t>();
+}
+
+int64_t integer_field(const Json& object, const char* key, const std::string& field) {
+  return optional_integer(object, key, field).value_or(0);
+}
 }  // namespace
 
 std::vector<std::string> JobRecord::modifications() const {
@@ -128,6 +167,134 @@ RepeatRun RepeatRun::from_json(const Json& json, const std::string& field) {
   return r;
 }
 
+Json MedianRange::to_json() const { return {{"median", median}, {"min", min}, {"max", max}}; }
+
+MedianRange MedianRange::from_json(const Json& json, const std::string& field) {
+  require_object(json, field);
+  MedianRange m;
+  m.median = number_field(json, "median", field);
+  m.min = number_field(json, "min", field);
+  m.max = number_field(json, "max", field);
+  return m;
+}
+
+namespace {
+/// The measurements of a RepeatSummary, in the order they are written.
+constexpr std::pair<const char*, std::optional<MedianRange> RepeatSummary::*> kRepeatMeasures[] = {
+    {"step_time_ms_median", &RepeatSummary::step_time_ms_median},
+    {"power_w_mean", &RepeatSummary::power_w_mean},
+    {"sm_clock_mhz_median", &RepeatSummary::sm_clock_mhz_median},
+    {"units_per_joule", &RepeatSummary::units_per_joule}};
+}  // namespace
+
+Json RepeatSummary::to_json() const {
+  Json out = {{"runs", runs}, {"throttled_runs", throttled_runs}};
+  for (const auto& [key, member] : kRepeatMeasures) {
+    if (this->*member) out[key] = (this->*member)->to_json();
+  }
+  return out;
+}
+
+RepeatSummary RepeatSummary::from_json(const Json& json, const std::string& field) {
+  require_object(json, field);
+  RepeatSummary s;
+  s.runs = integer_field(json, "runs", field);
+  s.throttled_runs = integer_field(json, "throttled_runs", field);
+  for (const auto& [key, member] : kRepeatMeasures) {
+    if (json.contains(key)) s.*member = MedianRange::from_json(json[key], field + "." + key);
+  }
+  return s;
+}
+
+Json AllocatorCounters::to_json() const {
+  return {{"alloc_retries", alloc_retries},
+          {"ooms", ooms},
+          {"device_allocations", device_allocations},
+          {"device_frees", device_frees}};
+}
+
+AllocatorCounters AllocatorCounters::from_json(const Json& json, const std::string& field) {
+  require_object(json, field);
+  AllocatorCounters c;
+  c.alloc_retries = integer_field(json, "alloc_retries", field);
+  c.ooms = integer_field(json, "ooms", field);
+  c.device_allocations = integer_field(json, "device_allocations", field);
+  c.device_frees = integer_field(json, "device_frees", field);
+  return c;
+}
+
+Json MemoryCap::to_json() const {
+  Json out = {{"cap_bytes", cap_bytes},
+              {"outside_allocator_bytes", outside_allocator_bytes},
+              {"allocator_cap_bytes", allocator_cap_bytes}};
+  if (nvml_process_bytes) out["nvml_process_bytes"] = *nvml_process_bytes;
+  return out;
+}
+
+MemoryCap MemoryCap::from_json(const Json& json, const std::string& field) {
+  require_object(json, field);
+  MemoryCap c;
+  c.cap_bytes = integer_field(json, "cap_bytes", field);
+  c.outside_allocator_bytes = integer_field(json, "outside_allocator_bytes", field);
+  c.allocator_cap_bytes = integer_field(json, "allocator_cap_bytes", field);
+  c.nvml_process_bytes = optional_integer(json, "nvml_process_bytes", field);
+  return c;
+}
+
+Json MemoryRecord::to_json() const {
+  Json out = Json::object();
+  if (autotune_peak_allocated_bytes) {
+    out["autotune_peak_allocated_bytes"] = *autotune_peak_allocated_bytes;
+  }
+  if (autotune_peak_reserved_bytes) {
+    out["autotune_peak_reserved_bytes"] = *autotune_peak_reserved_bytes;
+  }
+  if (cudnn) out["cudnn"] = *cudnn;
+  if (allocator) out["allocator"] = *allocator;
+  if (allocator_counters_warmup) {
+    out["allocator_counters_warmup"] = allocator_counters_warmup->to_json();
+  }
+  if (resident_bytes) out["resident_bytes"] = *resident_bytes;
+  if (window_peak_allocated_bytes) {
+    out["window_peak_allocated_bytes"] = *window_peak_allocated_bytes;
+  }
+  if (window_peak_reserved_bytes) out["window_peak_reserved_bytes"] = *window_peak_reserved_bytes;
+  if (outside_allocator_bytes) out["outside_allocator_bytes"] = *outside_allocator_bytes;
+  if (allocator_counters_window) {
+    out["allocator_counters_window"] = allocator_counters_window->to_json();
+  }
+  if (confirm_steps) out["confirm_steps"] = *confirm_steps;
+  if (cap) out["cap"] = cap->to_json();
+  return out;
+}
+
+MemoryRecord MemoryRecord::from_json(const Json& json, const std::string& field) {
+  require_object(json, field);
+  const auto object_at = [&](const char* key) -> std::optional<Json> {
+    if (!json.contains(key)) return std::nullopt;
+    require_object(json[key], field + "." + key);
+    return json[key];
+  };
+  const auto counters_at = [&](const char* key) -> std::optional<AllocatorCounters> {
+    if (!json.contains(key)) return std::nullopt;
+    return AllocatorCounters::from_json(json[key], field + "." + key);
+  };
+  MemoryRecord m;
+  m.autotune_peak_allocated_bytes = optional_integer(json, "autotune_peak_allocated_bytes", field);
+  m.autotune_peak_reserved_bytes = optional_integer(json, "autotune_peak_reserved_bytes", field);
+  m.cudnn = object_at("cudnn");
+  m.allocator = object_at("allocator");
+  m.allocator_counters_warmup = counters_at("allocator_counters_warmup");
+  m.resident_bytes = optional_integer(json, "resident_bytes", field);
+  m.window_peak_allocated_bytes = optional_integer(json, "window_peak_allocated_bytes", field);
+  m.window_peak_reserved_bytes = optional_integer(json, "window_peak_reserved_bytes", field);
+  m.outside_allocator_bytes = optional_integer(json, "outside_allocator_bytes", field);
+  m.allocator_counters_window = counters_at("allocator_counters_window");
+  m.confirm_steps = optional_integer(json, "confirm_steps", field);
+  if (json.contains("cap")) m.cap = MemoryCap::from_json(json["cap"], field + ".cap");
+  return m;
+}
+
 Json JobRecord::to_json() const {
   Json params = Json::object();
   for (const auto& [network, count] : trainable_params) params[network] = count;
@@ -156,7 +323,7 @@ Json JobRecord::to_json() const {
               {"throughput", throughput},
               {"peak_memory_bytes", peak_memory_bytes},
               {"peak_allocated_bytes", peak_allocated_bytes},
-              {"memory", memory},
+              {"memory", memory.to_json()},
               {"trainable_params", params},
               {"losses_start", losses_start},
               {"losses", losses},
@@ -178,7 +345,7 @@ Json JobRecord::to_json() const {
     out["repeats"] = std::move(runs);
   }
   if (throughput_stats) out["throughput_stats"] = throughput_stats->to_json();
-  if (!repeat_summary.empty()) out["repeat_summary"] = repeat_summary;
+  if (repeat_summary) out["repeat_summary"] = repeat_summary->to_json();
   out["config"] = config;
   out["environment"] = environment;
   out["wall_seconds"] = wall_seconds;
@@ -259,7 +426,10 @@ JobRecord job_record_from_json(const Json& j) {
   r.throughput = j.value("throughput", 0.0);
   r.peak_memory_bytes = j.value("peak_memory_bytes", int64_t{0});
   r.peak_allocated_bytes = j.value("peak_allocated_bytes", int64_t{0});
-  r.memory = j.value("memory", Json::object());
+  // {} where nothing was measured (a failed job), absent in the oldest records.
+  if (const Json memory = j.value("memory", Json::object()); !memory.is_null()) {
+    r.memory = MemoryRecord::from_json(memory, "memory");
+  }
   const Json params = j.value("trainable_params", Json::object());
   for (const auto& item : params.items())
     r.trainable_params[item.key()] = item.value().get<int64_t>();
@@ -272,8 +442,10 @@ JobRecord job_record_from_json(const Json& j) {
   for (std::size_t i = 0; i < repeats.size(); ++i) {
     r.repeats.push_back(RepeatRun::from_json(repeats[i], fmt::format("repeats[{}]", i)));
   }
-  r.repeat_summary = j.value("repeat_summary", Json::object());
-  if (!r.repeat_summary.is_object()) r.repeat_summary = Json::object();
+  // None where one timed run ran (no key; {} reads the same).
+  if (const Json summary = j.value("repeat_summary", Json::object()); !summary.empty()) {
+    r.repeat_summary = RepeatSummary::from_json(summary, "repeat_summary");
+  }
   if (j.contains("throughput_stats") && j["throughput_stats"].is_object()) {
     r.throughput_stats = SampleStats::from_json(j["throughput_stats"]);
   }

@@ -51,17 +51,22 @@ std::string raw_at(const Json& json, std::initializer_list<const char*> path) {
   return v ? number(*v) : std::string();
 }
 
+/// The repeat summary's measurement that a column reads (RepeatSummary::power_w_mean, ...).
+using RepeatMeasure = std::optional<MedianRange> RepeatSummary::*;
+
 /// A GPU measurement of the timed window at `path` in clocks, or with repeats the median over the
-/// timed runs (repeat_summary[summary_key]), as the throughput is.
-std::optional<double> over_runs(const JobRecord& j, const char* summary_key,
+/// timed runs (`summary` of repeat_summary), as the throughput is.
+std::optional<double> over_runs(const JobRecord& j, RepeatMeasure summary,
                                 std::initializer_list<const char*> path) {
-  if (const auto median = number_at(j.repeat_summary, {summary_key, "median"})) return median;
+  if (j.repeat_summary && (*j.repeat_summary).*summary) {
+    return ((*j.repeat_summary).*summary)->median;
+  }
   return number_at(j.clocks, path);
 }
 
-std::string raw_over_runs(const JobRecord& j, const char* summary_key,
+std::string raw_over_runs(const JobRecord& j, RepeatMeasure summary,
                           std::initializer_list<const char*> path) {
-  const auto v = over_runs(j, summary_key, path);
+  const auto v = over_runs(j, summary, path);
   return v ? number(*v) : std::string();
 }
 
@@ -169,20 +174,21 @@ const std::vector<ResultColumn>& result_columns() {
       // The GPU over the window (NVML): clock, power, energy; a dash where it was not sampled.
       {"sm_clock_mhz_median", "SM clock",
        [](const JobRecord& j) {
-         return raw_over_runs(j, "sm_clock_mhz_median", {"sm_clock_mhz", "median"});
+         return raw_over_runs(j, &RepeatSummary::sm_clock_mhz_median, {"sm_clock_mhz", "median"});
        },
        [](const JobRecord& j) {
-         const auto v = over_runs(j, "sm_clock_mhz_median", {"sm_clock_mhz", "median"});
+         const auto v =
+             over_runs(j, &RepeatSummary::sm_clock_mhz_median, {"sm_clock_mhz", "median"});
          return v ? fmt::format("{:.0f} MHz", *v) : std::string("-");
        }},
       {"sm_clock_max_mhz", "max clock",
        [](const JobRecord& j) { return raw_at(j.clocks, {"sm_clock_max_mhz"}); }, nullptr},
       {"power_w_mean", "power",
        [](const JobRecord& j) {
-         return raw_over_runs(j, "power_w_mean", {"power_w", "mean"});
+         return raw_over_runs(j, &RepeatSummary::power_w_mean, {"power_w", "mean"});
        },
        [](const JobRecord& j) {
-         const auto v = over_runs(j, "power_w_mean", {"power_w", "mean"});
+         const auto v = over_runs(j, &RepeatSummary::power_w_mean, {"power_w", "mean"});
          return v ? fmt::format("{:.0f} W", *v) : std::string("-");
        }},
       {"power_limit_w", "power limit",
@@ -190,8 +196,8 @@ const std::vector<ResultColumn>& result_columns() {
       {"throttled", "throttled",
        [](const JobRecord& j) {
          // With repeats: throttled when any timed run was.
-         if (const auto n = number_at(j.repeat_summary, {"throttled_runs"})) {
-           return std::string(*n > 0 ? "true" : "false");
+         if (j.repeat_summary) {
+           return std::string(j.repeat_summary->throttled_runs > 0 ? "true" : "false");
          }
          return j.clocks.contains("throttled") && j.clocks["throttled"].is_boolean()
                     ? std::string(j.clocks["throttled"].get<bool>() ? "true" : "false")
@@ -206,11 +212,13 @@ const std::vector<ResultColumn>& result_columns() {
       // Performance per watt: units per joule is (units/s) per (J/s).
       {"units_per_joule", "per joule",
        [](const JobRecord& j) {
-         return j.ok() ? raw_over_runs(j, "units_per_joule", {"energy", "units_per_joule"})
+         return j.ok() ? raw_over_runs(j, &RepeatSummary::units_per_joule,
+                                       {"energy", "units_per_joule"})
                        : std::string();
        },
        [](const JobRecord& j) {
-         const auto v = over_runs(j, "units_per_joule", {"energy", "units_per_joule"});
+         const auto v =
+             over_runs(j, &RepeatSummary::units_per_joule, {"energy", "units_per_joule"});
          if (!j.ok() || !v) return std::string("-");
          return fmt::format("{} {}/J", format_significant(*v, 3), unit_of(j));
        }},
@@ -234,11 +242,16 @@ const std::vector<ResultColumn>& result_columns() {
        }},
       {"window_alloc_retries", "alloc retries",
        [](const JobRecord& j) {
-         return raw_at(j.memory, {"allocator_counters_window", "alloc_retries"});
+         const auto& counters = j.memory.allocator_counters_window;
+         return counters ? number(static_cast<double>(counters->alloc_retries)) : std::string();
        },
        nullptr},
       {"outside_allocator_bytes", "outside allocator",
-       [](const JobRecord& j) { return raw_at(j.memory, {"outside_allocator_bytes"}); }, nullptr},
+       [](const JobRecord& j) {
+         const auto& bytes = j.memory.outside_allocator_bytes;
+         return bytes ? number(static_cast<double>(*bytes)) : std::string();
+       },
+       nullptr},
       {"peak_memory_bytes", "peak memory",
        [](const JobRecord& j) { return integer(j.peak_memory_bytes); },
        [](const JobRecord& j) {
@@ -269,14 +282,24 @@ const std::vector<ResultColumn>& result_columns() {
       {"host", "host", [](const JobRecord& j) { return environment_text(j, {"host"}); }, nullptr},
       {"os", "os", [](const JobRecord& j) { return environment_text(j, {"os"}); }, nullptr},
       {"driver", "driver",
-       [](const JobRecord& j) { return environment_text(j, {"software", "driver"}); }, nullptr},
+       [](const JobRecord& j) {
+         return environment_text(j, {"software", "driver"});
+       },
+       nullptr},
       {"cuda_runtime", "CUDA",
-       [](const JobRecord& j) { return environment_text(j, {"software", "cuda_runtime"}); },
+       [](const JobRecord& j) {
+         return environment_text(j, {"software", "cuda_runtime"});
+       },
        nullptr},
       {"cudnn", "cuDNN",
-       [](const JobRecord& j) { return environment_text(j, {"software", "cudnn"}); }, nullptr},
+       [](const JobRecord& j) {
+         return environment_text(j, {"software", "cudnn"});
+       },
+       nullptr},
       {"libtorch", "libtorch",
-       [](const JobRecord& j) { return environment_text(j, {"software", "libtorch"}); },
+       [](const JobRecord& j) {
+         return environment_text(j, {"software", "libtorch"});
+       },
        nullptr},
       // CSV schema 3 (issue 46): cost and energy per unit of work, and why a GPU was throttled.
       {"usd_per_hour", "$/h",

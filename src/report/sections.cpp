@@ -32,7 +32,7 @@ std::pair<bool, bool> cap_kinds(const std::vector<JobRecord>& jobs, const std::s
   for (const auto& job : jobs) {
     if (!job.memory_cap_gib || job.device.type != "cuda") continue;
     if (!device.empty() && (job.device.name != device || job.precision != precision)) continue;
-    (job.memory.contains("cap") ? whole : allocator_only) = true;
+    (job.memory.cap ? whole : allocator_only) = true;
   }
   return {whole, allocator_only};
 }

@@ -124,29 +124,26 @@ RepeatRun repetition(const JobRecord& r, double seconds) {
 
 /// The repeats' other measurements (repetition's numbers) over the runs that trained:
 /// {median, min, max} each, and how many runs trained and how many were throttled.
-Json summarize_repeats(const std::vector<RepeatRun>& repeats) {
-  Json out = Json::object();
-  int runs = 0, throttled = 0;
+RepeatSummary summarize_repeats(const std::vector<RepeatRun>& repeats) {
+  RepeatSummary out;
   for (const RepeatRun& r : repeats) {
     if (r.status != JobStatus::ok) continue;
-    ++runs;
-    if (r.throttled.value_or(false)) ++throttled;
+    ++out.runs;
+    if (r.throttled.value_or(false)) ++out.throttled_runs;
   }
-  out["runs"] = runs;
-  out["throttled_runs"] = throttled;
   using Measure = std::optional<double> (*)(const RepeatRun&);
-  const std::pair<const char*, Measure> measures[] = {
-      {"step_time_ms_median",
+  const std::pair<std::optional<MedianRange> RepeatSummary::*, Measure> measures[] = {
+      {&RepeatSummary::step_time_ms_median,
        [](const RepeatRun& r) { return std::optional<double>(r.step_time_ms_median); }},
-      {"power_w_mean", [](const RepeatRun& r) { return r.power_w_mean; }},
-      {"sm_clock_mhz_median",
+      {&RepeatSummary::power_w_mean, [](const RepeatRun& r) { return r.power_w_mean; }},
+      {&RepeatSummary::sm_clock_mhz_median,
        [](const RepeatRun& r) {
          return r.sm_clock_mhz_median
                     ? std::optional<double>(static_cast<double>(*r.sm_clock_mhz_median))
                     : std::nullopt;
        }},
-      {"units_per_joule", [](const RepeatRun& r) { return r.units_per_joule; }}};
-  for (const auto& [name, measure] : measures) {
+      {&RepeatSummary::units_per_joule, [](const RepeatRun& r) { return r.units_per_joule; }}};
+  for (const auto& [member, measure] : measures) {
     std::vector<double> values;
     for (const RepeatRun& r : repeats) {
       if (r.status != JobStatus::ok) continue;
@@ -154,7 +151,7 @@ Json summarize_repeats(const std::vector<RepeatRun>& repeats) {
     }
     if (values.empty()) continue;
     const SampleStats stats = summarize_sample(values);  // as the throughputs are summarized
-    out[name] = {{"median", stats.median}, {"min", stats.min}, {"max", stats.max}};
+    out.*member = MedianRange{stats.median, stats.min, stats.max};
   }
   return out;
 }

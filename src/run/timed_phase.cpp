@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace gpubench {
@@ -49,7 +50,7 @@ void confirm_phase(JobRecord& record, const Architecture& arch, const StepContex
   record.batch_info = step->batch_info();
   record.peak_memory_bytes = stats.reserved_peak;
   record.peak_allocated_bytes = stats.allocated_peak;
-  record.memory["confirm_steps"] = steps;
+  record.memory.confirm_steps = steps;
   // A tier's batch is an answer only where the model trains soundly: its losses are read, as a
   // timed run's are.
   const LossReading reading = read_losses(*step);
@@ -284,12 +285,14 @@ void profile_if_asked(const std::string& model, TrainStep& step, const torch::De
 MemoryStats record_warmup_memory(JobRecord& record, const torch::Device& device,
                                  const MemoryStats& before_warmup) {
   const MemoryStats warm_stats = memory_stats(device);
-  record.memory = {
-      {"autotune_peak_allocated_bytes", warm_stats.allocated_peak},
-      {"autotune_peak_reserved_bytes", warm_stats.reserved_peak},
-      {"cudnn", cudnn_algorithm_choice_json()},
-      {"allocator", allocator_json(device)},
-      {"allocator_counters_warmup", allocator_counters_between(before_warmup, warm_stats)}};
+  MemoryRecord memory;
+  memory.autotune_peak_allocated_bytes = warm_stats.allocated_peak;
+  memory.autotune_peak_reserved_bytes = warm_stats.reserved_peak;
+  memory.cudnn = cudnn_algorithm_choice_json();
+  memory.allocator = allocator_json(device);
+  memory.allocator_counters_warmup = AllocatorCounters::from_json(
+      allocator_counters_between(before_warmup, warm_stats), "memory.allocator_counters_warmup");
+  record.memory = std::move(memory);
   record.peak_memory_bytes = warm_stats.reserved_peak;
   record.peak_allocated_bytes = warm_stats.allocated_peak;
   return warm_stats;
@@ -415,22 +418,22 @@ void record_window(JobRecord& record, const Window& w, const torch::Device& devi
   const MemoryStats stats = memory_stats(device);
   record.peak_memory_bytes = std::max(warm_stats.reserved_peak, stats.reserved_peak);
   record.peak_allocated_bytes = std::max(warm_stats.allocated_peak, stats.allocated_peak);
-  record.memory["resident_bytes"] = stats.allocated_current;
-  record.memory["window_peak_allocated_bytes"] = stats.allocated_peak;
-  record.memory["window_peak_reserved_bytes"] = stats.reserved_peak;
+  record.memory.resident_bytes = stats.allocated_current;
+  record.memory.window_peak_allocated_bytes = stats.allocated_peak;
+  record.memory.window_peak_reserved_bytes = stats.reserved_peak;
   // What the process holds outside the allocator once training ran (context, kernels, handles).
-  if (device.is_cuda()) record.memory["outside_allocator_bytes"] = outside_allocator_bytes(device);
-  const Json window_counters = allocator_counters_between(before_window, stats);
-  record.memory["allocator_counters_window"] = window_counters;
+  if (device.is_cuda()) record.memory.outside_allocator_bytes = outside_allocator_bytes(device);
+  const AllocatorCounters window_counters = AllocatorCounters::from_json(
+      allocator_counters_between(before_window, stats), "memory.allocator_counters_window");
+  record.memory.allocator_counters_window = window_counters;
   // A window where the allocator had to free its cache and retry, or ran out, timed thrashing.
-  if (window_counters.value("alloc_retries", int64_t{0}) > 0 ||
-      window_counters.value("ooms", int64_t{0}) > 0) {
+  if (window_counters.alloc_retries > 0 || window_counters.ooms > 0) {
     const std::string warning = fmt::format(
         "warning: the caching allocator retried {} and ran out of memory {} in the timed "
         "window (the batch is at the memory edge; its time includes freeing and refilling "
         "the cache)",
-        counted(window_counters.value("alloc_retries", int64_t{0}), "allocation"),
-        counted(window_counters.value("ooms", int64_t{0}), "time"));
+        counted(window_counters.alloc_retries, "allocation"),
+        counted(window_counters.ooms, "time"));
     worker_log(record.model, warning);
     record.message = record.message.empty() ? warning : record.message + "; " + warning;
   }

@@ -170,7 +170,7 @@ namespace {
 /// `cap_record` describes. Returns the memory the phase may fill: what is free once the context
 /// exists, within the cap's share for the allocator; 0 on the CPU.
 int64_t prepare_device(const JobRecord& record, const ModelConfig& config, const RunSettings& run,
-                       const torch::Device& device, Json& cap_record) {
+                       const torch::Device& device, std::optional<MemoryCap>& cap_record) {
   if (!device.is_cuda()) return 0;
   configure_allocator(run.expandable_segments);
   set_current_device(device);
@@ -191,13 +191,11 @@ int64_t prepare_device(const JobRecord& record, const ModelConfig& config, const
   const int64_t allocator_cap = allocator_cap_bytes(cap, outside);
   set_memory_cap(device, allocator_cap);
   capacity = std::min(capacity, allocator_cap);
-  cap_record = {{"cap_bytes", cap},
-                {"outside_allocator_bytes", outside},
-                {"allocator_cap_bytes", allocator_cap}};
+  cap_record = MemoryCap{cap, outside, allocator_cap, std::nullopt};
   // NVML's count of this process's memory (context and allocator together), to check the
   // reading against; NVML cannot always say (another PID namespace, MIG).
   if (const auto used = nvml_process_memory_bytes(record.device.pci_bus_id, getpid())) {
-    cap_record["nvml_process_bytes"] = *used;
+    cap_record->nvml_process_bytes = *used;
   }
   worker_log(config.name, fmt::format("memory cap {}: {} outside the allocator, which gets {}",
                                       format_bytes(static_cast<double>(cap)),
@@ -407,7 +405,8 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store, const RankJoi
   const torch::Device device(spec.device);
   record.device = device.is_cuda() ? cuda_device_info(device.index()) : cpu_device_info();
   record.environment = environment_json(record.device);
-  Json cap_record;  // a memory cap: the cap, what is outside the allocator, the allocator's part
+  // A memory cap: the cap, what is outside the allocator, the allocator's part.
+  std::optional<MemoryCap> cap_record;
   try {
     const int64_t capacity = prepare_device(record, config, run, device, cap_record);
     // Before the model is built: cuDNN reads the setting at each convolution's first run.
@@ -422,7 +421,7 @@ JobRecord run_phase(const JobSpec& spec, const ConfigStore& store, const RankJoi
     } else {
       batch_phase(record, spec, config, run, arch, device, join_rank);
     }
-    if (!cap_record.is_null()) record.memory["cap"] = cap_record;
+    if (cap_record) record.memory.cap = cap_record;
   } catch (const std::exception& e) {
     record.status = is_out_of_memory(e) ? JobStatus::oom : JobStatus::failed;
     record.message = explain_failure(short_message(e.what()), run.precision, device);

@@ -104,6 +104,107 @@ struct RepeatRun {
   static RepeatRun from_json(const Json& json, const std::string& field);
 };
 
+/// A measurement over the timed runs that trained (an entry of RepeatSummary): its median and
+/// range, as the throughputs are summarized.
+struct MedianRange {
+  double median = 0, min = 0, max = 0;
+
+  /// {median, min, max}.
+  Json to_json() const;
+  /// `json` read from the field `field` of a record ("repeat_summary.power_w_mean"): a value that
+  /// is not a number is a ConfigError naming the field ("repeat_summary.power_w_mean.median").
+  static MedianRange from_json(const Json& json, const std::string& field);
+};
+
+/// With run.repeat >= 2 (JobRecord::repeat_summary): how many timed runs trained and how many of
+/// them throttled, and the other measurements over those runs. The step time is every run's;
+/// power, SM clock and energy only where NVML gave them (runs without NVML lack those three).
+struct RepeatSummary {
+  int64_t runs = 0;            ///< timed runs that trained
+  int64_t throttled_runs = 0;  ///< of those, the ones whose GPU throttled
+  std::optional<MedianRange> step_time_ms_median;
+  std::optional<MedianRange> power_w_mean;
+  std::optional<MedianRange> sm_clock_mhz_median;  ///< MHz; a median of two may end in .5
+  std::optional<MedianRange> units_per_joule;
+
+  /// {runs, throttled_runs, step_time_ms_median, power_w_mean, sm_clock_mhz_median,
+  /// units_per_joule}: the keys it has, in that order.
+  Json to_json() const;
+  /// `json` read from the record's field `field` ("repeat_summary"): a value of the wrong type
+  /// is a ConfigError naming it ("repeat_summary.runs").
+  static RepeatSummary from_json(const Json& json, const std::string& field);
+};
+
+/// The caching allocator's counters over a stretch of the timed run (device.h
+/// allocator_counters_between): cudaMalloc retries after freeing the cache, out-of-memory errors,
+/// and the segments it took from and gave back to the device.
+struct AllocatorCounters {
+  int64_t alloc_retries = 0;
+  int64_t ooms = 0;
+  int64_t device_allocations = 0;
+  int64_t device_frees = 0;
+
+  /// {alloc_retries, ooms, device_allocations, device_frees}.
+  Json to_json() const;
+  /// `json` read from the field `field` of a record ("memory.allocator_counters_window"): a
+  /// value that is not an integer is a ConfigError naming it.
+  static AllocatorCounters from_json(const Json& json, const std::string& field);
+};
+
+/// run.memory_cap_gib's cap (MemoryRecord::cap): the card it stands for, what the process held
+/// outside the allocator when it was set (taken off the cap), and what the allocator got.
+struct MemoryCap {
+  int64_t cap_bytes = 0;
+  int64_t outside_allocator_bytes = 0;
+  int64_t allocator_cap_bytes = 0;
+  std::optional<int64_t> nvml_process_bytes;  ///< NVML's count, where NVML could say
+
+  /// {cap_bytes, outside_allocator_bytes, allocator_cap_bytes, nvml_process_bytes}: the keys it
+  /// has, in that order.
+  Json to_json() const;
+  /// `json` read from the record's field `field` ("memory.cap"): a value that is not an integer
+  /// is a ConfigError naming it ("memory.cap.cap_bytes").
+  static MemoryCap from_json(const Json& json, const std::string& field);
+};
+
+/// The job's memory, apart (JobRecord::memory): a timed run's warm-up writes the autotune peaks,
+/// cuDNN's and the allocator's settings and counters, its window the rest; a memory tier's
+/// confirm writes confirm_steps alone; a capped run adds cap. Every key is optional: each of
+/// those records holds only its own, and older ones lack allocator, its counters and
+/// outside_allocator_bytes. An empty one is written as {}.
+struct MemoryRecord {
+  /// The warm-up's peaks: cuDNN autotuning's trial workspaces included.
+  std::optional<int64_t> autotune_peak_allocated_bytes;
+  std::optional<int64_t> autotune_peak_reserved_bytes;
+  /// cuDNN's algorithm choice as device.h cudnn_algorithm_choice_json reads it: {benchmark,
+  /// benchmark_limit, empty_cache_after_benchmark} and any workspace variable that was set
+  /// (CUDNN_CONV_WSCAP_DBG, ...), so kept as written.
+  std::optional<Json> cudnn;
+  /// The allocator's options as device.h allocator_json reads them: {conf, expandable_segments},
+  /// each null where unset or unknown (the CPU), so kept as written.
+  std::optional<Json> allocator;
+  std::optional<AllocatorCounters> allocator_counters_warmup;
+  /// Allocated after the timed window: weights, gradients, optimizer state, workspaces kept.
+  std::optional<int64_t> resident_bytes;
+  /// The timed window's peaks: the workspace-inclusive peak of training.
+  std::optional<int64_t> window_peak_allocated_bytes;
+  std::optional<int64_t> window_peak_reserved_bytes;
+  /// What the process holds outside the allocator once training ran (CUDA runs).
+  std::optional<int64_t> outside_allocator_bytes;
+  std::optional<AllocatorCounters> allocator_counters_window;
+  std::optional<int64_t> confirm_steps;  ///< a memory tier's confirm: the steps it trained
+  std::optional<MemoryCap> cap;
+
+  /// {autotune_peak_allocated_bytes, autotune_peak_reserved_bytes, cudnn, allocator,
+  /// allocator_counters_warmup, resident_bytes, window_peak_allocated_bytes,
+  /// window_peak_reserved_bytes, outside_allocator_bytes, allocator_counters_window,
+  /// confirm_steps, cap}: the keys it has, in that order (the order the phases write them).
+  Json to_json() const;
+  /// `json` read from the record's field `field` ("memory"): a value of the wrong type is a
+  /// ConfigError naming it ("memory.resident_bytes").
+  static MemoryRecord from_json(const Json& json, const std::string& field);
+};
+
 /// One model on one device at one precision: the search, the timed run and their context.
 struct JobRecord {
   std::string model;            ///< "bert-base"
@@ -148,18 +249,17 @@ struct JobRecord {
   std::optional<SampleStats> throughput_stats;
   /// With run.repeat >= 2: the other measurements over the timed runs that trained, each as
   /// {median, min, max}: step_time_ms_median, power_w_mean, sm_clock_mhz_median,
-  /// units_per_joule (the ones a run measured); and runs, throttled_runs. Empty with one timed
-  /// run. The tables show these medians, as `throughput` is the throughputs' median; clocks,
-  /// timing and step_time_ms stay the first run's.
-  Json repeat_summary = Json::object();
+  /// units_per_joule (the ones a run measured); and runs, throttled_runs. None (not written)
+  /// with one timed run. The tables show these medians, as `throughput` is the throughputs'
+  /// median; clocks, timing and step_time_ms stay the first run's.
+  std::optional<RepeatSummary> repeat_summary;
   int64_t peak_memory_bytes = 0;     ///< peak reserved by the allocator in the timed run
   int64_t peak_allocated_bytes = 0;
-  /// The timed run's memory, apart: {resident_bytes (allocated after the timed window: weights,
-  /// gradients, optimizer state, library workspaces kept), autotune_peak_allocated_bytes (the
-  /// warm-up's peak: cuDNN autotuning's trial workspaces included), window_peak_allocated_bytes
-  /// (the timed window's peak: the workspace-inclusive peak of training), cudnn: the algorithm
-  /// choice}. The activation peak is the search's (search.activation_peak_bytes).
-  Json memory = Json::object();
+  /// The timed run's memory, apart: the warm-up's (autotuning) peak, the resident bytes and
+  /// the timed window's peak, cuDNN's and the allocator's settings; a tier's confirm steps; a
+  /// capped run's cap (MemoryRecord). The activation peak is the search's
+  /// (search.activation_peak_bytes).
+  MemoryRecord memory;
   std::map<std::string, int64_t> trainable_params;  ///< as built, by network
   Json losses_start = Json::object();               ///< loss values before the timed window
   Json losses = Json::object();                     ///< loss values after the timed window
