@@ -275,6 +275,7 @@ TEST(RecordFieldsTest, EveryStoredRecordWritesItsTypedFieldsBackByteForByte) {
           expect_field_written_back(before, after, "repeats", where);
           expect_field_written_back(before, after, "repeat_summary", where);
           expect_field_written_back(before, after, "memory", where);
+          expect_field_written_back(before, after, "compute", where);
           if (before.contains("timing") && before["timing"].contains("stop")) {
             EXPECT_EQ(after["timing"]["stop"], before["timing"]["stop"]) << where;
           }
@@ -522,6 +523,69 @@ TEST(RecordFieldsTest, MemoryOfOldAndNewRecordsWritesBackTheSameBytes) {
   before["memory"] = Json::array();
   EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
                      "memory: expected an object, got array");
+}
+
+TEST(RecordFieldsTest, ComputeOfOldAndNewRecordsWritesBackTheSameBytes) {
+  const std::vector<std::string> shapes = {
+      // A CPU run (docs/results/2026-12-06-cpu-readme-sample): no peak.
+      R"({"flops_per_unit":69900000000.0,"tflops":0.01883650250844286})",
+      // An older gpubench's: the peak without its source (2026-12-03-h200-stylegan-large-
+      // tensors), and a peak alone where the FLOPs were not derived (...-rois-signals-ddp).
+      R"({"flops_per_unit":324000000000.0,"tflops":51.25,"peak_kind":"bf16",)"
+      R"("peak_tflops":739.5,"peak_share":0.0693})",
+      R"({"peak_kind":"fp32","peak_tflops":51.5})",
+      // A measured peak, and a reused one (2026-12-03-h200-headroom-attention-limit10).
+      R"({"flops_per_unit":116300000000.0,"tflops":25.319641593550998,"peak_kind":"fp32",)"
+      R"("peak_tflops":51.20386620149801,"peak_share":0.49448691030307884,)"
+      R"("peak_source":"measured"})",
+      R"({"flops_per_unit":324000000000.0,"tflops":51.27931862288258,"peak_kind":"bf16",)"
+      R"("peak_tflops":739.7291443100487,"peak_share":0.06932174974762041,)"
+      R"("peak_source":"reused","peak_measured_by":"nasnet-large"})",
+      // Today's, with the FLOPs' derivation (2026-12-07-h100-fast-paths), and a data-parallel
+      // run's total beside them.
+      R"({"flops_per_unit":1195130684205.1765,"tflops":21.843171973579803,"peak_kind":"fp32",)"
+      R"("peak_tflops":51.60341012922927,"peak_share":0.42328931206054865,)"
+      R"("peak_source":"reused","peak_measured_by":"nasnet-large","flops_source":)"
+      R"("step shapes","flops_per_step":101586108157440.0})",
+      R"({"flops_per_unit":142800000000.0,"tflops":12.5,"peak_kind":"fp32",)"
+      R"("peak_tflops":51.5,"peak_share":0.25,"peak_source":"measured","flops_source":)"
+      R"("config","tflops_total":50.0})"};
+  for (const std::string& text : shapes) {
+    Json before = JobRecord().to_json();
+    before["compute"] = Json::parse(text);
+    EXPECT_EQ(dump_json(JobRecord::from_json(before).to_json()["compute"]), text);
+  }
+  Json before = JobRecord().to_json();
+  before["compute"] = Json::parse(shapes[1]);
+  const JobRecord old_record = JobRecord::from_json(before);
+  EXPECT_EQ(old_record.compute.peak_kind, std::optional<std::string>("bf16"));
+  EXPECT_FALSE(old_record.compute.peak_source.has_value());
+  EXPECT_FALSE(old_record.compute.flops_source.has_value());
+  EXPECT_FALSE(old_record.compute.tflops_total.has_value());
+  before["compute"] = Json::parse(shapes[5]);
+  const JobRecord new_record = JobRecord::from_json(before);
+  EXPECT_EQ(new_record.compute.peak_measured_by, std::optional<std::string>("nasnet-large"));
+  EXPECT_EQ(new_record.compute.flops_source, std::optional<std::string>("step shapes"));
+  EXPECT_EQ(new_record.compute.flops_per_step, std::optional<double>(101586108157440.0));
+  const FlopsPerUnit flops = FlopsPerUnit::from_compute(new_record.compute);
+  EXPECT_EQ(flops.value, std::optional<double>(1195130684205.1765));
+  EXPECT_EQ(flops.source, "step shapes");
+  // A record without one (search-only, failed, on the CPU, the oldest) reads as empty and is
+  // written without it, as before.
+  const JobRecord none = JobRecord::from_json({{"model", "bert-base"}});
+  EXPECT_TRUE(none.compute.empty());
+  EXPECT_FALSE(none.to_json().contains("compute"));
+  // A value of the wrong type is refused, naming where it is.
+  before["compute"]["tflops"] = "21.8";
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "compute.tflops: expected a number, got '21.8'");
+  before["compute"] = Json::parse(shapes[5]);
+  before["compute"]["peak_source"] = true;
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "compute.peak_source: expected a string, got true");
+  before["compute"] = Json::array();
+  EXPECT_THROWS_WITH(JobRecord::from_json(before), ConfigError,
+                     "compute: expected an object, got array");
 }
 
 TEST(RecordEnumsTest, AnUnknownStatusIsRefusedNamingTheFieldTheValueAndTheAllowedOnes) {

@@ -616,17 +616,18 @@ TEST(RunnerTest, AGivenMatmulPeakIsReusedOnlyForItsDeviceAndKind) {
 }
 
 TEST(RunnerTest, TheComputeRecordSaysWhereItsPeakCameFrom) {
-  const Json reused = compute_with_peak(100, 3e9, "fp32", {50.0, "reused", "bert-base"});
-  EXPECT_DOUBLE_EQ(reused["peak_tflops"].get<double>(), 50.0);
-  EXPECT_DOUBLE_EQ(reused["peak_share"].get<double>(), 0.3 / 50.0);
-  EXPECT_EQ(reused["peak_source"], "reused");
-  EXPECT_EQ(reused["peak_measured_by"], "bert-base");
-  const Json measured = compute_with_peak(100, 3e9, "fp32", {51.3, "measured", ""});
-  EXPECT_EQ(measured["peak_source"], "measured");
-  EXPECT_FALSE(measured.contains("peak_measured_by"));
-  const Json none = compute_with_peak(100, 3e9, "fp32", {});
-  EXPECT_FALSE(none.contains("peak_source"));
-  EXPECT_DOUBLE_EQ(none["tflops"].get<double>(), 0.3);
+  const ComputeRecord reused =
+      compute_with_peak(100, 3e9, "fp32", {50.0, "reused", "bert-base"});
+  EXPECT_DOUBLE_EQ(reused.peak_tflops.value_or(0), 50.0);
+  EXPECT_DOUBLE_EQ(reused.peak_share.value_or(0), 0.3 / 50.0);
+  EXPECT_EQ(reused.peak_source, std::optional<std::string>("reused"));
+  EXPECT_EQ(reused.peak_measured_by, std::optional<std::string>("bert-base"));
+  const ComputeRecord measured = compute_with_peak(100, 3e9, "fp32", {51.3, "measured", ""});
+  EXPECT_EQ(measured.peak_source, std::optional<std::string>("measured"));
+  EXPECT_FALSE(measured.peak_measured_by.has_value());
+  const ComputeRecord none = compute_with_peak(100, 3e9, "fp32", {});
+  EXPECT_FALSE(none.peak_source.has_value());
+  EXPECT_DOUBLE_EQ(none.tflops.value_or(0), 0.3);
   // What a suite passes on: a peak the record measured, not one it reused.
   JobRecord r;
   r.model = "bert-base";
@@ -997,8 +998,8 @@ TEST(RunnerTest, RepeatedTimedRunsReuseThePeakTheFirstOneMeasured) {
   }
   // The record's compute is the median's, its peak the first run's own measurement.
   EXPECT_EQ(r.throughput, 12);
-  EXPECT_DOUBLE_EQ(r.compute["tflops"].get<double>(), 12.0);
-  EXPECT_EQ(r.compute["peak_source"], "measured");
+  EXPECT_DOUBLE_EQ(r.compute.tflops.value_or(0), 12.0);
+  EXPECT_EQ(r.compute.peak_source, std::optional<std::string>("measured"));
   // A peak the suite passes in: every timed run reuses it, and the record says whose it is.
   PeakLauncher given;
   JobPlan with_peak = plan;
@@ -1006,9 +1007,9 @@ TEST(RunnerTest, RepeatedTimedRunsReuseThePeakTheFirstOneMeasured) {
   const JobRecord g = run_job(with_peak, with_repeat(2), given, quiet);
   ASSERT_EQ(given.specs.size(), 2u);
   for (const auto& spec : given.specs) ASSERT_TRUE(spec.matmul_peak.has_value());
-  EXPECT_EQ(g.compute["peak_source"], "reused");
-  EXPECT_EQ(g.compute["peak_measured_by"], "nasnet-large");
-  EXPECT_DOUBLE_EQ(g.compute["peak_tflops"].get<double>(), 50.0);
+  EXPECT_EQ(g.compute.peak_source, std::optional<std::string>("reused"));
+  EXPECT_EQ(g.compute.peak_measured_by, std::optional<std::string>("nasnet-large"));
+  EXPECT_DOUBLE_EQ(g.compute.peak_tflops.value_or(0), 50.0);
 }
 
 // A repeat that diverges: no timed run of the job is a result. One that runs out of memory is

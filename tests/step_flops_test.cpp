@@ -355,12 +355,14 @@ TEST(StepFlops, TheRecordTakesTheWindowsFlopsElseTheConstantOfAShippedModelOnly)
   EXPECT_EQ(shipped.source, "config");
   EXPECT_FALSE(shipped.per_step.has_value());
   EXPECT_FALSE(none.or_config(1.16e11, true).value.has_value());
-  EXPECT_TRUE(none.or_config(1.16e11, true).to_json().empty());
-  // Through the record's compute object and back (the repeats recompute from it).
-  const Json json = window.to_json();
-  EXPECT_DOUBLE_EQ(json["flops_per_unit"].get<double>(), 2e10);
-  EXPECT_EQ(json["flops_source"], "step shapes");
-  const FlopsPerUnit back = FlopsPerUnit::from_compute(json);
+  EXPECT_TRUE(none.or_config(1.16e11, true).to_compute().empty());
+  // Through the record's compute, as written and read, and back (the repeats recompute from
+  // it).
+  const ComputeRecord compute = window.to_compute();
+  EXPECT_DOUBLE_EQ(compute.flops_per_unit.value_or(0), 2e10);
+  EXPECT_EQ(compute.flops_source, std::optional<std::string>("step shapes"));
+  const FlopsPerUnit back =
+      FlopsPerUnit::from_compute(ComputeRecord::from_json(compute.to_json(), "compute"));
   EXPECT_DOUBLE_EQ(*back.value, 2e10);
   EXPECT_EQ(back.source, "step shapes");
   EXPECT_DOUBLE_EQ(*back.per_step, 1.5e12);

@@ -200,13 +200,13 @@ TEST(SuiteTest, TheFirstTimedRunMeasuresTheMatmulPeakAndTheOthersReuseIt) {
   const SuiteOutcome outcome = run_suite(plan, {}, launcher, journal, {});
   EXPECT_EQ(launcher.peaks_given, (std::vector<std::string>{"", "bert-base", "bert-base"}));
   ASSERT_EQ(outcome.records.size(), 3u);
-  EXPECT_EQ(outcome.records[0].compute["peak_source"], "measured");
-  EXPECT_EQ(outcome.records[1].compute["peak_source"], "reused");
-  EXPECT_EQ(outcome.records[2].compute["peak_measured_by"], "bert-base");
-  EXPECT_DOUBLE_EQ(outcome.records[2].compute["peak_tflops"].get<double>(), 51.3);
+  EXPECT_EQ(outcome.records[0].compute.peak_source, std::optional<std::string>("measured"));
+  EXPECT_EQ(outcome.records[1].compute.peak_source, std::optional<std::string>("reused"));
+  EXPECT_EQ(outcome.records[2].compute.peak_measured_by, std::optional<std::string>("bert-base"));
+  EXPECT_DOUBLE_EQ(outcome.records[2].compute.peak_tflops.value_or(0), 51.3);
   // The journal keeps where each peak came from.
   const Journal j = read_journal(dir.file("j.jsonl"));
-  EXPECT_EQ(j.jobs[1].compute["peak_measured_by"], "bert-base");
+  EXPECT_EQ(j.jobs[1].compute.peak_measured_by, std::optional<std::string>("bert-base"));
 
   // A first job that fails measures nothing: the next one measures, the last reuses its peak.
   TempDir dir2;

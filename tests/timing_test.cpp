@@ -83,17 +83,17 @@ TEST(TimingTest, EnergySummaryDividesTheCountersDifference) {
 
 // Achieved TFLOP/s and the share of the measured peak, each only where its inputs are known.
 TEST(TimingTest, ComputeSummaryIsThroughputTimesFlopsOverThePeak) {
-  const Json c = compute_summary(1000.0, 6.0e10, "bf16", 600.0);  // 60 TFLOP/s of 600
-  EXPECT_DOUBLE_EQ(c["tflops"].get<double>(), 60.0);
-  EXPECT_DOUBLE_EQ(c["peak_share"].get<double>(), 0.1);
-  EXPECT_EQ(c["peak_kind"], "bf16");
-  const Json no_flops = compute_summary(1000.0, std::nullopt, "bf16", 600.0);
-  EXPECT_FALSE(no_flops.contains("tflops"));
-  EXPECT_FALSE(no_flops.contains("peak_share"));
-  EXPECT_DOUBLE_EQ(no_flops["peak_tflops"].get<double>(), 600.0);
-  const Json no_peak = compute_summary(1000.0, 6.0e10, "fp32", std::nullopt);
-  EXPECT_DOUBLE_EQ(no_peak["tflops"].get<double>(), 60.0);
-  EXPECT_FALSE(no_peak.contains("peak_share"));
+  const ComputeRecord c = compute_summary(1000.0, 6.0e10, "bf16", 600.0);  // 60 TFLOP/s of 600
+  EXPECT_DOUBLE_EQ(c.tflops.value_or(0), 60.0);
+  EXPECT_DOUBLE_EQ(c.peak_share.value_or(0), 0.1);
+  EXPECT_EQ(c.peak_kind, std::optional<std::string>("bf16"));
+  const ComputeRecord no_flops = compute_summary(1000.0, std::nullopt, "bf16", 600.0);
+  EXPECT_FALSE(no_flops.tflops.has_value());
+  EXPECT_FALSE(no_flops.peak_share.has_value());
+  EXPECT_DOUBLE_EQ(no_flops.peak_tflops.value_or(0), 600.0);
+  const ComputeRecord no_peak = compute_summary(1000.0, 6.0e10, "fp32", std::nullopt);
+  EXPECT_DOUBLE_EQ(no_peak.tflops.value_or(0), 60.0);
+  EXPECT_FALSE(no_peak.peak_share.has_value());
   EXPECT_TRUE(compute_summary(0.0, std::nullopt, "", std::nullopt).empty());
 }
 

@@ -429,19 +429,70 @@ TimingStats TimingStats::from_json(const Json& json) {
   return s;
 }
 
-Json compute_summary(double throughput, std::optional<double> flops_per_unit,
-                     const std::string& peak_kind, std::optional<double> peak_tflops) {
+bool ComputeRecord::empty() const {
+  return !flops_per_unit && !tflops && !peak_kind && !peak_tflops && !peak_share &&
+         !peak_source && !peak_measured_by && !flops_source && !flops_per_step && !tflops_total;
+}
+
+Json ComputeRecord::to_json() const {
   Json out = Json::object();
-  std::optional<double> achieved;
+  if (flops_per_unit) out["flops_per_unit"] = *flops_per_unit;
+  if (tflops) out["tflops"] = *tflops;
+  if (peak_kind) out["peak_kind"] = *peak_kind;
+  if (peak_tflops) out["peak_tflops"] = *peak_tflops;
+  if (peak_share) out["peak_share"] = *peak_share;
+  if (peak_source) out["peak_source"] = *peak_source;
+  if (peak_measured_by) out["peak_measured_by"] = *peak_measured_by;
+  if (flops_source) out["flops_source"] = *flops_source;
+  if (flops_per_step) out["flops_per_step"] = *flops_per_step;
+  if (tflops_total) out["tflops_total"] = *tflops_total;
+  return out;
+}
+
+ComputeRecord ComputeRecord::from_json(const Json& json, const std::string& field) {
+  GPUBENCH_CHECK(json.is_object(), ConfigError, "{}: expected an object, got {}", field,
+                 json.type_name());
+  // A value of the wrong type is a ConfigError naming FIELD.KEY and the value, where
+  // nlohmann's type_error would name neither.
+  const auto number = [&](const char* key) -> std::optional<double> {
+    if (!json.contains(key)) return std::nullopt;
+    const Json& value = json[key];
+    GPUBENCH_CHECK(value.is_number(), ConfigError, "{}.{}: expected a number, got {}", field, key,
+                   quote_value(value));
+    return value.get<double>();
+  };
+  const auto text = [&](const char* key) -> std::optional<std::string> {
+    if (!json.contains(key)) return std::nullopt;
+    const Json& value = json[key];
+    GPUBENCH_CHECK(value.is_string(), ConfigError, "{}.{}: expected a string, got {}", field, key,
+                   quote_value(value));
+    return value.get<std::string>();
+  };
+  ComputeRecord c;
+  c.flops_per_unit = number("flops_per_unit");
+  c.tflops = number("tflops");
+  c.peak_kind = text("peak_kind");
+  c.peak_tflops = number("peak_tflops");
+  c.peak_share = number("peak_share");
+  c.peak_source = text("peak_source");
+  c.peak_measured_by = text("peak_measured_by");
+  c.flops_source = text("flops_source");
+  c.flops_per_step = number("flops_per_step");
+  c.tflops_total = number("tflops_total");
+  return c;
+}
+
+ComputeRecord compute_summary(double throughput, std::optional<double> flops_per_unit,
+                              const std::string& peak_kind, std::optional<double> peak_tflops) {
+  ComputeRecord out;
   if (flops_per_unit && *flops_per_unit > 0) {
-    out["flops_per_unit"] = *flops_per_unit;
-    if (throughput > 0) achieved = throughput * *flops_per_unit / 1e12;
+    out.flops_per_unit = *flops_per_unit;
+    if (throughput > 0) out.tflops = throughput * *flops_per_unit / 1e12;
   }
-  if (achieved) out["tflops"] = *achieved;
   if (!peak_kind.empty() && peak_tflops && *peak_tflops > 0) {
-    out["peak_kind"] = peak_kind;
-    out["peak_tflops"] = *peak_tflops;
-    if (achieved) out["peak_share"] = *achieved / *peak_tflops;
+    out.peak_kind = peak_kind;
+    out.peak_tflops = *peak_tflops;
+    if (out.tflops) out.peak_share = *out.tflops / *peak_tflops;
   }
   return out;
 }
@@ -455,16 +506,11 @@ FlopsPerUnit FlopsPerUnit::of_window(std::optional<double> flops, double units, 
   return f;
 }
 
-FlopsPerUnit FlopsPerUnit::from_compute(const Json& compute) {
+FlopsPerUnit FlopsPerUnit::from_compute(const ComputeRecord& compute) {
   FlopsPerUnit f;
-  if (!compute.is_object()) return f;
-  if (compute.contains("flops_per_unit") && compute["flops_per_unit"].is_number()) {
-    f.value = compute["flops_per_unit"].get<double>();
-  }
-  f.source = compute.value("flops_source", std::string());
-  if (compute.contains("flops_per_step") && compute["flops_per_step"].is_number()) {
-    f.per_step = compute["flops_per_step"].get<double>();
-  }
+  f.value = compute.flops_per_unit;
+  f.source = compute.flops_source.value_or(std::string());
+  f.per_step = compute.flops_per_step;
   return f;
 }
 
@@ -479,11 +525,11 @@ FlopsPerUnit FlopsPerUnit::or_config(std::optional<double> config_flops_per_unit
   return f;
 }
 
-Json FlopsPerUnit::to_json() const {
-  Json out = Json::object();
-  if (value) out["flops_per_unit"] = *value;
-  if (!source.empty()) out["flops_source"] = source;
-  if (per_step) out["flops_per_step"] = *per_step;
+ComputeRecord FlopsPerUnit::to_compute() const {
+  ComputeRecord out;
+  out.flops_per_unit = value;
+  if (!source.empty()) out.flops_source = source;
+  out.flops_per_step = per_step;
   return out;
 }
 

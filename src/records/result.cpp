@@ -342,7 +342,8 @@ Json JobRecord::to_json() const {
   // How the step ran (launch, precision, optimizer kernels): written by timed runs only, so
   // records without one read and write as before.
   if (!runtime.empty()) out["runtime"] = runtime;
-  if (!compute.empty()) out["compute"] = compute;  // timed runs that know their FLOPs or peak
+  // Timed runs that know their FLOPs or peak.
+  if (!compute.empty()) out["compute"] = compute.to_json();
   if (!data_parallel.empty()) out["data_parallel"] = data_parallel;  // issue 15
   if (cost) out["cost"] = {{"usd_per_hour", cost->usd_per_hour}, {"source", cost->source}};
   return out;
@@ -439,7 +440,10 @@ JobRecord job_record_from_json(const Json& j) {
     r.throughput_stats = SampleStats::from_json(j["throughput_stats"]);
   }
   r.clocks = j.value("clocks", Json::object());
-  r.compute = j.value("compute", Json::object());
+  // Absent where nothing was known (a search-only, failed or CPU job, the oldest records).
+  if (const Json compute = j.value("compute", Json::object()); !compute.is_null()) {
+    r.compute = ComputeRecord::from_json(compute, "compute");
+  }
   if (j.contains("normalized") && j["normalized"].is_object()) {
     const Json& n = j["normalized"];
     NormalizedScore s;

@@ -51,6 +51,8 @@ std::string raw_at(const Json& json, std::initializer_list<const char*> path) {
   return v ? number(*v) : std::string();
 }
 
+std::string raw(const std::optional<double>& v) { return v ? number(*v) : std::string(); }
+
 /// The repeat summary's measurement that a column reads (RepeatSummary::power_w_mean, ...).
 using RepeatMeasure = std::optional<MedianRange> RepeatSummary::*;
 
@@ -223,21 +225,21 @@ const std::vector<ResultColumn>& result_columns() {
          return fmt::format("{} {}/J", format_significant(*v, 3), unit_of(j));
        }},
       {"flops_per_unit", "FLOPs/unit",
-       [](const JobRecord& j) { return raw_at(j.compute, {"flops_per_unit"}); }, nullptr},
+       [](const JobRecord& j) { return raw(j.compute.flops_per_unit); }, nullptr},
       {"tflops", "TFLOP/s",
-       [](const JobRecord& j) { return j.ok() ? raw_at(j.compute, {"tflops"}) : std::string(); },
+       [](const JobRecord& j) { return j.ok() ? raw(j.compute.tflops) : std::string(); },
        [](const JobRecord& j) {
-         const auto v = number_at(j.compute, {"tflops"});
+         const auto& v = j.compute.tflops;
          return j.ok() && v ? format_significant(*v, 3) : std::string("-");
        }},
       {"peak_tflops", "peak TFLOP/s",
-       [](const JobRecord& j) { return raw_at(j.compute, {"peak_tflops"}); }, nullptr},
+       [](const JobRecord& j) { return raw(j.compute.peak_tflops); }, nullptr},
       {"peak_share", "of peak",
        [](const JobRecord& j) {
-         return j.ok() ? raw_at(j.compute, {"peak_share"}) : std::string();
+         return j.ok() ? raw(j.compute.peak_share) : std::string();
        },
        [](const JobRecord& j) {
-         const auto v = number_at(j.compute, {"peak_share"});
+         const auto& v = j.compute.peak_share;
          return j.ok() && v ? fmt::format("{:.0f}%", 100 * *v) : std::string("-");
        }},
       {"window_alloc_retries", "alloc retries",

@@ -414,13 +414,13 @@ JobRecord run_job(const JobPlan& plan, const ConfigStore& store, PhaseLauncher& 
     }
     repeat_timed_run(record, first_seconds, spec, run, launcher, log);
     if (record.ok() && !record.compute.empty()) {  // the achieved FLOP/s of the median
-      const Json& c = record.compute;
+      const ComputeRecord c = record.compute;
       PeakChoice peak;
-      if (c.contains("peak_tflops")) peak.tflops = c["peak_tflops"].get<double>();
-      peak.source = c.value("peak_source", std::string());
-      peak.measured_by = c.value("peak_measured_by", std::string());
+      peak.tflops = c.peak_tflops;
+      peak.source = c.peak_source.value_or(std::string());
+      peak.measured_by = c.peak_measured_by.value_or(std::string());
       record.compute = compute_with_peak(record.throughput, FlopsPerUnit::from_compute(c),
-                                         c.value("peak_kind", std::string()), peak);
+                                         c.peak_kind.value_or(std::string()), peak);
     }
   }
   if (!search_warning.empty() && record.ok() && record.message.empty()) {

@@ -42,36 +42,35 @@ PeakChoice choose_matmul_peak(const std::optional<MatmulPeak>& given, const std:
   return choice;
 }
 
-Json compute_with_peak(double throughput, std::optional<double> flops_per_unit,
-                       const std::string& kind, const PeakChoice& peak) {
-  Json out = compute_summary(throughput, flops_per_unit, kind, peak.tflops);
-  if (out.contains("peak_tflops")) {
-    out["peak_source"] = peak.source;
-    if (!peak.measured_by.empty()) out["peak_measured_by"] = peak.measured_by;
+ComputeRecord compute_with_peak(double throughput, std::optional<double> flops_per_unit,
+                                const std::string& kind, const PeakChoice& peak) {
+  ComputeRecord out = compute_summary(throughput, flops_per_unit, kind, peak.tflops);
+  if (out.peak_tflops) {
+    out.peak_source = peak.source;
+    if (!peak.measured_by.empty()) out.peak_measured_by = peak.measured_by;
   }
   return out;
 }
 
-Json compute_with_peak(double throughput, const FlopsPerUnit& flops, const std::string& kind,
-                       const PeakChoice& peak) {
-  Json out = compute_with_peak(throughput, flops.value, kind, peak);
-  if (out.contains("flops_per_unit")) {
-    if (!flops.source.empty()) out["flops_source"] = flops.source;
-    if (flops.per_step) out["flops_per_step"] = *flops.per_step;
+ComputeRecord compute_with_peak(double throughput, const FlopsPerUnit& flops,
+                                const std::string& kind, const PeakChoice& peak) {
+  ComputeRecord out = compute_with_peak(throughput, flops.value, kind, peak);
+  if (out.flops_per_unit) {
+    if (!flops.source.empty()) out.flops_source = flops.source;
+    out.flops_per_step = flops.per_step;
   }
   return out;
 }
 
 std::optional<MatmulPeak> measured_matmul_peak(const JobRecord& record, const std::string& device) {
-  const Json& c = record.compute;
-  if (!c.is_object() || c.value("peak_source", std::string()) != "measured" ||
-      !c.contains("peak_tflops") || !c["peak_tflops"].is_number() || !c.contains("peak_kind")) {
+  const ComputeRecord& c = record.compute;
+  if (c.peak_source.value_or(std::string()) != "measured" || !c.peak_tflops || !c.peak_kind) {
     return std::nullopt;
   }
   MatmulPeak p;
   p.device = device;
-  p.kind = c["peak_kind"].get<std::string>();
-  p.tflops = c["peak_tflops"].get<double>();
+  p.kind = *c.peak_kind;
+  p.tflops = *c.peak_tflops;
   p.measured_by = record.model;
   if (!(p.tflops > 0) || p.kind.empty()) return std::nullopt;
   return p;

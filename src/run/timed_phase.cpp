@@ -413,7 +413,7 @@ void record_window(JobRecord& record, const Window& w, const torch::Device& devi
   record.units_per_step = w.units / w.steps;
   // The FLOPs the window's steps ran, per unit: batch_phase (worker.cpp) turns them into the
   // record's compute.
-  record.compute = FlopsPerUnit::of_window(w.flops, w.units, w.steps).to_json();
+  record.compute = FlopsPerUnit::of_window(w.flops, w.units, w.steps).to_compute();
   record.throughput = w.seconds > 0 ? w.units / w.seconds : 0;
   const MemoryStats stats = memory_stats(device);
   record.peak_memory_bytes = std::max(warm_stats.reserved_peak, stats.reserved_peak);

@@ -373,7 +373,7 @@ void batch_phase(JobRecord& record, const JobSpec& spec, const ModelConfig& conf
   }
   // The timed window's FLOPs per unit, from the shapes its steps ran (time_phase), where the
   // step derives them; else the config's constant for a model as shipped.
-  const Json window_flops = std::exchange(record.compute, Json::object());
+  const ComputeRecord window_flops = std::exchange(record.compute, ComputeRecord{});
   const FlopsPerUnit flops =
       FlopsPerUnit::from_compute(window_flops).or_config(config.flops_per_unit, config.modified);
   if (!record.ok()) return;
@@ -388,10 +388,9 @@ void batch_phase(JobRecord& record, const JobSpec& spec, const ModelConfig& conf
   // A data-parallel record's throughput is the sum over its ranks; the utilisation is one GPU's
   // (the mean over the ranks against one GPU's peak), and the total beside it.
   const int world_size = spec.distributed.is_null() ? 1 : spec.distributed.value("world_size", 1);
-  record.compute =
-      compute_with_peak(record.throughput / world_size, flops, kind, peak);
-  if (world_size > 1 && record.compute.contains("tflops")) {
-    record.compute["tflops_total"] = record.compute["tflops"].get<double>() * world_size;
+  record.compute = compute_with_peak(record.throughput / world_size, flops, kind, peak);
+  if (world_size > 1 && record.compute.tflops) {
+    record.compute.tflops_total = *record.compute.tflops * world_size;
   }
 }
 

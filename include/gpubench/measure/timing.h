@@ -201,11 +201,40 @@ double projected_window_seconds(double noise, int cycles, double elapsed_seconds
 WindowStop window_stop(const std::optional<double>& noise, int cycles, double elapsed_seconds,
                        const TimingSettings& settings);
 
-/// What a throughput means in arithmetic: {flops_per_unit, tflops (achieved: throughput x
+/// A record's throughput as arithmetic (JobRecord::compute, records/result.h; declared here
+/// since compute_summary builds it and measure/ comes before records/). Every key is optional:
+/// each is written only where its inputs are known, and older records lack the peak's source,
+/// the FLOPs' derivation or both; a data-parallel run adds tflops_total. An empty one is not
+/// written.
+struct ComputeRecord {
+  std::optional<double> flops_per_unit;  ///< training FLOPs per unit (FlopsPerUnit)
+  std::optional<double> tflops;          ///< achieved: throughput x FLOPs per unit (one GPU's)
+  std::optional<std::string> peak_kind;  ///< the precision's matmul kind the peak is for
+  std::optional<double> peak_tflops;     ///< the device's measured dense-matmul peak
+  std::optional<double> peak_share;      ///< tflops / peak_tflops
+  /// "measured" (by this run) or "reused" (run/job_spec.h compute_with_peak).
+  std::optional<std::string> peak_source;
+  std::optional<std::string> peak_measured_by;  ///< "reused": the job that measured it
+  std::optional<std::string> flops_source;      ///< FlopsPerUnit::source
+  std::optional<double> flops_per_step;         ///< FlopsPerUnit::per_step
+  /// A data-parallel run: tflops x world size, the whole job's (run/worker.cpp batch_phase).
+  std::optional<double> tflops_total;
+
+  bool empty() const;
+  /// {flops_per_unit, tflops, peak_kind, peak_tflops, peak_share, peak_source,
+  /// peak_measured_by, flops_source, flops_per_step, tflops_total}: the keys it has, in that
+  /// order (the order the builders write them, so every stored record writes back as it is).
+  Json to_json() const;
+  /// `json` read from the record's field `field` ("compute"): a value of the wrong type is a
+  /// ConfigError naming it ("compute.tflops").
+  static ComputeRecord from_json(const Json& json, const std::string& field);
+};
+
+/// What a throughput means in arithmetic: flops_per_unit, tflops (achieved: throughput x
 /// FLOPs per unit), peak_kind, peak_tflops (the device's measured dense-matmul peak for the
-/// precision), peak_share (tflops / peak_tflops)}; each only where its inputs are known (no
+/// precision), peak_share (tflops / peak_tflops); each only where its inputs are known (no
 /// flops_per_unit: the workload's FLOPs are not derived, docs/workloads/).
-Json compute_summary(double throughput, std::optional<double> flops_per_unit,
+ComputeRecord compute_summary(double throughput, std::optional<double> flops_per_unit,
                      const std::string& peak_kind, std::optional<double> peak_tflops);
 
 /// A record's training FLOPs per unit and how they were derived (its compute.flops_source):
@@ -223,13 +252,14 @@ struct FlopsPerUnit {
   /// The window's: `flops`, the sum of its `steps` steps' step_flops() (none when a step had
   /// none), over the `units` they trained.
   static FlopsPerUnit of_window(std::optional<double> flops, double units, int64_t steps);
-  /// What a record's compute object says (flops_per_unit, flops_source, flops_per_step).
-  static FlopsPerUnit from_compute(const Json& compute);
+  /// What a record's compute says (flops_per_unit, flops_source, flops_per_step).
+  static FlopsPerUnit from_compute(const ComputeRecord& compute);
   /// These where derived, else `config_flops_per_unit` ("config") when the model is as shipped
   /// (`modified` false), else none.
   FlopsPerUnit or_config(std::optional<double> config_flops_per_unit, bool modified) const;
-  /// {flops_per_unit, flops_source, flops_per_step}, each where known.
-  Json to_json() const;
+  /// A compute with flops_per_unit, flops_source and flops_per_step, each where known: what
+  /// the timed phase hands batch_phase (run/worker.cpp) in the record.
+  ComputeRecord to_compute() const;
 };
 
 }  // namespace gpubench

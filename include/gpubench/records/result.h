@@ -269,8 +269,9 @@ struct JobRecord {
   /// The throughput as arithmetic (compute_summary, timing.h): FLOPs per unit, achieved TFLOP/s,
   /// the device's measured matmul peak for the precision and the share of it, and where that
   /// peak came from (peak_source "measured" or "reused", peak_measured_by: run/job_spec.h
-  /// compute_with_peak). Timed CUDA runs.
-  Json compute = Json::object();
+  /// compute_with_peak). Timed CUDA runs; empty (not written) otherwise. ComputeRecord is
+  /// declared in measure/timing.h, which builds it.
+  ComputeRecord compute;
   std::optional<NormalizedScore> normalized;
   std::optional<JobCost> cost;        ///< the card's price per hour, when one was given
   Json config = Json::object();       ///< the resolved model config

@@ -77,12 +77,12 @@ PeakChoice choose_matmul_peak(const std::optional<MatmulPeak>& given, const std:
                               const std::function<std::optional<double>()>& measure);
 /// The record's `compute` (compute_summary) with where its peak came from: `peak_source`, and
 /// `peak_measured_by` for a reused one; neither without a peak.
-Json compute_with_peak(double throughput, std::optional<double> flops_per_unit,
-                       const std::string& kind, const PeakChoice& peak);
+ComputeRecord compute_with_peak(double throughput, std::optional<double> flops_per_unit,
+                                const std::string& kind, const PeakChoice& peak);
 /// The same with the FLOPs' derivation (FlopsPerUnit, measure/timing.h): flops_source and
 /// flops_per_step beside flops_per_unit.
-Json compute_with_peak(double throughput, const FlopsPerUnit& flops, const std::string& kind,
-                       const PeakChoice& peak);
+ComputeRecord compute_with_peak(double throughput, const FlopsPerUnit& flops,
+                                const std::string& kind, const PeakChoice& peak);
 /// The peak `record`'s timed run on `device` measured itself (compute.peak_source "measured"),
 /// for the jobs after it; none when it reused one or has none.
 std::optional<MatmulPeak> measured_matmul_peak(const JobRecord& record, const std::string& device);
