@@ -1,6 +1,7 @@
 #include "gpubench/measure/timing.h"
 
 #include "gpubench/base/errors.h"
+#include "gpubench/base/json_fields.h"
 #include "gpubench/base/json_int.h"
 #include "gpubench/base/strings.h"
 #include "gpubench/base/word_table.h"
@@ -450,24 +451,9 @@ Json ComputeRecord::to_json() const {
 }
 
 ComputeRecord ComputeRecord::from_json(const Json& json, const std::string& field) {
-  GPUBENCH_CHECK(json.is_object(), ConfigError, "{}: expected an object, got {}", field,
-                 json.type_name());
-  // A value of the wrong type is a ConfigError naming FIELD.KEY and the value, where
-  // nlohmann's type_error would name neither.
-  const auto number = [&](const char* key) -> std::optional<double> {
-    if (!json.contains(key)) return std::nullopt;
-    const Json& value = json[key];
-    GPUBENCH_CHECK(value.is_number(), ConfigError, "{}.{}: expected a number, got {}", field, key,
-                   quote_value(value));
-    return value.get<double>();
-  };
-  const auto text = [&](const char* key) -> std::optional<std::string> {
-    if (!json.contains(key)) return std::nullopt;
-    const Json& value = json[key];
-    GPUBENCH_CHECK(value.is_string(), ConfigError, "{}.{}: expected a string, got {}", field, key,
-                   quote_value(value));
-    return value.get<std::string>();
-  };
+  require_object(json, field);
+  const auto number = [&](const char* key) { return optional_number(json, key, field); };
+  const auto text = [&](const char* key) { return optional_string(json, key, field); };
   ComputeRecord c;
   c.flops_per_unit = number("flops_per_unit");
   c.tflops = number("tflops");

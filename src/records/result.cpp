@@ -2,6 +2,7 @@
 
 #include "gpubench/base/errors.h"
 #include "gpubench/base/json.h"
+#include "gpubench/base/json_fields.h"
 
 #include <fmt/format.h>
 
@@ -21,36 +22,8 @@ namespace {
 JobRecord job_record_from_json(const Json& j);
 ResultDocument result_document_from_json(const Json& j, const std::string& file);
 
-// Readers of a typed field's keys: a value of the wrong type is a ConfigError naming
-// FIELD.KEY and the value, where nlohmann's type_error would name neither.
-void require_object(const Json& json, const std::string& field) {
-  GPUBENCH_CHECK(json.is_object(), ConfigError, "{}: expected an object, got {}", field,
-                 json.type_name());
-}
-
-std::optional<double> optional_number(const Json& object, const char* key,
-                                      const std::string& field) {
-  if (!object.contains(key)) return std::nullopt;
-  const Json& value = object[key];
-  GPUBENCH_CHECK(value.is_number(), ConfigError, "{}.{}: expected a number, got {}", field, key,
-                 quote_value(value));
-  return value.get<double>();
-}
-
 double number_field(const Json& object, const char* key, const std::string& field) {
   return optional_number(object, key, field).value_or(0.0);
-}
-
-std::optional<int64_t> optional_integer(const Json& object, const char* key,
-                                        const std::string& field) {
-  if (!object.contains(key)) return std::nullopt;
-  const Json& value = object[key];
-  GPUBENCH_CHECK(
-      value.is_number_integer() &&
-          !(value.is_number_unsigned() &&
-            value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())),
-      ConfigError, "{}.{}: expected an integer, got {}", field, key, quote_value(value));
-  return value.get<int64_t>();
 }
 
 int64_t integer_field(const Json& object, const char* key, const std::string& field) {

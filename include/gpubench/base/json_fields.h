@@ -1,0 +1,51 @@
+// Readers of a typed record field's keys (records/result.cpp, measure/timing.cpp's
+// ComputeRecord): a value of the wrong type is a ConfigError naming FIELD.KEY and the value,
+// where nlohmann's type_error would name neither. An absent key is none.
+#pragma once
+
+#include "gpubench/base/errors.h"
+#include "gpubench/base/json.h"
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+
+namespace gpubench {
+
+inline void require_object(const Json& json, const std::string& field) {
+  GPUBENCH_CHECK(json.is_object(), ConfigError, "{}: expected an object, got {}", field,
+                 json.type_name());
+}
+
+inline std::optional<double> optional_number(const Json& object, const char* key,
+                                             const std::string& field) {
+  if (!object.contains(key)) return std::nullopt;
+  const Json& value = object[key];
+  GPUBENCH_CHECK(value.is_number(), ConfigError, "{}.{}: expected a number, got {}", field, key,
+                 quote_value(value));
+  return value.get<double>();
+}
+
+inline std::optional<int64_t> optional_integer(const Json& object, const char* key,
+                                               const std::string& field) {
+  if (!object.contains(key)) return std::nullopt;
+  const Json& value = object[key];
+  GPUBENCH_CHECK(
+      value.is_number_integer() &&
+          !(value.is_number_unsigned() &&
+            value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())),
+      ConfigError, "{}.{}: expected an integer, got {}", field, key, quote_value(value));
+  return value.get<int64_t>();
+}
+
+inline std::optional<std::string> optional_string(const Json& object, const char* key,
+                                                  const std::string& field) {
+  if (!object.contains(key)) return std::nullopt;
+  const Json& value = object[key];
+  GPUBENCH_CHECK(value.is_string(), ConfigError, "{}.{}: expected a string, got {}", field, key,
+                 quote_value(value));
+  return value.get<std::string>();
+}
+
+}  // namespace gpubench
