@@ -160,12 +160,19 @@ std::string trace(const SearchRecord& r) {
   return out + "(" + r.stop.text + ")";
 }
 
+/// Prints one search's probe count and trace under `label`: the counts docs/search.md cites
+/// are read from these lines (`build/gpubench_tests --gtest_filter='BatchSearchTest.*'`).
+void print_search(const std::string& label, const SearchRecord& r) {
+  std::printf("  %s: %zu probes: %s\n", label.c_str(), r.probes.size(), trace(r).c_str());
+}
+
 TEST(BatchSearchTest, FindsAnExactLinearLimitInEightProbes) {
   Device d = linear(1312);
   const SearchSettings s = settings(1, 65536, 1, 16);
   const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
   EXPECT_EQ(r.max_batch, 1312);
   EXPECT_EQ(r.stop.kind, SearchStop::bracket_closed);
+  print_search("linear 1312", r);
   EXPECT_EQ(r.stop.text, "bracket closed");
   expect_exact(r, s, "linear 1312");
   EXPECT_LE(r.probes.size(), 8u) << trace(r);
@@ -179,15 +186,16 @@ TEST(BatchSearchTest, FindsAnExactLinearLimitInEightProbes) {
 
 TEST(BatchSearchTest, LinearMemoryConvergesExactlyForLimitsFromOneTo30000) {
   // Two scouts, one or two predictions, an edge probe just above the line's limit, then a
-  // bisection of what lies between (0.3-0.6% of the limit): within 8 probes up to 2000 batches,
-  // a probe more per doubling of the limit beyond. (A real allocator runs out a little before
-  // the line, which lands the edge closer: the next test, 8 at 2688.)
+  // bisection of what lies between (0.3-0.6% of the limit): 4-8 probes up to 2000 batches, 9 at
+  // 2688, 10 at 4097, 12 at 30000. (A real allocator runs out a little before the line, which
+  // lands the edge closer: the next test, 8 at 2688.)
   for (int64_t limit : {1, 2, 3, 7, 16, 55, 100, 555, 1000, 1669, 2688, 4097, 30000}) {
     Device d = linear(limit);
     const SearchSettings s = settings(1, 65536, 1, 16);
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
     EXPECT_EQ(r.max_batch, limit) << trace(r);
     expect_exact(r, s, fmt::format("limit {}", limit));
+    print_search(fmt::format("linear {}", limit), r);
     const std::size_t bound = limit <= 2000 ? 8 : limit <= 3000 ? 9 : limit <= 5000 ? 10 : 12;
     EXPECT_LE(r.probes.size(), bound) << "limit " << limit << ": " << trace(r);
   }
@@ -206,6 +214,7 @@ TEST(BatchSearchTest, FindsTheLimitWhenTheLineOvershootsLikeTheRealAllocator) {
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
     EXPECT_EQ(r.max_batch, limit) << trace(r);
     expect_exact(r, s, fmt::format("limit {}", limit));
+    print_search(fmt::format("line 0.3% over, limit {}", limit), r);
     EXPECT_LE(r.probes.size(), 8u) << "limit " << limit << ": " << trace(r);
   }
 }
@@ -244,11 +253,13 @@ TEST(BatchSearchTest, FindsALimitTheScoutsMissByAFewBatchesWithinEightProbes) {
   const SearchRecord a = find_max_batch(s16, static_cast<int64_t>(base.capacity), std::ref(base));
   EXPECT_EQ(a.max_batch, 1669) << trace(a);
   expect_exact(a, s16, "bert-base");
+  print_search("bert-base 1669", a);
   EXPECT_LE(a.probes.size(), 8u) << trace(a);
   const SearchRecord b =
       find_max_batch(s8, static_cast<int64_t>(finetune.capacity), std::ref(finetune));
   EXPECT_EQ(b.max_batch, 609) << trace(b);
   expect_exact(b, s8, "bert-finetune");
+  print_search("bert-finetune 609", b);
   EXPECT_LE(b.probes.size(), 8u) << trace(b);
 }
 
@@ -272,6 +283,7 @@ TEST(BatchSearchTest, ConvergesWhenTheReservedPeaksArePinnedAtTheCapacity) {
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
     EXPECT_EQ(r.max_batch, limit) << trace(r);
     expect_exact(r, s, fmt::format("pinned nasnet {}", limit));
+    print_search(fmt::format("pinned nasnet-large {}", limit), r);
     EXPECT_LE(r.probes.size(), 9u) << "limit " << limit << ": " << trace(r);
   }
 }
@@ -299,6 +311,7 @@ TEST(BatchSearchTest, ConvergesWhenWorkspacesMakeThePeaksRiseAndFallWithTheBatch
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
     EXPECT_EQ(r.max_batch, limit) << trace(r);
     expect_exact(r, s, fmt::format("deeplab {}: {}", limit, trace(r)));
+    print_search(fmt::format("deeplabv3 rising and falling {}", limit), r);
     EXPECT_LE(r.probes.size(), 13u) << trace(r);
   }
 }
@@ -428,9 +441,9 @@ TEST(BatchSearchTest, ReplaysMeasuredSearchesUnderTheReservedLineInNoMoreProbesT
 
 TEST(BatchSearchTest, WithExpandableSegmentsTheAllocatedLineFindsEachMeasuredLimitInEightProbes) {
   // The same searches under the reserved line (the rules the H200 ran) take what they took there
-  // (5-13 probes; the replay differs from the H200 by one probe in all, where the interpolated
-  // peaks differ from the measured ones); under the allocated line every one is exact in at most
-  // 8, 69 in all against 94.
+  // (5-13 probes; the replay differs from the H200 by one probe in all, 94 against 95, where the
+  // interpolated peaks differ from the measured ones); under the allocated line every one is
+  // exact in at most 8, 66 in all.
   std::size_t live_total = 0, reserved_total = 0, h200_total = 0;
   for (const auto& m : measured_searches("h200-expandable-segments-2026-12-01.json")) {
     const SearchRecord live = replay(m, true);
@@ -453,21 +466,21 @@ TEST(BatchSearchTest, ReplaysMeasuredSearchesOfTheAllocatedLineInNoMoreProbesTha
   // transformer-big's scouts at 4096 and 97024 tokens gave 0.78 GB per thousand tokens where
   // 0.85 held from there to the limit (curvature: longer sentences at larger token batches), so
   // the first prediction, 1.7% under the line, failed 1.7% above the limit and a bisection of
-  // nine followed (12 probes). With one more prediction 2% under a failed one it takes 8. The
-  // others took 6-10 there.
+  // nine followed (12 probes). With one more prediction 2% under a failed one, and the bracket
+  // closed on failures, its replay takes 9. The others took 6-10 there.
   replay_set(measured_searches("h200-allocated-line-2026-12-01.json"), true);
 }
 
-TEST(BatchSearchTest, ALineDrawnUnderTheWorkspaceSpikesFindsDeeplabFp32InNineProbes) {
+TEST(BatchSearchTest, ALineDrawnUnderTheWorkspaceSpikesFindsDeeplabFp32InSevenProbes) {
   // deeplabv3 in strict fp32 took 14 probes on the H200: the fits at 45, 58 and 68 held
   // large-workspace algorithms (68: 137.1 GiB allocated, 70: 109.2), the line through them put
   // the limit at 68, and edge probes galloped from 70 to 101 and bisected back to 89. Drawn
-  // through the lower hull of the fits once 70 exposes the spike, the line predicts the limit
-  // again: 87 and 88 fit, 89 fits, 90 does not (9 probes; issue 10's target is 8). The rest of
-  // the suite takes no more probes than it took there.
+  // through the lower hull of the fits once 70 exposes the spike, the line puts the limit near
+  // 89 again: the edge probe at 89 fits and 90 does not (7 probes; issue 45's target is 8). The
+  // rest of the suite takes no more probes than it took there.
   const auto records =
       replay_set(measured_searches("h200-fp32-suite-one-step-2026-12-02.json"), true);
-  EXPECT_LE(records.at("deeplabv3-fp32").probes.size(), 9u)
+  EXPECT_LE(records.at("deeplabv3-fp32").probes.size(), 7u)
       << trace(records.at("deeplabv3-fp32"));
 }
 
@@ -477,12 +490,12 @@ TEST(BatchSearchTest, ReplaysMeasuredFp32SearchesWithABallastInNoMoreProbesThanT
   // and by 0.53 above, so each prediction through the long lever from 55 fitted a few batches
   // short of the limit: 120, 129, 133, 135, 138; then 140's peak fell by 11 GiB), deeplabv3 10
   // (a workspace spike at 68-69, exposed by 70) and bert-base 9 (its first edge step, 0.5% of
-  // 1369, overshot a limit one batch above). Replayed they take 10, 10 and 9, mask-rcnn one
-  // fewer because the interpolated peaks bend less than the H200's. A secant through the two
-  // largest fits, after a prediction that fitted well under its line, was tried for mask-rcnn
-  // and saved no probe in this replay (10 again), so the rule was not kept. With the aimed
-  // probes (Search::aim) bert-base takes 8: 1369 fits past the line, 1370 fits where the line
-  // reaches 0.2% under the capacity, 1373 (the line's crossing of the capacity) and 1371 fail.
+  // 1369, overshot a limit one batch above). Replayed they take 9, 8 and 8. (A secant through
+  // the two largest fits, after a prediction that fitted well under its line, was tried for
+  // mask-rcnn on 2026-12-04 and saved no probe in the replay of that day's rules, so the rule was
+  // not kept.) With the aimed probes (Search::aim) bert-base takes 8: 1369 fits past the line,
+  // 1370 fits where the line reaches 0.2% under the capacity, 1373 (the line's crossing of the
+  // capacity) and 1371 fail.
   const auto records =
       replay_set(measured_searches("h200-fp32-suite-ballast-2026-12-04.json"), true);
   EXPECT_LE(records.at("bert-base-fp32").probes.size(), 8u) << trace(records.at("bert-base-fp32"));
@@ -556,6 +569,7 @@ TEST(BatchSearchTest, TheAllocatedLineFindsALimitThatLiesUnderTheCapacityInFewPr
       const std::string what = fmt::format("gap {} limit {}: {}", gap, limit, trace(r));
       EXPECT_EQ(r.max_batch, limit) << what;
       expect_exact(r, s, what);
+      print_search(fmt::format("gap {} limit {}", gap, limit), r);
       EXPECT_LE(r.probes.size(), limit <= 2200 ? 10u : 13u) << what;
       if ((gap == 0.0 || gap == 0.0025) && (limit == 1370 || limit == 2109)) {
         EXPECT_LE(r.probes.size(), 8u) << what;
@@ -600,6 +614,7 @@ TEST(BatchSearchTest, TheAllocatedLineStaysExactOnEverySimulatedDevice) {
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d), live);
     EXPECT_EQ(r.max_batch, limit) << trace(r);
     expect_exact(r, s, fmt::format("live linear {}: {}", limit, trace(r)));
+    print_search(fmt::format("live linear {}", limit), r);
     EXPECT_EQ(r.memory_line, "allocated");
     EXPECT_LE(r.probes.size(), limit <= 3000 ? 10u : 13u) << trace(r);
     worst = std::max(worst, r.probes.size());
@@ -609,6 +624,7 @@ TEST(BatchSearchTest, TheAllocatedLineStaysExactOnEverySimulatedDevice) {
     const SearchSettings s = settings(1, 65536, 1, 16);
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d), live);
     expect_exact(r, s, fmt::format("live noisy {}: {}", limit, trace(r)));
+    print_search(fmt::format("live noisy {}", limit), r);
     EXPECT_TRUE(d.fits(r.max_batch));
     EXPECT_FALSE(d.fits(r.max_batch + 1));
     EXPECT_LE(r.probes.size(), 12u) << trace(r);
@@ -621,11 +637,12 @@ TEST(BatchSearchTest, TheAllocatedLineStaysExactOnEverySimulatedDevice) {
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d), live);
     EXPECT_EQ(r.max_batch, limit) << trace(r);
     expect_exact(r, s, fmt::format("live workspace jump {}: {}", limit, trace(r)));
-    // 16 at 1312: the line's crossing of the capacity fits with its peak pinned there, and the
+    print_search(fmt::format("live workspace jump {}", limit), r);
+    // 15 at 1312: the line's crossing of the capacity fits with its peak pinned there, and the
     // limit lies 40 batches (3%) above it, where the shrinking workspace made room. The two
-    // aimed probes (Search::aim) cost one probe more here than the gallop alone; on every H200
-    // replay they cost none and save one to three.
-    EXPECT_LE(r.probes.size(), 16u) << trace(r);
+    // aimed probes (Search::aim) cost probes here that the gallop alone would not; on every
+    // H200 replay they cost none and save one to three.
+    EXPECT_LE(r.probes.size(), 15u) << trace(r);
     worst = std::max(worst, r.probes.size());
   }
   for (int64_t limit : {55, 300, 1312, 2688}) {
@@ -633,6 +650,7 @@ TEST(BatchSearchTest, TheAllocatedLineStaysExactOnEverySimulatedDevice) {
     const SearchSettings s = settings(1, 65536, 1, 16);
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d), live);
     expect_exact(r, s, fmt::format("live fragmented {}: {}", limit, trace(r)));
+    print_search(fmt::format("live fragmented {}", limit), r);
     EXPECT_GE(r.max_batch, limit - 3);
     EXPECT_LE(r.max_batch, limit + 2);
     EXPECT_LE(r.probes.size(), 12u) << trace(r);
@@ -649,6 +667,7 @@ TEST(BatchSearchTest, StaysExactWhenMemoryIsNoisy) {
     const SearchSettings s = settings(1, 65536, 1, 16);
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
     expect_exact(r, s, fmt::format("noisy {}", limit));
+    print_search(fmt::format("noisy {}", limit), r);
     EXPECT_TRUE(d.fits(r.max_batch));
     EXPECT_FALSE(d.fits(r.max_batch + 1));
     EXPECT_NEAR(static_cast<double>(r.max_batch), static_cast<double>(limit), 0.012 * limit);
@@ -670,6 +689,7 @@ TEST(BatchSearchTest, StaysExactAcrossAWorkspaceThatJumpsAndShrinksNearTheLimit)
     const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
     EXPECT_EQ(r.max_batch, limit) << trace(r);
     expect_exact(r, s, fmt::format("workspace jump {}", limit));
+    print_search(fmt::format("workspace jump {}", limit), r);
     EXPECT_LE(r.probes.size(), 14u) << "limit " << limit << ": " << trace(r);
   }
 }
@@ -688,6 +708,7 @@ TEST(BatchSearchTest, AWorkspaceThatTakesAllFreeMemoryCostsProbesButNotTheAnswer
   const SearchRecord r = find_max_batch(s, static_cast<int64_t>(d.capacity), std::ref(d));
   EXPECT_EQ(r.max_batch, 300) << trace(r);
   expect_exact(r, s, "saturated");
+  print_search("saturated 300", r);
   EXPECT_LE(r.probes.size(), 14u) << trace(r);
 
   Device again = d;
@@ -890,13 +911,14 @@ TEST(BatchSearchTest, ReplaysMeasuredMemoryTiersWithTheSuitesHintsInNoMoreProbes
   // Each tier's search replayed against the peaks it measured (interpolated from the resident
   // memory at batch 0 through its fits; out of memory above its answer), hinted as the suite
   // hints it (suite.cpp's hint_for: the answer of the tier below, the line of the first, cold,
-  // tier): exact every time, in no more probes than the H200 took. The replay takes the H200's
-  // 64 probes, the same batches in the same order. transformer-big's hints overshoot its limit by
-  // 4-7% at 11, 24 and 48 GiB (its bytes per token grow with the token budget), so those
-  // searches fall back to a cold scout. A line through the two latest answers in place of the
-  // first tier's line was tried here: 59 probes, three fewer for transformer-big at 24 and at 48
-  // GiB (0.5-2.3 s each), one more for nasnet-large at 11 GiB (about 9 s): no time saved, not
-  // kept.
+  // tier): exact every time, in no more probes than the H200 took. The replay takes 61 probes
+  // to the H200's 64 (bert-base at 6 GiB 6 to 8, transformer-big at 24 GiB 7 to 8: the bracket
+  // now closes on failures). transformer-big's hints overshoot its limit by 4-7% at 11, 24 and
+  // 48 GiB (its bytes per token grow with the token budget), so those searches fall back to a
+  // cold scout. A line through the two latest answers in place of the first tier's line was
+  // tried on 2026-12-04, against that day's 64: 59 probes, three fewer for transformer-big at 24
+  // and at 48 GiB (0.5-2.3 s each), one more for nasnet-large at 11 GiB (about 9 s): no time
+  // saved, not kept.
   const std::vector<MeasuredTier> all_tiers = measured_tiers();
   std::map<std::string, std::vector<const MeasuredTier*>> chains;
   for (const auto& t : all_tiers) chains[t.model].push_back(&t);
