@@ -849,8 +849,8 @@ TEST(ReportTest, HtmlChartsThroughputPerDollarAndPerJouleOrSaysWhyNot) {
   EXPECT_EQ(html.find("chart-per-joule"), std::string::npos);
 
   // Energy on two runs, no price: the per-joule chart, and a note for the per-dollar one.
-  jobs[0].clocks = {{"energy", {{"joules", 100.0}, {"units_per_joule", 2.5}}}};
-  jobs[1].clocks = {{"energy", {{"joules", 100.0}, {"units_per_joule", 5.0}}}};
+  jobs[0].clocks.energy = WindowEnergy{100.0, 0, 2.5, std::nullopt, std::nullopt};
+  jobs[1].clocks.energy = WindowEnergy{100.0, 0, 5.0, std::nullopt, std::nullopt};
   auto view = report::make_view(jobs, reference);
   EXPECT_FALSE(report::per_dollar_chart(view));
   auto joule = report::per_joule_chart(view);
@@ -921,7 +921,9 @@ TEST(ReportTest, HtmlChartsMemoryTiersAsMaxBatchPerCap) {
 TEST(ReportTest, HtmlChartsDataParallelScalingEfficiency) {
   const auto& reference = builtin_store().reference();
   JobRecord two = h200("bert-base", "fp32", 32, 190);
-  two.data_parallel = {{"world_size", 2}, {"backend", "nccl"}};
+  two.data_parallel = DataParallelRecord();
+  two.data_parallel->world_size = 2;
+  two.data_parallel->backend = "nccl";
   const std::vector<JobRecord> jobs = {h200("bert-base", "fp32", 32, 100), two};
   const auto chart = report::scaling_chart(report::make_view(jobs, reference));
   ASSERT_TRUE(chart.has_value());
