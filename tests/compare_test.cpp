@@ -195,7 +195,8 @@ TEST(CompareTest, EveryIdentityFieldIsNamedWithBothValues) {
 
   JobRecord b = a;
   b.batch_source = "flag";
-  b.data_parallel = {{"world_size", 4}};
+  b.data_parallel = DataParallelRecord();
+  b.data_parallel->world_size = 4;
   b.config["model"]["attention"] = "fused";
   b.runtime = {{"launch", "cuda-graphs"}};  // how it ran, not the config: not compared
   EXPECT_EQ(compare_results({a}, {b}, 0.02).jobs[0].not_comparable(),

@@ -45,9 +45,9 @@ JobRecord timed(const std::string& model, double throughput, double units_per_jo
   r.timing = summarize_steps({100, 100, 100}, 0.3);
   r.created_utc = "2026-12-07T00:00:00Z";
   if (units_per_joule > 0) {
-    r.clocks = {{"samples", 10},
-                {"throttled", false},
-                {"energy", {{"joules", 100.0}, {"units_per_joule", units_per_joule}}}};
+    r.clocks.samples = 10;
+    r.clocks.throttled = false;
+    r.clocks.energy = WindowEnergy{100.0, 0, units_per_joule, std::nullopt, std::nullopt};
   }
   return r;
 }
@@ -95,7 +95,8 @@ TEST(CostEnergyTest, CostPerMillionUnitsAndUnitsPerDollarFollowThePricePerHour) 
   EXPECT_NEAR(*usd_per_million_units(j), 1.0, 1e-12);
   EXPECT_NEAR(*units_per_usd(j), 1e6, 1e-6);
   // Data parallel: each of the 4 cards costs the price, and the throughput is their sum.
-  j.data_parallel = {{"world_size", 4}};
+  j.data_parallel = DataParallelRecord();
+  j.data_parallel->world_size = 4;
   EXPECT_EQ(priced_cards(j), 4);
   EXPECT_NEAR(*usd_per_million_units(j), 4.0, 1e-12);
   EXPECT_NEAR(*units_per_usd(j), 250000, 1e-6);
@@ -153,8 +154,8 @@ TEST(CostEnergyTest, ThePriceGivesCostColumnsInTheTablesAndTheReportJson) {
 TEST(CostEnergyTest, CsvAppendsCostEnergyAndTheThrottleNoteAfterEveryOtherColumn) {
   JobRecord j = timed("bert-base", 500, 2.0);
   j.cost = JobCost{3.6, "run --price-per-hour"};
-  j.clocks["throttled"] = true;
-  j.clocks["throttle_note"] = "a thermal or hardware slowdown: hw_thermal_slowdown";
+  j.clocks.throttled = true;
+  j.clocks.throttle_note = "a thermal or hardware slowdown: hw_thermal_slowdown";
   const std::string csv = render("csv", {j});
   const std::string header = csv.substr(0, csv.find('\n'));
   const std::string row = csv.substr(header.size() + 1, csv.find('\n', header.size() + 1) -
@@ -186,8 +187,8 @@ TEST(CostEnergyTest, CsvAppendsCostEnergyAndTheThrottleNoteAfterEveryOtherColumn
 
 TEST(CostEnergyTest, AThrottledJobIsMarkedAndFootnotedInEveryHumanFormat) {
   JobRecord hot = timed("bert-base", 1000, 2.0);
-  hot.clocks["throttled"] = true;
-  hot.clocks["throttle_note"] =
+  hot.clocks.throttled = true;
+  hot.clocks.throttle_note =
       "the power limit held the median SM clock at 1500 MHz, 76% of 1980 MHz";
   const JobRecord cool = timed("bert-finetune", 200, 1.0);
   for (const std::string format : {"table", "summary", "md", "html"}) {
@@ -327,7 +328,8 @@ ReferenceTable with_recorded_numbers() {
 std::vector<JobRecord> jobs_against_recorded() {
   JobRecord fine = timed("bert-base", 950);
   JobRecord slow = timed("bert-finetune", 80);
-  slow.clocks = {{"sm_clock_mhz", {{"median", 1500}}}, {"power_limit_w", 500}};
+  slow.clocks.sm_clock_mhz = ClockRange{0, 1500, 0};
+  slow.clocks.power_limit_w = 500;
   slow.environment = {{"software", {{"driver", "550.54.14"}, {"libtorch", "2.11.0"}}}};
   JobRecord fixed = timed("mt-dnn", 10);
   fixed.batch_source = "flag";  // the recorded numbers are max-batch jobs: not compared

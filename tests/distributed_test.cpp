@@ -160,9 +160,11 @@ TEST(BucketedGradientSync, BucketsInReverseOrderUpToTheCapAndStartsThemDuringBac
   BucketedGradientSync sync(fake, 400);
   sync.attach("model", params);
   // Reverse order: [50, 30] (80 floats; 60 more would pass the cap), [60], [100].
-  const Json info = sync.info();
-  EXPECT_EQ(info["networks"]["model"]["buckets"], 3);
-  EXPECT_EQ(info["networks"]["model"]["bucket_bytes"], Json({320, 240, 400}));
+  const GradientSyncRecord info = sync.info();
+  ASSERT_EQ(info.networks.size(), 1u);
+  EXPECT_EQ(info.networks[0].first, "model");
+  EXPECT_EQ(info.networks[0].second.buckets, 3);
+  EXPECT_EQ(info.networks[0].second.bucket_bytes, (std::vector<int64_t>{320, 240, 400}));
 
   torch::Tensor loss;
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -175,8 +177,8 @@ TEST(BucketedGradientSync, BucketsInReverseOrderUpToTheCapAndStartsThemDuringBac
   std::vector<torch::Tensor> grads;
   for (const auto& p : params) grads.push_back(p.grad());
   sync.synchronize("model", grads);
-  EXPECT_EQ(sync.info()["allreduces_started_in_backward"], 3);
-  EXPECT_EQ(sync.info()["allreduces_started_at_update"], 0);
+  EXPECT_EQ(sync.info().allreduces_started_in_backward, 3);
+  EXPECT_EQ(sync.info().allreduces_started_at_update, 0);
   // Four identical ranks: the average is each rank's own gradient, 2 (i + 1) p.
   for (std::size_t i = 0; i < params.size(); ++i) {
     EXPECT_TRUE(torch::allclose(params[i].grad(), params[i].detach() * 2.0 * double(i + 1)))
@@ -198,7 +200,7 @@ TEST(BucketedGradientSync, ABucketWithoutAllItsGradientsIsReducedAtTheUpdate) {
   EXPECT_EQ(fake->sizes, (std::vector<int64_t>{8}));
   EXPECT_TRUE(torch::allclose(params[0].grad(), torch::full({4}, 3.0)));
   EXPECT_FALSE(params[1].grad().defined());
-  EXPECT_EQ(sync.info()["allreduces_started_at_update"], 1);
+  EXPECT_EQ(sync.info().allreduces_started_at_update, 1);
 }
 
 // Pix2PixHD's order: G's loss runs through D, so its backward reaches D's parameters; G
@@ -229,10 +231,10 @@ TEST(BucketedGradientSync, AnotherNetworksBackwardStartsNoAllReduceOfItsBucket) 
   std::vector<torch::Tensor> d_grads = {d[0].grad()};
   sync.synchronize("discriminator", d_grads);
   EXPECT_TRUE(torch::allclose(d[0].grad(), torch::full({3}, 5.0)));
-  const Json info = sync.info();
-  EXPECT_EQ(info["allreduces_repeated"], 0);
-  EXPECT_EQ(info["allreduces_started_in_backward"], 2);
-  EXPECT_EQ(info["gradients_from_other_backward"], 1);
+  const GradientSyncRecord info = sync.info();
+  EXPECT_EQ(info.allreduces_repeated, 0);
+  EXPECT_EQ(info.allreduces_started_in_backward, 2);
+  EXPECT_EQ(info.gradients_from_other_backward, std::optional<int64_t>(1));
 }
 
 // A gradient that reaches a network whose bucket is already in flight (D's backward first, then
@@ -252,7 +254,7 @@ TEST(BucketedGradientSync, AGradientAfterItsBucketStartedIsReducedAgainAtTheUpda
   std::vector<torch::Tensor> d_grads = {d[0].grad()};
   sync.synchronize("discriminator", d_grads);
   EXPECT_TRUE(torch::allclose(d[0].grad(), torch::full({2}, 5.0)));
-  EXPECT_EQ(sync.info()["allreduces_repeated"], 1);
+  EXPECT_EQ(sync.info().allreduces_repeated, 1);
 }
 
 /// The model of the equivalence test: small enough to check every gradient.
@@ -286,7 +288,7 @@ TEST(BucketedGradientSync, TwoGlooRanksOnHalvesEqualOneProcessOnTheWholeBatch) {
   // Both replicas built here: the seeded initialization draws from one global generator.
   std::vector<torch::nn::Sequential> replicas = {small_model(), small_model()};
   std::vector<std::vector<torch::Tensor>> grads(2), weights(2);
-  std::vector<Json> infos(2);
+  std::vector<GradientSyncRecord> infos(2);
   std::vector<std::string> errors(2);
   auto rank_main = [&](int rank) {
     try {
@@ -333,8 +335,9 @@ TEST(BucketedGradientSync, TwoGlooRanksOnHalvesEqualOneProcessOnTheWholeBatch) {
           << "rank " << rank << " weight " << i;
     }
     // The halves differ, so the averaged gradient is not a rank's own: the all-reduce ran.
-    EXPECT_GT(infos[rank]["networks"]["model"]["buckets"].get<int>(), 1) << infos[rank].dump();
-    EXPECT_EQ(infos[rank]["allreduces_started_at_update"], 0) << infos[rank].dump();
+    ASSERT_EQ(infos[rank].networks.size(), 1u) << infos[rank].to_json().dump();
+    EXPECT_GT(infos[rank].networks[0].second.buckets, 1) << infos[rank].to_json().dump();
+    EXPECT_EQ(infos[rank].allreduces_started_at_update, 0) << infos[rank].to_json().dump();
   }
 }
 
@@ -740,7 +743,11 @@ JobRecord scaling_record(int world_size, int64_t batch, double throughput) {
   r.status = JobStatus::ok;
   r.batch = batch;
   r.throughput = throughput;
-  if (world_size > 1) r.data_parallel = {{"world_size", world_size}, {"backend", "gloo"}};
+  if (world_size > 1) {
+    r.data_parallel = DataParallelRecord();
+    r.data_parallel->world_size = world_size;
+    r.data_parallel->backend = "gloo";
+  }
   return r;
 }
 

@@ -152,13 +152,14 @@ JobRecord record(const Spec& spec) {
     if (spec.gpu == "NVIDIA H200" && spec.precision == "fp32") {
       // NVML's window and the FLOPs arithmetic (the other runs had neither: a dash).
       const double power_w = 600 + static_cast<double>(spec.batch % 97);
-      r.clocks = {{"samples", 40},
-                  {"sm_clock_mhz", {{"min", 1950}, {"median", 1980}, {"max", 1980}}},
-                  {"sm_clock_max_mhz", 1980},
-                  {"power_w", {{"mean", power_w}, {"max", 700}}},
-                  {"power_limit_w", 700},
-                  {"throttled", false}};
-      r.clocks["energy"] = energy_summary(power_w * 0.4, spec.throughput * 0.4, 4, 0.4);
+      r.clocks.samples = 40;
+      r.clocks.sm_clock_max_mhz = 1980;
+      r.clocks.power_limit_w = 700.0;
+      r.clocks.sm_clock_mhz = ClockRange{1950, 1980, 1980};
+      r.clocks.power_w = PowerRange{power_w, 700.0};
+      r.clocks.throttled = false;
+      r.clocks.energy = WindowEnergy::from_json(
+          energy_summary(power_w * 0.4, spec.throughput * 0.4, 4, 0.4), "clocks.energy");
       r.compute = compute_summary(spec.throughput, config.flops_per_unit, "fp32", 51.3);
     }
   }

@@ -849,8 +849,8 @@ TEST(ReportTest, HtmlChartsThroughputPerDollarAndPerJouleOrSaysWhyNot) {
   EXPECT_EQ(html.find("chart-per-joule"), std::string::npos);
 
   // Energy on two runs, no price: the per-joule chart, and a note for the per-dollar one.
-  jobs[0].clocks = {{"energy", {{"joules", 100.0}, {"units_per_joule", 2.5}}}};
-  jobs[1].clocks = {{"energy", {{"joules", 100.0}, {"units_per_joule", 5.0}}}};
+  jobs[0].clocks.energy = WindowEnergy{100.0, 0, 2.5, std::nullopt, std::nullopt};
+  jobs[1].clocks.energy = WindowEnergy{100.0, 0, 5.0, std::nullopt, std::nullopt};
   auto view = report::make_view(jobs, reference);
   EXPECT_FALSE(report::per_dollar_chart(view));
   auto joule = report::per_joule_chart(view);
@@ -921,7 +921,9 @@ TEST(ReportTest, HtmlChartsMemoryTiersAsMaxBatchPerCap) {
 TEST(ReportTest, HtmlChartsDataParallelScalingEfficiency) {
   const auto& reference = builtin_store().reference();
   JobRecord two = h200("bert-base", "fp32", 32, 190);
-  two.data_parallel = {{"world_size", 2}, {"backend", "nccl"}};
+  two.data_parallel = DataParallelRecord();
+  two.data_parallel->world_size = 2;
+  two.data_parallel->backend = "nccl";
   const std::vector<JobRecord> jobs = {h200("bert-base", "fp32", 32, 100), two};
   const auto chart = report::scaling_chart(report::make_view(jobs, reference));
   ASSERT_TRUE(chart.has_value());
@@ -941,6 +943,51 @@ TEST(ReportTest, HtmlChartsDataParallelScalingEfficiency) {
   EXPECT_NE(html.find("<a href=\"#scaling\">Scaling</a>"), std::string::npos);
   EXPECT_FALSE(report::scaling_chart(report::make_view(sample(), reference)));
   EXPECT_EQ(render("html", sample()).find("chart-scaling"), std::string::npos);
+}
+
+// The scaling table and chart name each data-parallel record's backend, as its data_parallel
+// holds it: the stored runs (NCCL under the one-host launcher on an H200, under torchrun on an
+// H100) read from docs/results, and a Gloo run beside its one-device baseline.
+TEST(ReportTest, ScalingTableAndChartShowTheRecordsBackend) {
+  const auto& reference = builtin_store().reference();
+  const std::string results = std::string(GPUBENCH_TEST_DATA_DIR) + "/../../docs/results/";
+  std::vector<JobRecord> jobs =
+      read_results({results + "2026-12-03-h200-rois-signals-ddp/ddp/ddp-fp32.json",
+                    results + "2026-12-07-h100-torchrun/torchrun/torchrun.json"});
+  ASSERT_EQ(jobs.size(), 2u);
+  JobRecord gloo = h200("bert-base", "fp32", 32, 190);
+  gloo.device.name = "CPU";
+  gloo.data_parallel = DataParallelRecord();
+  gloo.data_parallel->world_size = 2;
+  gloo.data_parallel->backend = "gloo";
+  JobRecord one = h200("bert-base", "fp32", 32, 100);
+  one.device.name = "CPU";
+  jobs.push_back(one);
+  jobs.push_back(gloo);
+  const report::ReportView view = report::make_view(jobs, reference);
+
+  const auto table = report::scaling_section(view);
+  ASSERT_TRUE(table);
+  const auto ranks_column =
+      std::find(table->headers.begin(), table->headers.end(), "ranks") - table->headers.begin();
+  std::vector<std::string> ranks;
+  for (const auto& row : table->rows) ranks.push_back(row.at(ranks_column));
+  // Sorted by precision, then device: the H100's amp-bf16, the CPU's pair, the H200's fp32.
+  EXPECT_EQ(ranks, (std::vector<std::string>{"1 (nccl)", "1", "2 (gloo)", "1 (nccl)"}));
+
+  const auto chart = report::scaling_chart(view);
+  ASSERT_TRUE(chart);
+  std::vector<std::string> labels;
+  for (const auto& group : chart->groups) {
+    for (const auto& bar : group.bars) labels.push_back(bar.label);
+  }
+  EXPECT_EQ(labels, (std::vector<std::string>{"1 rank (nccl)", "1 device (baseline)",
+                                              "2 ranks (gloo)", "1 rank (nccl)"}));
+  // A record that names none (written by hand) shows "?".
+  jobs.back().data_parallel->backend.clear();
+  EXPECT_EQ(
+      report::scaling_section(report::make_view(jobs, reference))->rows.at(2).at(ranks_column),
+      "2 (?)");
 }
 
 TEST(ReportTest, ChartIdsAreSlugsUniqueInThePage) {

@@ -866,10 +866,10 @@ class RepeatLauncher : public PhaseLauncher {
     r.timing.steps = 3;
     r.timing.median_ms = 1000 / std::max(throughput, 1.0);
     // NVML over the window: power and energy that follow the throughput; 14 ran throttled.
-    r.clocks = {{"power_w", {{"mean", 300 + throughput}}},
-                {"sm_clock_mhz", {{"median", 1900 - throughput}}},
-                {"throttled", throughput == 14},
-                {"energy", {{"units_per_joule", throughput / 100}}}};
+    r.clocks.power_w = PowerRange{300 + throughput, 0};
+    r.clocks.sm_clock_mhz = ClockRange{0, static_cast<int64_t>(std::llround(1900 - throughput)), 0};
+    r.clocks.throttled = throughput == 14;
+    r.clocks.energy = WindowEnergy{0, 0, throughput / 100, std::nullopt, std::nullopt};
     if (status == JobStatus::diverged)
       r.message = "loss 'loss' is NaN at the end of the timed window";
     if (status == JobStatus::oom) r.message = "CUDA out of memory";

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <utility>
 
 namespace gpubench::distributed {
 
@@ -440,23 +441,25 @@ std::string BucketedGradientSync::capture_problem() const {
          "step runs eagerly";
 }
 
-Json BucketedGradientSync::info() const {
-  Json networks = Json::object();
-  for (const auto& [name, net] : state_->networks) {
-    Json sizes = Json::array();
+GradientSyncRecord BucketedGradientSync::info() const {
+  GradientSyncRecord out;
+  out.name = name();
+  out.bucket_cap_bytes = state_->bucket_bytes;
+  for (const auto& [network, net] : state_->networks) {
+    GradientBuckets buckets;
+    buckets.buckets = static_cast<int64_t>(net.buckets.size());
     for (const auto& b : net.buckets) {
-      sizes.push_back(b.numel * static_cast<int64_t>(b.params.front().element_size()));
+      buckets.bucket_bytes.push_back(b.numel *
+                                     static_cast<int64_t>(b.params.front().element_size()));
     }
-    networks[name] = {{"buckets", net.buckets.size()}, {"bucket_bytes", sizes}};
+    out.networks.emplace_back(network, std::move(buckets));
   }
-  return {{"name", name()},
-          {"bucket_cap_bytes", state_->bucket_bytes},
-          {"networks", networks},
-          {"updates", state_->updates},
-          {"allreduces_started_in_backward", state_->launched_in_backward},
-          {"allreduces_started_at_update", state_->launched_at_update},
-          {"allreduces_repeated", state_->relaunched},
-          {"gradients_from_other_backward", state_->stray_gradients}};
+  out.updates = state_->updates;
+  out.allreduces_started_in_backward = state_->launched_in_backward;
+  out.allreduces_started_at_update = state_->launched_at_update;
+  out.allreduces_repeated = state_->relaunched;
+  out.gradients_from_other_backward = state_->stray_gradients;
+  return out;
 }
 
 int64_t BucketedGradientSync::updates() const { return state_->updates; }

@@ -19,60 +19,62 @@ void finish_timed_phase(JobRecord& record, Communicator& comm, const RankSpec& s
         "data-parallel: this workload's step updated without the runtime's gradient sync "
         "(train::Runtime::update), so its ranks did not train one model";
   }
-  const Json mine = {{"rank", spec.rank},
-                     {"device", record.device.name},
-                     {"status", to_string(record.status)},
-                     {"message", record.message},
-                     {"throughput", record.throughput},
-                     {"units_per_step", record.units_per_step},
-                     {"steps", record.timing.steps},
-                     {"step_time_ms_median", record.timing.median_ms},
-                     {"step_time_ms_mean", record.timing.mean_ms},
-                     {"step_time_ms", record.step_time_ms}};
-  const std::vector<std::string> all = comm.exchange("result", mine.dump());
-  Json ranks = Json::array();
+  RankResult mine;
+  mine.rank = spec.rank;
+  mine.device = record.device.name;
+  mine.status = record.status;
+  mine.message = record.message;
+  mine.throughput = record.throughput;
+  mine.units_per_step = record.units_per_step;
+  mine.steps = record.timing.steps;
+  mine.step_time_ms_median = record.timing.median_ms;
+  mine.step_time_ms_mean = record.timing.mean_ms;
+  mine.step_time_ms = record.step_time_ms;
+  const std::vector<std::string> all = comm.exchange("result", mine.to_json().dump());
+  DataParallelRecord dp;
   double total = 0, slowest = 0, fastest = 0;
   std::string failed;
   for (std::size_t r = 0; r < all.size(); ++r) {
-    Json entry = Json::parse(all[r]);
-    if (!spec.devices.empty() && r < spec.devices.size()) entry["device_index"] = spec.devices[r];
-    const std::string status = entry.value("status", std::string("failed"));
-    const std::optional<JobStatus> parsed = parse_job_status(status);
-    if (parsed != JobStatus::ok && failed.empty()) {
-      failed = fmt::format("rank {}: {}", r, entry.value("message", status));
-      // The ranks are this gpubench's own workers: a status that is not one of JobStatus's
-      // counts as failed, the message naming its rank.
-      if (record.ok()) record.status = parsed.value_or(JobStatus::failed);
+    Json sent = Json::parse(all[r]);
+    // The ranks are this gpubench's own workers: a status that is not one of JobStatus's
+    // counts as failed, the message naming its rank.
+    const Json* status = json_at(sent, {"status"});
+    if (sent.is_object() &&
+        !(status && status->is_string() && parse_job_status(status->get<std::string>()))) {
+      sent["status"] = to_string(JobStatus::failed);
     }
-    total += entry.value("throughput", 0.0);
-    const double median = entry.value("step_time_ms_median", 0.0);
+    RankResult entry = RankResult::from_json(sent, fmt::format("rank {}'s result", r));
+    if (!spec.devices.empty() && r < spec.devices.size()) entry.device_index = spec.devices[r];
+    if (entry.status != JobStatus::ok && failed.empty()) {
+      failed = fmt::format("rank {}: {}", r, entry.message);
+      if (record.ok()) record.status = entry.status;
+    }
+    total += entry.throughput;
+    const double median = entry.step_time_ms_median;
     slowest = r == 0 ? median : std::max(slowest, median);
     fastest = r == 0 ? median : std::min(fastest, median);
-    ranks.push_back(std::move(entry));
+    dp.ranks.push_back(std::move(entry));
   }
-  Json dp = {{"world_size", spec.world_size},
-             {"backend", spec.backend},
-             {"interconnect", spec.interconnect},
-             {"devices", spec.devices},
-             {"per_rank_batch", record.batch},
-             {"global_batch", record.batch * spec.world_size},
-             {"scaling", "weak: every rank at the per-rank batch; throughput summed"},
-             {"ranks", ranks},
-             {"rank_throughput", record.throughput},
-             {"step_time_spread_pct", fastest > 0 ? (slowest - fastest) / fastest * 100 : 0.0},
-             {"gradient_sync", sync.info()},
-             // Known once a one-GPU record of the same job at the same per-rank batch sits
-             // beside it (report's scaling table).
-             {"single_gpu_throughput", nullptr},
-             {"scaling_efficiency", nullptr}};
-  record.data_parallel = dp;
+  dp.world_size = spec.world_size;
+  dp.backend = spec.backend;
+  dp.interconnect = spec.interconnect;
+  dp.devices = spec.devices;
+  dp.per_rank_batch = record.batch;
+  dp.global_batch = record.batch * spec.world_size;
+  dp.scaling = "weak: every rank at the per-rank batch; throughput summed";
+  dp.rank_throughput = record.throughput;
+  dp.step_time_spread_pct = fastest > 0 ? (slowest - fastest) / fastest * 100 : 0.0;
+  dp.gradient_sync = sync.info();
+  // single_gpu_throughput and scaling_efficiency stay null: known once a one-GPU record of the
+  // same job at the same per-rank batch sits beside it (report's scaling table).
+  if (failed.empty()) dp.throughput_per_gpu = total / static_cast<double>(all.size());
+  record.data_parallel = std::move(dp);
   if (!failed.empty()) {
     record.message = record.message.empty() ? failed : record.message;
     record.throughput = 0;
     return;
   }
   record.throughput = total;
-  record.data_parallel["throughput_per_gpu"] = total / static_cast<double>(all.size());
 }
 
 namespace {

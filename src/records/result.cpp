@@ -289,7 +289,7 @@ Json JobRecord::to_json() const {
               {"trainable_params", params},
               {"losses_start", losses_start},
               {"losses", losses},
-              {"clocks", clocks}};
+              {"clocks", clocks.to_json()}};
   if (normalized) {
     out["normalized"] = {{"reference_row", normalized->reference_row},
                          {"baseline_gpu", normalized->baseline_gpu},
@@ -317,7 +317,7 @@ Json JobRecord::to_json() const {
   if (!runtime.empty()) out["runtime"] = runtime;
   // Timed runs that know their FLOPs or peak.
   if (!compute.empty()) out["compute"] = compute.to_json();
-  if (!data_parallel.empty()) out["data_parallel"] = data_parallel;  // issue 15
+  if (data_parallel) out["data_parallel"] = data_parallel->to_json();  // issue 15
   if (cost) out["cost"] = {{"usd_per_hour", cost->usd_per_hour}, {"source", cost->source}};
   return out;
 }
@@ -370,7 +370,11 @@ JobRecord job_record_from_json(const Json& j) {
   r.batch_source = j.value("batch_source", std::string());
   r.batch_info = j.value("batch_info", Json::object());
   r.runtime = j.value("runtime", Json::object());
-  r.data_parallel = j.value("data_parallel", Json::object());
+  // None on one device: no key, or (hand-written) {} or null.
+  if (const Json dp = j.value("data_parallel", Json::object());
+      !dp.is_null() && !(dp.is_object() && dp.empty())) {
+    r.data_parallel = DataParallelRecord::from_json(dp, "data_parallel");
+  }
   if (j.contains("search") && j["search"].is_object())
     r.search = SearchRecord::from_json(j["search"]);
   const Json attempts = j.value("confirm", Json::array());
@@ -412,7 +416,10 @@ JobRecord job_record_from_json(const Json& j) {
   if (j.contains("throughput_stats") && j["throughput_stats"].is_object()) {
     r.throughput_stats = SampleStats::from_json(j["throughput_stats"]);
   }
-  r.clocks = j.value("clocks", Json::object());
+  // {} where nothing was sampled (a search-only or failed job); null reads the same.
+  if (const Json clocks = j.value("clocks", Json::object()); !clocks.is_null()) {
+    r.clocks = ClocksRecord::from_json(clocks, "clocks");
+  }
   // Absent where nothing was known (a search-only, failed or CPU job, the oldest records).
   if (const Json compute = j.value("compute", Json::object()); !compute.is_null()) {
     r.compute = ComputeRecord::from_json(compute, "compute");

@@ -1,7 +1,6 @@
 // The report's data model: merging, the comparison, the geometric-mean summary and the memory
 // tiers. Pure logic over records; the reporters format it.
 #include "gpubench/report/reporter.h"
-#include "gpubench/base/json_int.h"
 #include "gpubench/base/strings.h"
 
 #include <fmt/format.h>
@@ -16,8 +15,7 @@ namespace {
 
 /// " x4" for a data-parallel record of 4 ranks (issue 15), else "": its own job and column.
 std::string ranks_suffix(const JobRecord& job) {
-  const int n = job.data_parallel.is_object() ? value_int(job.data_parallel, "world_size", 1) : 1;
-  return job.data_parallel.empty() ? std::string() : fmt::format(" x{}", n);
+  return job.data_parallel ? fmt::format(" x{}", job.data_parallel->world_size) : std::string();
 }
 
 std::string device_of(const JobRecord& job) {

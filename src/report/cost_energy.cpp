@@ -67,10 +67,11 @@ double price_of(const std::string& text, const std::string& gpu, const std::stri
   return usd;
 }
 
-/// A number from `json` at `path` when it is one, finite and above 0.
-std::optional<double> positive_at(const Json& json, std::initializer_list<const char*> path) {
-  const auto v = number_at(json, path);
-  return v && std::isfinite(*v) && *v > 0 ? v : std::nullopt;
+/// The window's units per joule (clocks.energy) when the counter gave one: finite and above 0.
+std::optional<double> window_units_per_joule(const JobRecord& job) {
+  if (!job.clocks.energy) return std::nullopt;
+  const double v = job.clocks.energy->units_per_joule;
+  return std::isfinite(v) && v > 0 ? std::optional<double>(v) : std::nullopt;
 }
 
 }  // namespace
@@ -146,11 +147,8 @@ void apply_hourly_prices(std::vector<JobRecord>& jobs, const std::vector<HourlyP
 // ---- The arithmetic ----
 
 int priced_cards(const JobRecord& job) {
-  const Json& dp = job.data_parallel;
-  if (!dp.is_object() || !dp.contains("world_size") || !dp["world_size"].is_number_integer()) {
-    return 1;
-  }
-  const auto n = dp["world_size"].get<int64_t>();
+  if (!job.data_parallel) return 1;
+  const int64_t n = job.data_parallel->world_size;
   return n >= 1 && n <= 1'000'000 ? static_cast<int>(n) : 1;
 }
 
@@ -170,27 +168,20 @@ std::optional<double> units_per_usd(const JobRecord& job) {
 
 std::optional<double> joules_per_unit(const JobRecord& job) {
   if (!job.ok() || job.search_only) return std::nullopt;
-  const auto per_joule = positive_at(job.clocks, {"energy", "units_per_joule"});
+  const auto per_joule = window_units_per_joule(job);
   if (!per_joule) return std::nullopt;
   return 1.0 / *per_joule;
 }
 
 std::optional<double> units_per_kwh(const JobRecord& job) {
   if (!joules_per_unit(job)) return std::nullopt;
-  return *positive_at(job.clocks, {"energy", "units_per_joule"}) * 3.6e6;
+  return *window_units_per_joule(job) * 3.6e6;
 }
 
-bool throttled(const JobRecord& job) {
-  return job.clocks.is_object() && job.clocks.contains("throttled") &&
-         job.clocks["throttled"].is_boolean() && job.clocks["throttled"].get<bool>();
-}
+bool throttled(const JobRecord& job) { return job.clocks.throttled.value_or(false); }
 
 std::string throttle_note(const JobRecord& job) {
-  if (!job.clocks.is_object() || !job.clocks.contains("throttle_note") ||
-      !job.clocks["throttle_note"].is_string()) {
-    return "";
-  }
-  return job.clocks["throttle_note"].get<std::string>();
+  return job.clocks.throttle_note.value_or(std::string());
 }
 
 namespace report {

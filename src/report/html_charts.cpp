@@ -415,18 +415,17 @@ std::optional<BarChart> scaling_chart(const ReportView& view) {
       groups.push_back(label);
     }
     const int n = world_size_of(*j);
-    const Json& dp = j->data_parallel;
+    const bool one_device = !j->data_parallel;
     Bar bar;
-    bar.label = dp.empty() ? "1 device (baseline)"
-                           : fmt::format("{} rank{} ({})", n, n == 1 ? "" : "s",
-                                         dp.value("backend", std::string("?")));
+    bar.label = one_device ? "1 device (baseline)"
+                           : fmt::format("{} rank{} ({})", n, n == 1 ? "" : "s", backend_of(*j));
     bar.color = kScalingColor;
     const std::string throughput =
         fmt::format("{} {}", format_significant(j->throughput, 4), j->throughput_unit);
     const auto efficiency = scaling_efficiency(*j, view.jobs);
     if (!j->ok()) {
       bar.text = status_text(j->status);
-    } else if (dp.empty()) {
+    } else if (one_device) {
       bar.value = 100.0;
       bar.muted = true;
       bar.color = kMutedColor;

@@ -45,14 +45,17 @@ std::string shell_word(const std::string& path) {
 /// What differs between a job and the recorded number it fell short of.
 std::vector<std::string> likely_causes(const JobRecord& job, const CardNumber& recorded) {
   std::vector<std::string> causes;
-  const auto clock = number_at(job.clocks, {"sm_clock_mhz", "median"});
+  const std::optional<double> clock =
+      job.clocks.sm_clock_mhz
+          ? std::optional<double>(static_cast<double>(job.clocks.sm_clock_mhz->median))
+          : std::nullopt;
   if (clock && recorded.sm_clock_mhz_median && *clock < 0.97 * *recorded.sm_clock_mhz_median) {
     causes.push_back(fmt::format(
         "clocks: the SM clock's median was {:.0f} MHz against {:.0f} MHz recorded (a lower "
         "application clock, or power or thermal limits)",
         *clock, *recorded.sm_clock_mhz_median));
   }
-  const auto limit = number_at(job.clocks, {"power_limit_w"});
+  const std::optional<double> limit = job.clocks.power_limit_w;
   if (limit && recorded.power_limit_w && *limit < 0.95 * *recorded.power_limit_w) {
     causes.push_back(fmt::format(
         "power cap: a limit of {:.0f} W against {:.0f} W recorded (nvidia-smi -pl, or a PCIe "
@@ -99,8 +102,8 @@ std::vector<RecordedComparison> compare_with_recorded(const std::vector<JobRecor
                                 ? std::string("YOUR_RESULTS")
                                 : shell_word(reference.results_file());
   for (const auto& job : jobs) {
-    if (!job.ok() || job.search_only || job.emulated || job.memory_cap_gib ||
-        !job.data_parallel.empty() || job.device.type != "cuda" || !(job.throughput > 0)) {
+    if (!job.ok() || job.search_only || job.emulated || job.memory_cap_gib || job.data_parallel ||
+        job.device.type != "cuda" || !(job.throughput > 0)) {
       continue;
     }
     for (const auto& n : reference.card_numbers()) {

@@ -46,30 +46,41 @@ std::string normalized_text(const JobRecord& j) {
   return j.normalized ? format_significant(j.normalized->score) : "-";
 }
 
-std::string raw_at(const Json& json, std::initializer_list<const char*> path) {
-  const auto v = number_at(json, path);
-  return v ? number(*v) : std::string();
+std::string raw(const std::optional<double>& v) { return v ? number(*v) : std::string(); }
+
+std::optional<double> as_number(const std::optional<int64_t>& v) {
+  return v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt;
 }
 
-std::string raw(const std::optional<double>& v) { return v ? number(*v) : std::string(); }
+/// The GPU over the timed window (JobRecord::clocks, NVML's): none where it was not sampled.
+std::optional<double> window_sm_clock(const JobRecord& j) {
+  return j.clocks.sm_clock_mhz ? as_number(j.clocks.sm_clock_mhz->median) : std::nullopt;
+}
+
+std::optional<double> window_power(const JobRecord& j) {
+  return j.clocks.power_w ? std::optional<double>(j.clocks.power_w->mean) : std::nullopt;
+}
+
+std::optional<double> window_units_per_joule(const JobRecord& j) {
+  return j.clocks.energy ? std::optional<double>(j.clocks.energy->units_per_joule) : std::nullopt;
+}
 
 /// The repeat summary's measurement that a column reads (RepeatSummary::power_w_mean, ...).
 using RepeatMeasure = std::optional<MedianRange> RepeatSummary::*;
 
-/// A GPU measurement of the timed window at `path` in clocks, or with repeats the median over the
-/// timed runs (`summary` of repeat_summary), as the throughput is.
+/// A GPU measurement of the timed window (`window` of the record: window_power, ...), or with
+/// repeats the median over the timed runs (`summary` of repeat_summary), as the throughput is.
 std::optional<double> over_runs(const JobRecord& j, RepeatMeasure summary,
-                                std::initializer_list<const char*> path) {
+                                std::optional<double> (*window)(const JobRecord&)) {
   if (j.repeat_summary && (*j.repeat_summary).*summary) {
     return ((*j.repeat_summary).*summary)->median;
   }
-  return number_at(j.clocks, path);
+  return window(j);
 }
 
 std::string raw_over_runs(const JobRecord& j, RepeatMeasure summary,
-                          std::initializer_list<const char*> path) {
-  const auto v = over_runs(j, summary, path);
-  return v ? number(*v) : std::string();
+                          std::optional<double> (*window)(const JobRecord&)) {
+  return raw(over_runs(j, summary, window));
 }
 
 /// A text at `path` in a record's environment ("" where it has none or it is not text).
@@ -176,51 +187,47 @@ const std::vector<ResultColumn>& result_columns() {
       // The GPU over the window (NVML): clock, power, energy; a dash where it was not sampled.
       {"sm_clock_mhz_median", "SM clock",
        [](const JobRecord& j) {
-         return raw_over_runs(j, &RepeatSummary::sm_clock_mhz_median, {"sm_clock_mhz", "median"});
+         return raw_over_runs(j, &RepeatSummary::sm_clock_mhz_median, window_sm_clock);
        },
        [](const JobRecord& j) {
-         const auto v =
-             over_runs(j, &RepeatSummary::sm_clock_mhz_median, {"sm_clock_mhz", "median"});
+         const auto v = over_runs(j, &RepeatSummary::sm_clock_mhz_median, window_sm_clock);
          return v ? fmt::format("{:.0f} MHz", *v) : std::string("-");
        }},
       {"sm_clock_max_mhz", "max clock",
-       [](const JobRecord& j) { return raw_at(j.clocks, {"sm_clock_max_mhz"}); }, nullptr},
+       [](const JobRecord& j) { return raw(as_number(j.clocks.sm_clock_max_mhz)); }, nullptr},
       {"power_w_mean", "power",
        [](const JobRecord& j) {
-         return raw_over_runs(j, &RepeatSummary::power_w_mean, {"power_w", "mean"});
+         return raw_over_runs(j, &RepeatSummary::power_w_mean, window_power);
        },
        [](const JobRecord& j) {
-         const auto v = over_runs(j, &RepeatSummary::power_w_mean, {"power_w", "mean"});
+         const auto v = over_runs(j, &RepeatSummary::power_w_mean, window_power);
          return v ? fmt::format("{:.0f} W", *v) : std::string("-");
        }},
       {"power_limit_w", "power limit",
-       [](const JobRecord& j) { return raw_at(j.clocks, {"power_limit_w"}); }, nullptr},
+       [](const JobRecord& j) { return raw(j.clocks.power_limit_w); }, nullptr},
       {"throttled", "throttled",
        [](const JobRecord& j) {
          // With repeats: throttled when any timed run was.
          if (j.repeat_summary) {
            return std::string(j.repeat_summary->throttled_runs > 0 ? "true" : "false");
          }
-         return j.clocks.contains("throttled") && j.clocks["throttled"].is_boolean()
-                    ? std::string(j.clocks["throttled"].get<bool>() ? "true" : "false")
-                    : std::string();
+         return j.clocks.throttled ? std::string(*j.clocks.throttled ? "true" : "false")
+                                   : std::string();
        },
        nullptr},
       {"joules_per_step", "J/step",
        [](const JobRecord& j) {
-         return raw_at(j.clocks, {"energy", "joules_per_step"});
+         return j.clocks.energy ? number(j.clocks.energy->joules_per_step) : std::string();
        },
        nullptr},
       // Performance per watt: units per joule is (units/s) per (J/s).
       {"units_per_joule", "per joule",
        [](const JobRecord& j) {
-         return j.ok() ? raw_over_runs(j, &RepeatSummary::units_per_joule,
-                                       {"energy", "units_per_joule"})
+         return j.ok() ? raw_over_runs(j, &RepeatSummary::units_per_joule, window_units_per_joule)
                        : std::string();
        },
        [](const JobRecord& j) {
-         const auto v =
-             over_runs(j, &RepeatSummary::units_per_joule, {"energy", "units_per_joule"});
+         const auto v = over_runs(j, &RepeatSummary::units_per_joule, window_units_per_joule);
          if (!j.ok() || !v) return std::string("-");
          return fmt::format("{} {}/J", format_significant(*v, 3), unit_of(j));
        }},

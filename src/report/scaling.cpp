@@ -4,7 +4,6 @@
 #include "src/report/sections.h"
 
 #include "gpubench/base/strings.h"
-#include "gpubench/base/json_int.h"
 
 #include <fmt/format.h>
 
@@ -15,7 +14,13 @@
 namespace gpubench::report {
 
 int world_size_of(const JobRecord& job) {
-  return job.data_parallel.is_object() ? value_int(job.data_parallel, "world_size", 1) : 1;
+  // Read as 1 to INT_MAX (DataParallelRecord::from_json).
+  return job.data_parallel ? static_cast<int>(job.data_parallel->world_size) : 1;
+}
+
+std::string backend_of(const JobRecord& job) {
+  return job.data_parallel && !job.data_parallel->backend.empty() ? job.data_parallel->backend
+                                                                  : std::string("?");
 }
 
 namespace {
@@ -29,7 +34,7 @@ std::vector<const JobRecord*> one_device_peers(const JobRecord& job,
     if (&one == &job || world_size_of(one) != 1 || !one.ok() || one.throughput <= 0) continue;
     if (one.model != job.model || one.precision != job.precision ||
         one.device.name != job.device.name || one.memory_cap_gib != job.memory_cap_gib ||
-        !one.data_parallel.empty()) {
+        one.data_parallel) {
       continue;
     }
     peers.push_back(&one);
@@ -42,7 +47,7 @@ std::vector<const JobRecord*> one_device_peers(const JobRecord& job,
 std::optional<double> scaling_efficiency(const JobRecord& job, const std::vector<JobRecord>& jobs) {
   const int n = world_size_of(job);
   if (!job.ok() || job.throughput <= 0) return std::nullopt;
-  if (n == 1 && job.data_parallel.empty()) return std::nullopt;
+  if (n == 1 && !job.data_parallel) return std::nullopt;
   // Only at the same per-rank batch: a one-GPU run at another batch times another step.
   for (const JobRecord* one : one_device_peers(job, jobs)) {
     if (one->batch == job.batch) return job.throughput / (static_cast<double>(n) * one->throughput);
@@ -55,7 +60,7 @@ std::vector<const JobRecord*> scaling_rows(const ReportView& view) {
   using Key = std::tuple<std::string, std::string, std::string>;  // model, precision, device
   std::map<Key, bool> with_ranks;
   for (const auto& j : view.jobs) {
-    if (!j.data_parallel.empty()) with_ranks[{j.model, j.precision, j.device.name}] = true;
+    if (j.data_parallel) with_ranks[{j.model, j.precision, j.device.name}] = true;
   }
   std::vector<const JobRecord*> rows;
   for (const auto& j : view.jobs) {
@@ -70,7 +75,7 @@ std::vector<const JobRecord*> scaling_rows(const ReportView& view) {
 
 std::optional<Section> scaling_section(const ReportView& view) {
   const bool any = std::any_of(view.jobs.begin(), view.jobs.end(),
-                               [](const JobRecord& j) { return !j.data_parallel.empty(); });
+                               [](const JobRecord& j) { return j.data_parallel.has_value(); });
   if (!any) return std::nullopt;
   const std::vector<const JobRecord*> rows = scaling_rows(view);
   Section s;
@@ -82,9 +87,10 @@ std::optional<Section> scaling_section(const ReportView& view) {
   bool missing_baseline = false;
   for (const JobRecord* j : rows) {
     const int n = world_size_of(*j);
-    const Json& dp = j->data_parallel;
-    const std::string interconnect =
-        dp.empty() ? "-" : dp.value("interconnect", std::string("unknown"));
+    const std::optional<DataParallelRecord>& dp = j->data_parallel;
+    const std::string interconnect = !dp                        ? "-"
+                                     : dp->interconnect.empty() ? "unknown"
+                                                                : dp->interconnect;
     const auto eff = scaling_efficiency(*j, view.jobs);
     // A one-device run at another batch: both batches, and no efficiency.
     std::string other_batch;
@@ -100,15 +106,14 @@ std::optional<Section> scaling_section(const ReportView& view) {
     const std::string unit = j->throughput_unit;
     s.rows.push_back(
         {j->model, j->precision, j->device.name.empty() ? j->device.type : j->device.name,
-         interconnect,
-         dp.empty() ? "1" : fmt::format("{} ({})", n, dp.value("backend", std::string("?"))),
+         interconnect, !dp ? "1" : fmt::format("{} ({})", n, backend_of(*j)),
          std::to_string(j->batch),
          j->ok() ? fmt::format("{:.1f} {}", j->throughput, unit) : to_string(j->status),
          j->ok() ? fmt::format("{:.1f}", j->throughput / n) : "-",
-         dp.empty() ? "-" : fmt::format("{:.1f}%", dp.value("step_time_spread_pct", 0.0)),
+         !dp ? "-" : fmt::format("{:.1f}%", dp->step_time_spread_pct),
          eff                    ? fmt::format("{:.1f}%", *eff * 100)
          : !other_batch.empty() ? other_batch
-         : n == 1 && dp.empty() ? "(baseline)"
+         : n == 1 && !dp        ? "(baseline)"
                                 : "-"});
   }
   s.notes.push_back(

@@ -61,6 +61,9 @@ std::optional<Section> scaling_section(const ReportView& view);
 std::vector<const JobRecord*> scaling_rows(const ReportView& view);
 /// A record's world size: data_parallel.world_size, else 1.
 int world_size_of(const JobRecord& job);
+/// A data-parallel record's backend ("nccl", "gloo") as the scaling table and chart show it; "?"
+/// where it has none (a record written by hand, or one device).
+std::string backend_of(const JobRecord& job);
 /// throughput / (ranks x the one-device throughput of the same job in `jobs`), when known.
 std::optional<double> scaling_efficiency(const JobRecord& job, const std::vector<JobRecord>& jobs);
 

@@ -110,15 +110,11 @@ RepeatRun repetition(const JobRecord& r, double seconds) {
   out.status = r.status;
   out.message = r.message;
   out.seconds = seconds;
-  const Json& c = r.clocks;
-  out.power_w_mean = number_at(c, {"power_w", "mean"});
-  if (const std::optional<double> mhz = number_at(c, {"sm_clock_mhz", "median"})) {
-    out.sm_clock_mhz_median = static_cast<int64_t>(std::llround(*mhz));
-  }
-  out.units_per_joule = number_at(c, {"energy", "units_per_joule"});
-  if (const Json* throttled = json_at(c, {"throttled"}); throttled && throttled->is_boolean()) {
-    out.throttled = throttled->get<bool>();
-  }
+  const ClocksRecord& c = r.clocks;
+  if (c.power_w) out.power_w_mean = c.power_w->mean;
+  if (c.sm_clock_mhz) out.sm_clock_mhz_median = c.sm_clock_mhz->median;
+  if (c.energy) out.units_per_joule = c.energy->units_per_joule;
+  out.throttled = c.throttled;
   return out;
 }
 

@@ -392,12 +392,13 @@ Window time_window(JobRecord& record, TrainStep& step, StepClock& clock, const S
     }
     break;
   }
-  record.clocks = sampler.stop();
+  // device/ speaks JSON (it comes before records/): its summaries read as the record's field.
+  record.clocks = ClocksRecord::from_json(sampler.stop(), "clocks");
   for (double ms : w.times) w.seconds += ms / 1000.0;
-  if (Json energy = energy_summary(sampler.energy_joules(), w.units, w.steps,
-                                   sampler.energy_seconds());
+  if (const Json energy =
+          energy_summary(sampler.energy_joules(), w.units, w.steps, sampler.energy_seconds());
       !energy.empty()) {
-    record.clocks["energy"] = std::move(energy);
+    record.clocks.energy = WindowEnergy::from_json(energy, "clocks.energy");
   }
   return w;
 }

@@ -8,6 +8,7 @@
 #include "gpubench/base/errors.h"
 #include "gpubench/base/json.h"
 #include "gpubench/distributed/environment.h"
+#include "gpubench/records/window_fields.h"
 #include "gpubench/train/runtime.h"
 
 #include <torch/types.h>
@@ -114,10 +115,10 @@ class BucketedGradientSync final : public train::GradientSync {
   std::string name() const override;
   std::string capture_problem() const override;
 
-  /// For the record: buckets per network, their sizes, all-reduces started during backward
-  /// and at the update, those repeated, gradients left from another network's backward, updates
-  /// synchronized.
-  Json info() const;
+  /// For the record (data_parallel.gradient_sync): buckets per network, their sizes,
+  /// all-reduces started during backward and at the update, those repeated, gradients left from
+  /// another network's backward, updates synchronized.
+  GradientSyncRecord info() const;
   /// Updates synchronize() has made, over all networks.
   int64_t updates() const;
 

@@ -8,6 +8,7 @@
 #include "gpubench/measure/timing.h"
 #include "gpubench/records/enums.h"
 #include "gpubench/records/files.h"  // every writer of a record writes its file through it
+#include "gpubench/records/window_fields.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -226,10 +227,11 @@ struct JobRecord {
   std::string batch_source;          ///< "search" | "flag" | "cpu"
   Json batch_info = Json::object();  ///< what the workload reports of its batch
   Json runtime = Json::object();     ///< how the step ran: launch, precision, optimizer kernels
-  /// A data-parallel run (issue 15): {world_size, backend, interconnect, ranks: [per-rank step
-  /// times and throughput], per_rank_batch, global_batch, gradient_sync, scaling_efficiency};
-  /// empty on one device. `throughput` is then the sum over the ranks.
-  Json data_parallel = Json::object();
+  /// A data-parallel run (issue 15; DataParallelRecord, records/window_fields.h): world size,
+  /// backend, interconnect, every rank's step times and throughput, the batches, the gradient
+  /// sync's buckets; none (not written; {} and null read as none) on one device. `throughput` is
+  /// then the sum over the ranks.
+  std::optional<DataParallelRecord> data_parallel;
   std::optional<SearchRecord> search;
   /// The timed-run attempts, in the order they ran: [{batch, status, message, seconds, phase}]
   /// (older records: {batch, status, message}); a memory tier's confirm runs.
@@ -265,7 +267,9 @@ struct JobRecord {
   Json losses_start = Json::object();               ///< loss values before the timed window
   Json losses = Json::object();                     ///< loss values after the timed window
   double diverged_throughput = 0;  ///< what a diverged job timed (not a result: throughput is 0)
-  Json clocks = Json::object();    ///< NVML samples (and energy) over the window
+  /// NVML's samples over the timed window and the energy counter's reading (ClocksRecord,
+  /// records/window_fields.h); empty (written as {}; null reads as empty) where none were taken.
+  ClocksRecord clocks;
   /// The throughput as arithmetic (compute_summary, timing.h): FLOPs per unit, achieved TFLOP/s,
   /// the device's measured matmul peak for the precision and the share of it, and where that
   /// peak came from (peak_source "measured" or "reused", peak_measured_by: run/job_spec.h
