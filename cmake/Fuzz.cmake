@@ -72,7 +72,8 @@ if(GPUBENCH_SANITIZE)
   find_library(GPUBENCH_LIBUTIL util)
   add_executable(gpubench_sanitize_tests ${GPUBENCH_CORE_TEST_SOURCES})
   target_compile_definitions(gpubench_sanitize_tests PRIVATE
-                             GPUBENCH_TEST_DATA_DIR="${GPUBENCH_TEST_DATA_DIR}")
+                             GPUBENCH_TEST_DATA_DIR="${GPUBENCH_TEST_DATA_DIR}"
+                             GPUBENCH_TEST_SOURCE_DIR="${GPUBENCH_TEST_SOURCE_DIR}")
   target_link_libraries(gpubench_sanitize_tests PRIVATE gpubench_readers GTest::gtest
                         $<$<BOOL:${GPUBENCH_LIBUTIL}>:${GPUBENCH_LIBUTIL}>)
 endif()

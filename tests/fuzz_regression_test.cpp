@@ -28,8 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path fuzz_dir() {
-  const std::string here = __FILE__;  // absolute: CMake passes full source paths
-  return fs::path(here).parent_path() / "fuzz";
+  return fs::path(GPUBENCH_TEST_SOURCE_DIR) / "fuzz";
 }
 
 /// Runs every file under corpus/TARGET and regressions/TARGET through `run`; returns how many.

@@ -14,8 +14,7 @@ namespace gpubench {
 namespace {
 
 std::string snapshot_path() {
-  const std::string here = __FILE__;  // absolute: CMake passes full source paths
-  return here.substr(0, here.find_last_of('/')) + "/fuzz/registry_schemas.json";
+  return std::string(GPUBENCH_TEST_SOURCE_DIR) + "/fuzz/registry_schemas.json";
 }
 
 TEST(RegistrySnapshotTest, TheFuzzBuildsSchemasAreTheBuiltinRegistrys) {

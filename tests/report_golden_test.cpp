@@ -36,8 +36,7 @@ using testing::builtin_store;
 // ---- Where the golden files live ----
 
 std::string golden_dir() {
-  const std::string here = __FILE__;  // absolute: CMake passes full source paths
-  return here.substr(0, here.rfind('/')) + "/golden";
+  return std::string(GPUBENCH_TEST_SOURCE_DIR) + "/golden";
 }
 
 bool updating() {

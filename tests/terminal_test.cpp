@@ -186,8 +186,7 @@ std::vector<std::string> shown_lines(const std::string& screen) {
 
 /// The folder of the golden report's inputs (tests/golden/inputs).
 std::vector<std::string> golden_inputs() {
-  const std::string here = __FILE__;  // absolute: CMake passes full source paths
-  const std::string dir = here.substr(0, here.rfind('/')) + "/golden/inputs/";
+  const std::string dir = std::string(GPUBENCH_TEST_SOURCE_DIR) + "/golden/inputs/";
   return {dir + "h200-fp32.json", dir + "h200-amp-bf16.jsonl", dir + "rtx3090-fp32.json",
           dir + "h200-tiers.jsonl"};
 }
@@ -229,7 +228,8 @@ TEST(TerminalTest, ARunsOutputFitsAHundredColumnTerminalWithOneStatusLine) {
 
 // --progress plain on a terminal prints lines only (no carriage return but the terminal's own
 // before each newline), the quiet worker's status among them; --progress none prints no
-// progress at all, and the results still.
+// progress at all, and the results still. The timed window lasts at least 0.5 s, so the quiet
+// worker's heartbeat (every 0.05 s of silence) has a phase to speak in however fast the machine.
 TEST(TerminalTest, PlainProgressPrintsLinesOnlyAndNonePrintsNoProgress) {
   TempDir dir;
   testing::write_file(dir.file("smoke.json"), testing::smoke_config_json("bert-base"));
@@ -237,7 +237,8 @@ TEST(TerminalTest, PlainProgressPrintsLinesOnlyAndNonePrintsNoProgress) {
     auto run = std::make_unique<PtyProcess>(
         std::vector<std::string>{testing::gpubench_exe(), "run", "--device", "cpu", "--model",
                                  "bert-base", "--config", dir.file("smoke.json"), "--journal",
-                                 dir.file(journal), "--progress", progress},
+                                 dir.file(journal), "--progress", progress, "--min-seconds",
+                                 "0.5"},
         std::vector<std::string>{"GPUBENCH_HEARTBEAT_S=0.05", "COLUMNS="});
     const int status = run->wait(300);
     EXPECT_TRUE(run->exited() && WIFEXITED(status) && WEXITSTATUS(status) == 0) << run->screen();
