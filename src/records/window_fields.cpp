@@ -128,6 +128,21 @@ bool ClocksRecord::empty() const {
          !energy;
 }
 
+std::optional<double> ClocksRecord::sm_clock_median_mhz() const {
+  if (!sm_clock_mhz) return std::nullopt;
+  return static_cast<double>(sm_clock_mhz->median);
+}
+
+std::optional<double> ClocksRecord::power_mean_w() const {
+  if (!power_w) return std::nullopt;
+  return power_w->mean;
+}
+
+std::optional<double> ClocksRecord::units_per_joule() const {
+  if (!energy) return std::nullopt;
+  return energy->units_per_joule;
+}
+
 Json ClocksRecord::to_json() const {
   Json out = Json::object();
   if (available && available_first) out["available"] = *available;

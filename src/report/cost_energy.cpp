@@ -69,9 +69,8 @@ double price_of(const std::string& text, const std::string& gpu, const std::stri
 
 /// The window's units per joule (clocks.energy) when the counter gave one: finite and above 0.
 std::optional<double> window_units_per_joule(const JobRecord& job) {
-  if (!job.clocks.energy) return std::nullopt;
-  const double v = job.clocks.energy->units_per_joule;
-  return std::isfinite(v) && v > 0 ? std::optional<double>(v) : std::nullopt;
+  const std::optional<double> v = job.clocks.units_per_joule();
+  return v && std::isfinite(*v) && *v > 0 ? v : std::nullopt;
 }
 
 }  // namespace

@@ -45,10 +45,7 @@ std::string shell_word(const std::string& path) {
 /// What differs between a job and the recorded number it fell short of.
 std::vector<std::string> likely_causes(const JobRecord& job, const CardNumber& recorded) {
   std::vector<std::string> causes;
-  const std::optional<double> clock =
-      job.clocks.sm_clock_mhz
-          ? std::optional<double>(static_cast<double>(job.clocks.sm_clock_mhz->median))
-          : std::nullopt;
+  const std::optional<double> clock = job.clocks.sm_clock_median_mhz();
   if (clock && recorded.sm_clock_mhz_median && *clock < 0.97 * *recorded.sm_clock_mhz_median) {
     causes.push_back(fmt::format(
         "clocks: the SM clock's median was {:.0f} MHz against {:.0f} MHz recorded (a lower "

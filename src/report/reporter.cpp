@@ -52,34 +52,22 @@ std::optional<double> as_number(const std::optional<int64_t>& v) {
   return v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt;
 }
 
-/// The GPU over the timed window (JobRecord::clocks, NVML's): none where it was not sampled.
-std::optional<double> window_sm_clock(const JobRecord& j) {
-  return j.clocks.sm_clock_mhz ? as_number(j.clocks.sm_clock_mhz->median) : std::nullopt;
-}
-
-std::optional<double> window_power(const JobRecord& j) {
-  return j.clocks.power_w ? std::optional<double>(j.clocks.power_w->mean) : std::nullopt;
-}
-
-std::optional<double> window_units_per_joule(const JobRecord& j) {
-  return j.clocks.energy ? std::optional<double>(j.clocks.energy->units_per_joule) : std::nullopt;
-}
-
 /// The repeat summary's measurement that a column reads (RepeatSummary::power_w_mean, ...).
 using RepeatMeasure = std::optional<MedianRange> RepeatSummary::*;
 
-/// A GPU measurement of the timed window (`window` of the record: window_power, ...), or with
-/// repeats the median over the timed runs (`summary` of repeat_summary), as the throughput is.
-std::optional<double> over_runs(const JobRecord& j, RepeatMeasure summary,
-                                std::optional<double> (*window)(const JobRecord&)) {
+/// What a column reads of the timed window (ClocksRecord::power_mean_w, ...).
+using WindowMeasure = std::optional<double> (ClocksRecord::*)() const;
+
+/// A GPU measurement of the timed window (`window` of the record's clocks), or with repeats the
+/// median over the timed runs (`summary` of repeat_summary), as the throughput is.
+std::optional<double> over_runs(const JobRecord& j, RepeatMeasure summary, WindowMeasure window) {
   if (j.repeat_summary && (*j.repeat_summary).*summary) {
     return ((*j.repeat_summary).*summary)->median;
   }
-  return window(j);
+  return (j.clocks.*window)();
 }
 
-std::string raw_over_runs(const JobRecord& j, RepeatMeasure summary,
-                          std::optional<double> (*window)(const JobRecord&)) {
+std::string raw_over_runs(const JobRecord& j, RepeatMeasure summary, WindowMeasure window) {
   return raw(over_runs(j, summary, window));
 }
 
@@ -187,20 +175,22 @@ const std::vector<ResultColumn>& result_columns() {
       // The GPU over the window (NVML): clock, power, energy; a dash where it was not sampled.
       {"sm_clock_mhz_median", "SM clock",
        [](const JobRecord& j) {
-         return raw_over_runs(j, &RepeatSummary::sm_clock_mhz_median, window_sm_clock);
+         return raw_over_runs(j, &RepeatSummary::sm_clock_mhz_median,
+                              &ClocksRecord::sm_clock_median_mhz);
        },
        [](const JobRecord& j) {
-         const auto v = over_runs(j, &RepeatSummary::sm_clock_mhz_median, window_sm_clock);
+         const auto v = over_runs(j, &RepeatSummary::sm_clock_mhz_median,
+                                  &ClocksRecord::sm_clock_median_mhz);
          return v ? fmt::format("{:.0f} MHz", *v) : std::string("-");
        }},
       {"sm_clock_max_mhz", "max clock",
        [](const JobRecord& j) { return raw(as_number(j.clocks.sm_clock_max_mhz)); }, nullptr},
       {"power_w_mean", "power",
        [](const JobRecord& j) {
-         return raw_over_runs(j, &RepeatSummary::power_w_mean, window_power);
+         return raw_over_runs(j, &RepeatSummary::power_w_mean, &ClocksRecord::power_mean_w);
        },
        [](const JobRecord& j) {
-         const auto v = over_runs(j, &RepeatSummary::power_w_mean, window_power);
+         const auto v = over_runs(j, &RepeatSummary::power_w_mean, &ClocksRecord::power_mean_w);
          return v ? fmt::format("{:.0f} W", *v) : std::string("-");
        }},
       {"power_limit_w", "power limit",
@@ -223,11 +213,13 @@ const std::vector<ResultColumn>& result_columns() {
       // Performance per watt: units per joule is (units/s) per (J/s).
       {"units_per_joule", "per joule",
        [](const JobRecord& j) {
-         return j.ok() ? raw_over_runs(j, &RepeatSummary::units_per_joule, window_units_per_joule)
+         return j.ok() ? raw_over_runs(j, &RepeatSummary::units_per_joule,
+                                       &ClocksRecord::units_per_joule)
                        : std::string();
        },
        [](const JobRecord& j) {
-         const auto v = over_runs(j, &RepeatSummary::units_per_joule, window_units_per_joule);
+         const auto v = over_runs(j, &RepeatSummary::units_per_joule,
+                                  &ClocksRecord::units_per_joule);
          if (!j.ok() || !v) return std::string("-");
          return fmt::format("{} {}/J", format_significant(*v, 3), unit_of(j));
        }},

@@ -91,6 +91,11 @@ struct ClocksRecord {
   bool available_first = false;
 
   bool empty() const;
+  /// What the tables and checks read of the window, none where it was not measured: the SM
+  /// clock's median (MHz), the mean power (W), the energy counter's units per joule.
+  std::optional<double> sm_clock_median_mhz() const;
+  std::optional<double> power_mean_w() const;
+  std::optional<double> units_per_joule() const;
   /// {samples, sm_clock_max_mhz, power_limit_w, sm_clock_default_mhz, sm_clock_mhz, power_w,
   /// temperature_c_max, throttle_reasons, throttle_reason_share, power_capped, throttled,
   /// throttle_note, available, energy}: the keys it has, in that order (available first where
