@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -99,9 +100,19 @@ pid_t start_process(const std::vector<std::string>& argv,
   const int child_nice = std::min(here.nice + std::max(options.nice_increment, 0), 19);
   const bool child_batch = options.batch_scheduling && here.sched_other;
 
+  // The child's parent-death signal is armed before this call returns: PR_SET_PDEATHSIG fires
+  // when the *thread* that forked ends, and a thread that ended before the child reached prctl
+  // would leave the child without it. So this thread waits until the child has called exec (or
+  // died): the close-on-exec pipe's write end closes then, and its read end sees end of file.
+  int armed[2] = {-1, -1};
+  const bool have_pipe = pipe2(armed, O_CLOEXEC) == 0;
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
+    if (have_pipe) {
+      close(armed[0]);
+      close(armed[1]);
+    }
     throw AbortError(
         fmt::format("cannot start a worker process: {} (too many processes or too "
                     "little memory?)",
@@ -124,6 +135,13 @@ pid_t start_process(const std::vector<std::string>& argv,
     _exit(127);
   }
   setpgid(pid, pid);
+  if (have_pipe) {
+    close(armed[1]);
+    char byte = 0;
+    while (read(armed[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    close(armed[0]);
+  }
   return pid;
 }
 

@@ -38,7 +38,9 @@ struct StartOptions {
 /// Starts argv[0] with arguments argv[1..] in a process group of its own (so that a stop reaches
 /// everything it started) that dies with this process, even one killed with SIGKILL. Its
 /// environment is this process's with each "NAME=VALUE" of `environment_changes` in place of
-/// NAME's value. Returns its pid, which is also its group's id; AbortError when it cannot fork.
+/// NAME's value. Returns once the child has called exec, its death signal armed (it also dies
+/// with the thread that called this, as PR_SET_PDEATHSIG goes), with its pid, which is also its
+/// group's id; AbortError when it cannot fork.
 pid_t start_process(const std::vector<std::string>& argv,
                     const std::vector<std::string>& environment_changes = {},
                     const StartOptions& options = {});
