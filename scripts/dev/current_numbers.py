@@ -85,8 +85,12 @@ def collect(results):
                 continue
             key = (job["device"].get("name", "?"), job["model"], job["precision"])
             stamp = job.get("created_utc", "")
-            if key not in latest or stamp > latest[key][0]:
-                latest[key] = (stamp, job, os.path.relpath(path, results))
+            # The same record in a journal and in a document made from it (a result document,
+            # a report's json): the journal is the raw one; otherwise the first path.
+            journal = path.endswith(".jsonl")
+            if (key not in latest or stamp > latest[key][0]
+                    or (stamp == latest[key][0] and journal and not latest[key][3])):
+                latest[key] = (stamp, job, os.path.relpath(path, results), journal)
     return latest
 
 
@@ -97,7 +101,7 @@ def table(results):
             "|---|---|---|--:|--:|--:|--:|--:|---|---|"]
     order = sorted(latest, key=lambda k: (k[0], k[1], PRECISION_ORDER.get(k[2], 9)))
     for card, model, precision in order:
-        stamp, job, rel = latest[(card, model, precision)]
+        stamp, job, rel, _ = latest[(card, model, precision)]
         energy = job.get("clocks", {}).get("energy", {}) or {}
         per_joule = energy.get("units_per_joule")
         joules = 1 / per_joule if per_joule else None
@@ -122,7 +126,7 @@ def card_rows(results):
     rows = []
     for card, model, precision in sorted(
             latest, key=lambda k: (k[0], k[1], PRECISION_ORDER.get(k[2], 9))):
-        stamp, job, rel = latest[(card, model, precision)]
+        stamp, job, rel, _ = latest[(card, model, precision)]
         clocks = mapping(job, "clocks")
         software = mapping(mapping(job, "environment"), "software")
         rows.append({
