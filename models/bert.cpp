@@ -2,6 +2,7 @@
 
 #include "gpubench/base/compat.h"
 #include "gpubench/config/config.h"
+#include "gpubench/train/losses.h"
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/runtime.h"
 #include "models/attention.h"
@@ -298,9 +299,17 @@ PretrainingBatch::PretrainingBatch(int64_t batch, int64_t length, int64_t masked
 }
 
 torch::Tensor masked_lm_loss(BertForPretrainingImpl& model, const torch::Tensor& sequence,
-                             const PretrainingBatch& batch, bool all_positions) {
+                             const PretrainingBatch& batch, bool all_positions, bool fused) {
+  const int64_t vocab = model.bert->word_embeddings().size(0);
   if (all_positions) {
     auto logits = model.lm_logits(sequence);
+    if (fused && train::fused_vocab_loss_runs(logits)) {
+      // The mean over the labelled positions, as nll_loss's: the count from the labels.
+      const auto labels = batch.lm_labels.view(-1);
+      const auto sums =
+          train::fused_vocab_loss_sums(logits.view({-1, logits.size(-1)}), labels, vocab, -100);
+      return sums[0] / labels.ne(-100).sum().to(torch::kFloat);
+    }
     if (model.fast_paths) {
       // cross_entropy is log_softmax then nll_loss; the padded logits' -inf columns get
       // probability 0 and no label.
@@ -316,6 +325,13 @@ torch::Tensor masked_lm_loss(BertForPretrainingImpl& model, const torch::Tensor&
   const int64_t h = sequence.size(-1);
   auto index = batch.masked_positions.unsqueeze(-1).expand({-1, -1, h});
   auto logits = model.lm_logits(sequence.gather(1, index));
+  if (fused && train::fused_vocab_loss_runs(logits)) {
+    const auto ids = batch.masked_ids.reshape({-1});
+    // Every masked position has a word: no target is ignored (-1 is never one).
+    const auto sums = train::fused_vocab_loss_sums(logits.reshape({-1, logits.size(-1)}), ids,
+                                                   vocab, /*ignore_index=*/-1);
+    return sums[0] / (static_cast<double>(ids.numel()) + 1e-5);
+  }
   auto log_probs = model.fast_paths ? torch::log_softmax(logits, -1, torch::kFloat)
                                     : torch::log_softmax(logits.to(torch::kFloat), -1);
   auto nll = -log_probs.gather(-1, batch.masked_ids.unsqueeze(-1)).squeeze(-1);
@@ -329,6 +345,7 @@ class BertPretrainingStep final : public train::RuntimeStep {
   explicit BertPretrainingStep(const StepContext& ctx)
       : RuntimeStep(ctx),
         all_logits_(ctx.model.str("lm_logits") == "all"),
+        fused_loss_(ctx.runtime.fused_loss),
         model_(build(ctx)),
         batch_(ctx.batch, ctx.model.i64("seq_length"), ctx.model.i64("masked_per_sequence"),
                ctx.model.i64("vocab_size"), ctx.device, ctx.seed),
@@ -343,7 +360,7 @@ class BertPretrainingStep final : public train::RuntimeStep {
       {
         const auto autocast = runtime_.autocast();
         auto [sequence, pooled] = model_->bert->forward(batch_.input_ids, batch_.token_type_ids);
-        mlm = masked_lm_loss(*model_, sequence, batch_, all_logits_);
+        mlm = masked_lm_loss(*model_, sequence, batch_, all_logits_, fused_loss_);
         loss = mlm;
         if (model_->next_sentence) {
           nsp = torch::nn::functional::cross_entropy(
@@ -407,6 +424,7 @@ class BertPretrainingStep final : public train::RuntimeStep {
   }
 
   bool all_logits_;
+  bool fused_loss_;  // runtime.fused_loss
   BertForPretraining model_;
   PretrainingBatch batch_;
   bool ran_ = false;  // run() was called: step_flops() has a last run to describe

@@ -178,9 +178,11 @@ struct PretrainingBatch {
 /// - all_positions true (Hugging Face): logits at every position, mean cross-entropy over the
 ///   labelled ones.
 /// On the model's fast path the logits are the padded ones, and log-softmax writes fp32 from
-/// them directly (no fp32 copy of the logits first).
+/// them directly (no fp32 copy of the logits first). `fused` (runtime.fused_loss): the same
+/// loss from train::fused_vocab_loss_sums where it runs.
 torch::Tensor masked_lm_loss(BertForPretrainingImpl& model, const torch::Tensor& sequence,
-                             const PretrainingBatch& batch, bool all_positions);
+                             const PretrainingBatch& batch, bool all_positions,
+                             bool fused = false);
 
 /// The keys of a BERT workload's `optimizer:` section: google-research/bert's
 /// AdamWeightDecayOptimizer ("bert-adam": no bias correction, decoupled decay skipping

@@ -58,7 +58,8 @@ class TranslationStep final : public train::RuntimeStep {
         updater_(runtime_.add("model", std::move(updater))),
         max_tokens_(ctx.batch),
         label_smoothing_(label_smoothing),
-        fast_paths_(ctx.runtime.fast_paths) {
+        fast_paths_(ctx.runtime.fast_paths),
+        fused_loss_(ctx.runtime.fused_loss) {
     // The model's attention modules follow the setting (models/fast_paths.h).
     set_fast_paths(*model_, fast_paths_);
     std::vector<int64_t> order;  // the batches in turn; each batch is a captured variant
@@ -142,7 +143,8 @@ class TranslationStep final : public train::RuntimeStep {
         const auto logits =
             model_->forward(batch.src_tokens, batch.prev_output_tokens, batch.src_padded);
         const auto smoothed = train::label_smoothed_nll_loss(logits, batch.target, label_smoothing_,
-                                                             kFairseqPad, fast_paths_);
+                                                             kFairseqPad, fast_paths_,
+                                                             fused_loss_);
         loss = smoothed.loss / ntokens;
         nll = smoothed.nll_loss.detach() / ntokens;
       }
@@ -161,6 +163,7 @@ class TranslationStep final : public train::RuntimeStep {
   int64_t max_tokens_;
   double label_smoothing_;
   bool fast_paths_;                     // runtime.fast_paths
+  bool fused_loss_;                     // runtime.fused_loss
   int64_t next_ = 0;                    // the index of the batch batches_.next() returns
   std::vector<int64_t> last_batches_;   // the batches the last run() trained
   std::vector<int64_t> probe_batches_;  // set by prepare_probe(), trained by the next run()

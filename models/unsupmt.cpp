@@ -2,6 +2,7 @@
 
 #include "gpubench/base/compat.h"
 #include "gpubench/config/config.h"
+#include "gpubench/train/losses.h"
 #include "gpubench/train/model_reuse.h"
 #include "models/attention.h"
 #include "models/workload_common.h"
@@ -232,7 +233,10 @@ XlmTransformerOptions xlm_options(const Params& m, bool is_decoder) {
 }
 
 UnsupMtStep::UnsupMtStep(const StepContext& ctx)
-    : RuntimeStep(ctx), lambda_ae_(ctx.model.f64("lambda_ae")), tokens_per_batch_(ctx.batch) {
+    : RuntimeStep(ctx),
+      lambda_ae_(ctx.model.f64("lambda_ae")),
+      tokens_per_batch_(ctx.batch),
+      fused_loss_(ctx.runtime.fused_loss) {
   const Params& m = ctx.model;
   // The decoder is built from where the encoder's build left the generator, as before.
   const std::string model_json = m.json().dump();
@@ -314,6 +318,17 @@ torch::Tensor UnsupMtStep::prediction_loss(const torch::Tensor& hidden, const Xl
   // XLM's predict: the hidden states where a next word is predicted, pred_layer, mean
   // cross-entropy (no label smoothing).
   const auto selected = hidden.reshape({-1, hidden.size(-1)}).index_select(0, targets.predicted);
+  if (fused_loss_) {
+    const auto scores = decoder_->fast_paths ? decoder_->training_scores(selected)
+                                             : decoder_->scores(selected);
+    if (train::fused_vocab_loss_runs(scores)) {
+      // Every predicted position has a word: no target is ignored (-1 is never one).
+      const int64_t vocab = decoder_->word_embeddings().size(0);
+      const auto sums =
+          train::fused_vocab_loss_sums(scores, targets.labels, vocab, /*ignore_index=*/-1);
+      return sums[0] / static_cast<double>(targets.labels.size(0));
+    }
+  }
   if (decoder_->fast_paths) {
     // cross_entropy is log_softmax then nll_loss: here the log-softmax writes fp32 from the
     // padded scores directly, whose -inf columns get probability 0 and no label.

@@ -293,6 +293,7 @@ class UnsupMtStep final : public train::RuntimeStep {
 
   double lambda_ae_;
   int64_t tokens_per_batch_;
+  bool fused_loss_;  // runtime.fused_loss
   XlmTransformer encoder_{nullptr}, decoder_{nullptr};
   std::vector<XlmTargets> ae_, bt_;                              // per language
   std::vector<std::pair<torch::Tensor, torch::Tensor>> noised_;  // AE encoder inputs

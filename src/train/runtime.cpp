@@ -2,6 +2,7 @@
 
 #include "gpubench/base/env.h"
 #include "gpubench/base/errors.h"
+#include "gpubench/train/losses.h"
 
 #include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/torch.h>
@@ -49,6 +50,10 @@ ParamSchema RuntimeSettings::schema() {
        "language models: vocab projections on a weight padded to a multiple of 64 rows, "
        "log-softmax straight to fp32, q/k/v views without copies in the backward, the scale "
        "and cached causal masks in stored attention (the same math); false: the plain paths"},
+      {"fused_loss", ParamKind::kBool, false,
+       "language models: the vocabulary cross-entropy as one fused function (one read of the "
+       "logits forward and one backward, no fp32 copy; CUDA needs a build with gpubench's "
+       "kernels, else the ATen path runs)"},
   };
 }
 
@@ -60,6 +65,7 @@ RuntimeSettings RuntimeSettings::from_params(const Params& params) {
   s.cudnn_benchmark = params.flag("cudnn_benchmark");
   s.cudnn_benchmark_limit = static_cast<int>(params.i64("cudnn_benchmark_limit"));
   s.fast_paths = params.flag("fast_paths");
+  s.fused_loss = params.flag("fused_loss");
   return s;
 }
 
@@ -388,6 +394,9 @@ Json Runtime::info() const {
               {"cudnn_benchmark", settings_.cudnn_benchmark},
               {"cudnn_benchmark_limit", settings_.cudnn_benchmark_limit},
               {"fast_paths", settings_.fast_paths},
+              // What ran: a CUDA build without gpubench's kernels takes the ATen path.
+              {"fused_loss", settings_.fused_loss &&
+                                 (!device_.is_cuda() || train::have_vocab_loss_kernels())},
               {"precision", to_string(precision_)},
               {"autocast",
                is_amp(precision_) ? (precision_ == Precision::kAmpBf16 ? "bf16" : "fp16") : "off"},

@@ -53,6 +53,12 @@ struct RuntimeSettings {
   /// stored attention the scale in the GEMM and causal masks built once per shape. false runs
   /// the plain paths, so that one build can time both; other workloads ignore it. Default: true
   bool fast_paths = true;
+  /// The language models' vocabulary cross-entropy as one fused autograd function (issue 44
+  /// item 2; train::vocab_loss_sums): one read of the logits forward, one backward, their
+  /// gradient written in their own type, no fp32 copy. On CUDA it needs a build with gpubench's
+  /// kernels (else the ATen path runs); on the CPU the same algorithm runs in plain loops.
+  /// Default: false until its gain is measured on the GPU
+  bool fused_loss = false;
 
   /// The keys of the `runtime:` section.
   static ParamSchema schema();

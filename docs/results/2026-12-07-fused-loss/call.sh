@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# On the GPU machine (prepared 2026-12-07, not run yet): issue 44 item 2, the fused vocabulary
+# cross-entropy (runtime.fused_loss) checked and timed, in stages that continue where an earlier
+# call stopped (marker files under results/fused/), inside one call's time.
+#
+#   docs/results/2026-12-07-fused-loss/call.sh [STAGE...]   (default: build check pairs)
+#   DEADLINE_S=560   seconds this call may use
+#
+# build   setup.sh for the executable and the tests (target all: the _CUDA tests need them);
+#         cmake's "own CUDA kernels: 1" line must be in build.log, or nothing else runs
+# check   the kernels against ATen and two workloads' fixed-seed losses fused against not
+#         (ctest -R 'VocabLossTest.*_CUDA'), into check.log
+# pairs   amp-bf16 (and bert-base-mlm in fp32) at a fixed batch, runtime.fused_loss off then on,
+#         one fresh process each (pairs/M-P-{off,on}.*); summary.txt compares throughput, the
+#         first losses and peak memory
+# Everything under results/fused goes to $OUT/fused.tgz after each stage.
+set -uo pipefail
+cd "$(dirname "$(readlink -f "$0")")/../../.."
+OUT=${OUT:-/tmp/out}
+R=results/fused
+mkdir -p "$OUT" "$R"
+deadline=$(( $(date +%s) + ${DEADLINE_S:-560} ))
+left() { echo $(( deadline - $(date +%s) )); }
+log() { echo "call [$(date -u +%T)] $*" | tee -a "$R/call.log" >&2; }
+pack() { tar -C results -czf "$OUT/fused.tgz" fused; }
+log "card: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1); $(left) s left"
+
+build() {
+  [ -f "$R/build.done" ] && [ -x build/gpubench_tests ] && return 0
+  local s=$(date +%s)
+  { date -u +%FT%TZ; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+    git log -1 --format='device copy: commit %h %s' 2>/dev/null; } > "$R/env.txt" 2>&1
+  GPUBENCH_JOBS=16 GPUBENCH_TARGET=all scripts/setup.sh > "$R/build.log" 2>&1 || { log "build failed"; tail -30 "$R/build.log"; return 2; }
+  grep -h "own CUDA kernels" "$R/build.log" build/CMakeFiles/CMakeOutput.log 2>/dev/null | head -2 >> "$R/env.txt"
+  build/gpubench info > "$R/info.txt" 2>&1
+  log "build: $(( $(date +%s) - s )) s"
+  touch "$R/build.done"
+}
+
+check() {
+  [ -f "$R/check.done" ] && return 0
+  (cd build && ctest -R 'VocabLossTest.*_CUDA' --output-on-failure) > "$R/check.log" 2>&1
+  local rc=$?
+  grep -E "tests passed|Failed|Skipped|Not Run" "$R/check.log" | tail -5 >&2
+  log "check: ctest exit $rc"
+  touch "$R/check.done"
+}
+
+# one NAME NEED_S ARGS...: one `gpubench run` into pairs/NAME.*, skipped when done or when
+# fewer than NEED_S seconds are left.
+one() {
+  local d=$R/pairs name=$1 need=$2 s rc
+  shift 2
+  mkdir -p "$d"
+  [ -f "$d/$name.json" ] && return 0
+  if [ "$(left)" -lt "$need" ]; then log "$name: skipped, $(left) s left"; return 1; fi
+  s=$(date +%s)
+  timeout --signal=TERM --kill-after=15 "$(left)" "$@" --journal "$d/$name.jsonl" \
+    --json "$d/$name.json" --format summary > "$d/$name.txt" 2> "$d/$name.log"
+  rc=$?
+  echo "$name: exit $rc, wall $(( $(date +%s) - s )) s" | tee -a "$d/walltimes.txt" >&2
+  [ $rc -le 1 ] || rm -f "$d/$name.json"
+}
+
+pairs() {
+  local d=$R/pairs cases=${FUSED_CASES:-bert-base-mlm:128:amp-bf16 transformer-big:16384:amp-bf16 unsupmt:16000:amp-bf16 bert-base:256:amp-bf16 conv-seq2seq:16384:amp-bf16 bert-base-mlm:128:fp32}
+  local case m b p
+  mkdir -p "$d"
+  { echo "models:"; for m in $(for case in $cases; do echo "${case%%:*}"; done | sort -u); do
+      printf '  %s:\n    runtime:\n      fused_loss: true\n' "$m"; done; } > "$d/fused.yaml"
+  for case in $cases; do
+    IFS=: read -r m b p <<< "$case"
+    local job=(build/gpubench run --gpu 0 --model "$m" --precision "$p" --batch "$b" --no-cache --max-seconds 8)
+    one "$m-$p-off" 60 "${job[@]}" || break
+    one "$m-$p-on" 60 "${job[@]}" --config "$d/fused.yaml" || break
+    pack
+  done
+  python3 - "$d" > "$d/summary.txt" 2>&1 <<'PY'
+import glob, json, os, sys
+d = sys.argv[1]
+def job(path):
+    try:
+        return json.load(open(path))["jobs"][0]
+    except Exception as e:  # noqa: BLE001 - a run that wrote nothing is a result too
+        return {"status": f"no record ({e})"}
+print("job | batch | status off/on | fused_loss ran off/on | throughput off -> on | on/off | first losses off / on | peak GiB off/on")
+for off in sorted(glob.glob(os.path.join(d, "*-off.json"))):
+    m = os.path.basename(off)[:-9]
+    a, b = job(off), job(os.path.join(d, m + "-on.json"))
+    ta, tb = a.get("throughput") or 0, b.get("throughput") or 0
+    ra, rb = ((r.get("runtime") or {}).get("fused_loss") for r in (a, b))
+    pa, pb = (a.get("peak_memory_bytes") or 0) / 2**30, (b.get("peak_memory_bytes") or 0) / 2**30
+    print(f"{m} | {a.get('batch')} | {a.get('status')}/{b.get('status')} | {ra}/{rb} | {ta:.5g} -> {tb:.5g} {a.get('throughput_unit', '')} | "
+          f"{(tb / ta if ta else 0):.3f} | {a.get('losses_start')} / {b.get('losses_start')} | {pa:.2f}/{pb:.2f}")
+    for side, r in (("off", a), ("on", b)):
+        if r.get("status") != "ok":
+            print(f"  {m} {side}: {r.get('message', '')[:400]}")
+PY
+  cat "$d/summary.txt" >&2
+}
+
+for s in ${*:-build check pairs}; do
+  case $s in
+    build) build || { pack; exit 2; } ;;
+    check) check ;;
+    pairs) pairs ;;
+    *) log "unknown stage '$s'"; exit 2 ;;
+  esac
+  pack
+done
+log "packed $R into \$OUT/fused.tgz ($(left) s left)"
