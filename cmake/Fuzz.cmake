@@ -51,7 +51,8 @@ target_include_directories(gpubench_readers PUBLIC include ${PROJECT_SOURCE_DIR}
 target_link_libraries(gpubench_readers
   PUBLIC ${TORCH_LIBRARIES} fmt::fmt-header-only nlohmann_json::nlohmann_json CLI11::CLI11
          ${GPUBENCH_YAML_TARGET} ${CMAKE_DL_LIBS})
-target_compile_definitions(gpubench_readers PUBLIC GPUBENCH_WITH_CUDA=${GPUBENCH_WITH_CUDA})
+target_compile_definitions(gpubench_readers PUBLIC GPUBENCH_WITH_CUDA=${GPUBENCH_WITH_CUDA}
+                                                    GPUBENCH_CUDA_KERNELS=0)
 target_compile_options(gpubench_readers PUBLIC ${GPUBENCH_SANITIZER_FLAGS})
 target_link_options(gpubench_readers PUBLIC ${GPUBENCH_SANITIZER_LINK})
 
