@@ -212,6 +212,24 @@ TEST(CompareTest, EveryIdentityFieldIsNamedWithBothValues) {
   EXPECT_EQ(configs.differences[2].field, "runtime config");
   EXPECT_EQ(configs.differences[0].a.size(), 8u);  // a digest
   EXPECT_NE(configs.differences[0].a, configs.differences[0].b);
+  // A key that one record lacks (a gpubench of another version wrote it, before or after a
+  // setting was added) is left out of the comparison, and the comparison says so...
+  JobRecord newer = a;
+  newer.config["runtime"]["fused_loss"] = false;
+  newer.config["model"]["new_knob"] = 1;
+  const JobComparison grown = compare_results({a}, {newer}, 0.02).jobs[0];
+  EXPECT_EQ(grown.verdict, "within noise") << grown.not_comparable();
+  EXPECT_NE(grown.basis.find("not compared: model new_knob only in B; runtime fused_loss only in B"),
+            std::string::npos)
+      << grown.basis;
+  EXPECT_NE(compare_results({newer}, {a}, 0.02).jobs[0].basis.find("runtime fused_loss only in A"),
+            std::string::npos);
+  // ...while a key both hold with other values still parts them.
+  newer.config["runtime"]["cuda_graphs"] = true;
+  const JobComparison changed = compare_results({a}, {newer}, 0.02).jobs[0];
+  EXPECT_EQ(changed.verdict, "not comparable");
+  ASSERT_EQ(changed.differences.size(), 1u);
+  EXPECT_EQ(changed.differences[0].field, "runtime config");
   // A record without the config (written by hand, or cut) is judged on the rest.
   JobRecord bare = a;
   bare.config = Json::object();

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 namespace gpubench {
 
@@ -55,16 +56,54 @@ std::string attention_of(const JobRecord& r) {
   return attention && attention->is_string() ? attention->get<std::string>() : std::string();
 }
 
-/// A digest of one section of the record's resolved config (the first 8 hex digits of
-/// json_digest: FNV-1a over its JSON with the keys sorted, so that the order they were written
-/// in does not count); none where the record holds no such section. The model's attention is left
-/// out: it is a field of its own, named in words.
-std::optional<std::string> config_digest(const JobRecord& r, const char* section) {
+/// One section of the record's resolved config, where the record holds it as an object.
+const Json* config_section(const JobRecord& r, const char* section) {
   const Json* found = member(r.config, section);
-  if (!found || !found->is_object()) return std::nullopt;
-  Json kept = *found;
-  if (std::string(section) == "model") kept.erase("attention");
+  return found && found->is_object() ? found : nullptr;
+}
+
+/// The keys of a section that count: the model's attention is a field of its own, named in words.
+std::set<std::string> counted_keys(const Json& section, const char* name) {
+  std::set<std::string> keys;
+  for (const auto& item : section.items()) {
+    if (std::string(name) == "model" && item.key() == "attention") continue;
+    keys.insert(item.key());
+  }
+  return keys;
+}
+
+/// A digest of a section's `keys` alone (the first 8 hex digits of json_digest: FNV-1a over its
+/// JSON with the keys sorted, so that the order they were written in does not count).
+std::string config_digest(const Json& section, const std::set<std::string>& keys) {
+  Json kept = Json::object();
+  for (const auto& key : keys) kept[key] = section.at(key);
   return json_digest(kept).substr(0, 8);  // the upper 32 bits of the 64-bit FNV-1a
+}
+
+constexpr std::pair<const char*, const char*> kConfigSections[] = {
+    {"model", "model config"}, {"optimizer", "optimizer config"}, {"runtime", "runtime config"}};
+
+/// The config keys that one side's record holds and the other's lacks, section by section
+/// ("runtime: fused_loss only in B"): a gpubench of another version wrote the other record, with
+/// settings this one added or dropped. They are not compared: the pair is judged on the keys
+/// both hold, and the comparison says which were left out.
+std::string unshared_config_keys(const JobRecord& a, const JobRecord& b) {
+  std::vector<std::string> parts;
+  for (const auto& [section, field] : kConfigSections) {
+    const Json* x = config_section(a, section);
+    const Json* y = config_section(b, section);
+    if (!x || !y) continue;
+    const auto kx = counted_keys(*x, section), ky = counted_keys(*y, section);
+    for (const auto& [mine, theirs, side] :
+         {std::tuple{&kx, &ky, "A"}, std::tuple{&ky, &kx, "B"}}) {
+      std::vector<std::string> only;
+      for (const auto& key : *mine) {
+        if (!theirs->count(key)) only.push_back(key);
+      }
+      if (!only.empty()) parts.push_back(fmt::format("{} {} only in {}", section, join(only, ", "), side));
+    }
+  }
+  return join(parts, "; ");
 }
 
 /// The identity fields in which two records of one model, precision and memory cap differ,
@@ -84,12 +123,17 @@ std::vector<IdentityDifference> identity_differences(const JobRecord& a, const J
   if (!attention_of(a).empty() && !attention_of(b).empty()) {
     differ("attention", attention_of(a), attention_of(b));
   }
-  const std::pair<const char*, const char*> sections[] = {
-      {"model", "model config"}, {"optimizer", "optimizer config"}, {"runtime", "runtime config"}};
-  for (const auto& [section, field] : sections) {
-    const auto x = config_digest(a, section);
-    const auto y = config_digest(b, section);
-    if (x && y) differ(field, *x, *y);
+  // The config sections on the keys both records hold (unshared_config_keys says which not).
+  for (const auto& [section, field] : kConfigSections) {
+    const Json* x = config_section(a, section);
+    const Json* y = config_section(b, section);
+    if (!x || !y) continue;
+    std::set<std::string> shared;
+    const auto ky = counted_keys(*y, section);
+    for (const auto& key : counted_keys(*x, section)) {
+      if (ky.count(key)) shared.insert(key);
+    }
+    differ(field, config_digest(*x, shared), config_digest(*y, shared));
   }
   return out;
 }
@@ -178,6 +222,10 @@ void judge(JobComparison& c, double noise) {
     c.basis = fmt::format("no interval (one timed run{}): {}",
                           has_interval(a) || has_interval(b) ? " on one side" : " each",
                           against_noise(*c.ratio - 1, noise));
+  }
+  if (const std::string unshared = unshared_config_keys(a, b); !unshared.empty()) {
+    c.basis += fmt::format("; config keys of another gpubench version, not compared: {}",
+                           unshared);
   }
   const double change = *c.ratio - 1.0;
   c.verdict = std::fabs(change) <= noise || !significant ? "within noise"
