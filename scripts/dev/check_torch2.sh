@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Compiles sources with -fsyntax-only against libtorch 2.x headers and CUDA's headers, with
-# GPUBENCH_WITH_CUDA=1: a cheap check, on a machine without a GPU, that the code builds against
-# the GPU machine's libtorch (2.11) as well as Debian 12's 1.13. Catches API drift before a GPU
-# call is spent on a failed build.
+# GPUBENCH_WITH_CUDA=1 and GPUBENCH_CUDA_KERNELS=1 (as the GPU machine builds, with nvcc): a
+# cheap check, on a machine without a GPU, that the code builds against the GPU machine's
+# libtorch (2.11) as well as Debian 12's 1.13. Catches API drift before a GPU call is spent on a
+# failed build.
 #
 #   scripts/dev/check_torch2.sh [FILE.cpp ...]     (default: every source of the build)
 #
@@ -31,7 +32,8 @@ gen=$(mktemp -d)
 trap 'rm -rf "$gen"' EXIT
 failed=0
 for f in "${files[@]}"; do
-  if ! g++ -std=c++17 -fsyntax-only -DGPUBENCH_WITH_CUDA=1 -Wno-deprecated-declarations \
+  if ! g++ -std=c++17 -fsyntax-only -DGPUBENCH_WITH_CUDA=1 -DGPUBENCH_CUDA_KERNELS=1 \
+      -Wno-deprecated-declarations \
       -I include -I . -I "$torch_inc" -I "$torch_inc/torch/csrc/api/include" -I "$cuda_inc" -I "$stub_inc" \
       "$f" 2> "$gen/err"; then
     echo "FAIL $f" >&2
