@@ -219,8 +219,9 @@ TEST(CompareTest, EveryIdentityFieldIsNamedWithBothValues) {
   newer.config["model"]["new_knob"] = 1;
   const JobComparison grown = compare_results({a}, {newer}, 0.02).jobs[0];
   EXPECT_EQ(grown.verdict, "within noise") << grown.not_comparable();
-  EXPECT_NE(grown.basis.find("not compared: model new_knob only in B; runtime fused_loss only in B"),
-            std::string::npos)
+  EXPECT_NE(
+      grown.basis.find("not compared: model new_knob only in B; runtime fused_loss only in B"),
+      std::string::npos)
       << grown.basis;
   EXPECT_NE(compare_results({newer}, {a}, 0.02).jobs[0].basis.find("runtime fused_loss only in A"),
             std::string::npos);

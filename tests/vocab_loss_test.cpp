@@ -39,7 +39,9 @@ Case make_case(int64_t rows, int64_t width, int64_t vocab, torch::Dtype type,
                torch::Device device = torch::kCPU, uint64_t seed = 5) {
   torch::manual_seed(seed);
   auto x = torch::randn({rows, width}) * 3.0;
-  if (width > vocab) x.narrow(1, vocab, width - vocab).fill_(-std::numeric_limits<float>::infinity());
+  if (width > vocab) {
+    x.narrow(1, vocab, width - vocab).fill_(-std::numeric_limits<float>::infinity());
+  }
   auto target = torch::randint(0, vocab, {rows}, torch::kLong);
   for (int64_t r = 0; r < rows; r += 5) target[r] = kIgnore;
   Case c;

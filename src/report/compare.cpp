@@ -11,7 +11,6 @@
 #include <cmath>
 #include <set>
 #include <sstream>
-#include <tuple>
 
 namespace gpubench {
 
@@ -62,14 +61,41 @@ const Json* config_section(const JobRecord& r, const char* section) {
   return found && found->is_object() ? found : nullptr;
 }
 
-/// The keys of a section that count: the model's attention is a field of its own, named in words.
-std::set<std::string> counted_keys(const Json& section, const char* name) {
-  std::set<std::string> keys;
-  for (const auto& item : section.items()) {
-    if (std::string(name) == "model" && item.key() == "attention") continue;
-    keys.insert(item.key());
+constexpr std::pair<const char*, const char*> kConfigSections[] = {
+    {"model", "model config"}, {"optimizer", "optimizer config"}, {"runtime", "runtime config"}};
+
+/// The keys of one config section that count (the model's attention is a field of its own,
+/// named in words), split by which record holds them: both, or one side only (a gpubench of
+/// another version wrote the other record, with settings this one added or dropped).
+struct SectionKeys {
+  const Json* a = nullptr;
+  const Json* b = nullptr;
+  std::set<std::string> shared;
+  std::vector<std::string> only_a, only_b;
+};
+
+/// The section's keys, where both records hold it (none: nullopt).
+std::optional<SectionKeys> section_keys(const JobRecord& a, const JobRecord& b,
+                                        const char* section) {
+  SectionKeys k{config_section(a, section), config_section(b, section), {}, {}, {}};
+  if (!k.a || !k.b) return std::nullopt;
+  auto counts = [section](const std::string& key) {
+    return !(std::string(section) == "model" && key == "attention");
+  };
+  for (const auto& item : k.a->items()) {
+    if (!counts(item.key())) continue;
+    if (k.b->contains(item.key())) {
+      k.shared.insert(item.key());
+    } else {
+      k.only_a.push_back(item.key());
+    }
   }
-  return keys;
+  for (const auto& item : k.b->items()) {
+    if (counts(item.key()) && !k.a->contains(item.key())) k.only_b.push_back(item.key());
+  }
+  std::sort(k.only_a.begin(), k.only_a.end());  // named in the order of their names
+  std::sort(k.only_b.begin(), k.only_b.end());
+  return k;
 }
 
 /// A digest of a section's `keys` alone (the first 8 hex digits of json_digest: FNV-1a over its
@@ -80,27 +106,18 @@ std::string config_digest(const Json& section, const std::set<std::string>& keys
   return json_digest(kept).substr(0, 8);  // the upper 32 bits of the 64-bit FNV-1a
 }
 
-constexpr std::pair<const char*, const char*> kConfigSections[] = {
-    {"model", "model config"}, {"optimizer", "optimizer config"}, {"runtime", "runtime config"}};
-
 /// The config keys that one side's record holds and the other's lacks, section by section
-/// ("runtime: fused_loss only in B"): a gpubench of another version wrote the other record, with
-/// settings this one added or dropped. They are not compared: the pair is judged on the keys
-/// both hold, and the comparison says which were left out.
+/// ("runtime fused_loss only in B"). They are not compared: the pair is judged on the keys both
+/// hold (identity_differences), and the comparison says which were left out.
 std::string unshared_config_keys(const JobRecord& a, const JobRecord& b) {
   std::vector<std::string> parts;
   for (const auto& [section, field] : kConfigSections) {
-    const Json* x = config_section(a, section);
-    const Json* y = config_section(b, section);
-    if (!x || !y) continue;
-    const auto kx = counted_keys(*x, section), ky = counted_keys(*y, section);
-    for (const auto& [mine, theirs, side] :
-         {std::tuple{&kx, &ky, "A"}, std::tuple{&ky, &kx, "B"}}) {
-      std::vector<std::string> only;
-      for (const auto& key : *mine) {
-        if (!theirs->count(key)) only.push_back(key);
+    const auto k = section_keys(a, b, section);
+    if (!k) continue;
+    for (const auto& [only, side] : {std::pair{&k->only_a, "A"}, std::pair{&k->only_b, "B"}}) {
+      if (!only->empty()) {
+        parts.push_back(fmt::format("{} {} only in {}", section, join(*only, ", "), side));
       }
-      if (!only.empty()) parts.push_back(fmt::format("{} {} only in {}", section, join(only, ", "), side));
     }
   }
   return join(parts, "; ");
@@ -125,15 +142,9 @@ std::vector<IdentityDifference> identity_differences(const JobRecord& a, const J
   }
   // The config sections on the keys both records hold (unshared_config_keys says which not).
   for (const auto& [section, field] : kConfigSections) {
-    const Json* x = config_section(a, section);
-    const Json* y = config_section(b, section);
-    if (!x || !y) continue;
-    std::set<std::string> shared;
-    const auto ky = counted_keys(*y, section);
-    for (const auto& key : counted_keys(*x, section)) {
-      if (ky.count(key)) shared.insert(key);
+    if (const auto k = section_keys(a, b, section)) {
+      differ(field, config_digest(*k->a, k->shared), config_digest(*k->b, k->shared));
     }
-    differ(field, config_digest(*x, shared), config_digest(*y, shared));
   }
   return out;
 }

@@ -9,8 +9,8 @@ SmoothedLoss label_smoothed_nll_loss(const torch::Tensor& logits, const torch::T
                                      bool fused) {
   const int64_t vocab = logits.size(-1);
   if (fused && fused_vocab_loss_runs(logits)) {
-    const auto sums =
-        fused_vocab_loss_sums(logits.reshape({-1, vocab}), target.reshape({-1}), vocab, ignore_index);
+    const auto sums = fused_vocab_loss_sums(logits.reshape({-1, vocab}), target.reshape({-1}),
+                                            vocab, ignore_index);
     SmoothedLoss out;
     out.nll_loss = sums[0];
     out.loss = (1.0 - epsilon) * sums[0] + (epsilon / static_cast<double>(vocab)) * sums[1];

@@ -9,12 +9,6 @@
 #include <limits>
 #include <stdexcept>
 
-// Set by CMakeLists.txt (cmake/CudaKernels.cmake); a build that compiles this file without it
-// has no kernels.
-#ifndef GPUBENCH_CUDA_KERNELS
-#define GPUBENCH_CUDA_KERNELS 0
-#endif
-
 #if GPUBENCH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

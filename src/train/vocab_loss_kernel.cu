@@ -87,8 +87,8 @@ __device__ __forceinline__ void store(T* to, const T (&from)[kSize]) {
 template <typename T, bool kVector>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const T* __restrict__ logits, int64_t row_stride, int64_t width, int64_t vocab,
-                   const int64_t* __restrict__ target, int64_t ignore_index, float* __restrict__ lse,
-                   float* __restrict__ per_row) {
+                   const int64_t* __restrict__ target, int64_t ignore_index,
+                   float* __restrict__ lse, float* __restrict__ per_row) {
   constexpr int kSize = Pack<T, kVector>::kSize;
   const int64_t row = blockIdx.x;
   const T* x = logits + row * row_stride;
