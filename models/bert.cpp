@@ -4,6 +4,7 @@
 #include "gpubench/config/config.h"
 #include "gpubench/train/losses.h"
 #include "gpubench/train/model_reuse.h"
+#include "gpubench/train/residual_norm.h"
 #include "gpubench/train/runtime.h"
 #include "models/attention.h"
 #include "models/workload_common.h"
@@ -130,7 +131,6 @@ BertLayerImpl::BertLayerImpl(const BertOptions& o) : options(o) {
   output_norm = register_module(
       "output_norm",
       torch::nn::LayerNorm(torch::nn::LayerNormOptions({h}).eps(o.layer_norm_eps())));
-  dropout = register_module("dropout", torch::nn::Dropout(o.hidden_dropout()));
 }
 
 torch::Tensor BertLayerImpl::forward(const torch::Tensor& x,
@@ -151,9 +151,15 @@ torch::Tensor BertLayerImpl::forward(const torch::Tensor& x,
   // A view where the attention kernel wrote [B, L, heads, head_dim] (the fused kernels), a copy
   // after the stored path's batched product.
   context = context.transpose(1, 2).reshape({batch, length, options.hidden_size()});
-  auto h = attention_norm(x + dropout(attention_out(context)));
-  auto ff = output(bert_gelu(intermediate(h), options.gelu()));
-  return output_norm(h + dropout(ff));
+  // residual + dropout, then LayerNorm: ATen's ops, or one fused function (runtime.fused_norm).
+  const auto end = [&](const torch::Tensor& sub, const torch::Tensor& residual,
+                       torch::nn::LayerNorm& norm) {
+    return train::residual_layer_norm(sub, residual, options.hidden_dropout(), is_training(),
+                                      {norm->weight, norm->bias, options.layer_norm_eps()},
+                                      fused_norm);
+  };
+  auto h = end(attention_out(context), x, attention_norm);
+  return end(output(bert_gelu(intermediate(h), options.gelu())), h, output_norm);
 }
 
 double bert_encoder_macs(const BertOptions& o, int64_t sequences, int64_t length) {
@@ -418,7 +424,7 @@ class BertPretrainingStep final : public train::RuntimeStep {
         ctx.seed, [&] {
           return BertForPretraining(bert_options(ctx.model), ctx.model.flag("next_sentence"));
         });
-    set_fast_paths(*model, ctx.runtime.fast_paths);
+    set_fast_paths(*model, ctx.runtime.fast_paths, ctx.runtime.fused_norm);
     if (ctx.runtime.fast_paths) model->pad_vocab_projection();
     return model;
   }

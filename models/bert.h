@@ -94,7 +94,8 @@ TORCH_MODULE(BertEmbeddings);
 
 /// One post-LayerNorm transformer layer: self-attention (fused QKV projection, attention stored
 /// or fused as options.attention() says), then the feed-forward block. Its fast path
-/// (models/fast_paths.h): q, k, v through split_heads, stored attention's fast form.
+/// (models/fast_paths.h): q, k, v through split_heads, stored attention's fast form; each
+/// sub-layer ends in train::residual_layer_norm, fused where runtime.fused_norm says.
 class BertLayerImpl : public torch::nn::Module, public FastPathSwitch {
  public:
   explicit BertLayerImpl(const BertOptions& options);
@@ -104,7 +105,6 @@ class BertLayerImpl : public torch::nn::Module, public FastPathSwitch {
   BertOptions options;
   Linear qkv{nullptr}, attention_out{nullptr}, intermediate{nullptr}, output{nullptr};
   torch::nn::LayerNorm attention_norm{nullptr}, output_norm{nullptr};
-  torch::nn::Dropout dropout{nullptr};
 };
 TORCH_MODULE(BertLayer);
 

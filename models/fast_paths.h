@@ -38,13 +38,19 @@ class FastPathSwitch {
   virtual ~FastPathSwitch() = default;
   /// Run the fast path (runtime.fast_paths). Default: false, the plain path
   bool fast_paths = false;
+  /// End each post-norm sub-layer with the fused residual + dropout + LayerNorm
+  /// (runtime.fused_norm, train::residual_layer_norm). Default: false, the ATen ops
+  bool fused_norm = false;
 };
 
-/// Sets `on` in every FastPathSwitch among `module` and its submodules. A step calls it after
-/// building (or reusing) its model, so a kept model follows the step's setting.
-inline void set_fast_paths(torch::nn::Module& module, bool on) {
+/// Sets `on` and `fused_norm` in every FastPathSwitch among `module` and its submodules. A step
+/// calls it after building (or reusing) its model, so a kept model follows the step's settings.
+inline void set_fast_paths(torch::nn::Module& module, bool on, bool fused_norm = false) {
   for (const auto& m : module.modules(/*include_self=*/true)) {
-    if (auto* s = dynamic_cast<FastPathSwitch*>(m.get())) s->fast_paths = on;
+    if (auto* s = dynamic_cast<FastPathSwitch*>(m.get())) {
+      s->fast_paths = on;
+      s->fused_norm = fused_norm;
+    }
   }
 }
 

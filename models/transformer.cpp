@@ -3,6 +3,7 @@
 #include "gpubench/base/compat.h"
 #include "gpubench/train/model_reuse.h"
 #include "gpubench/train/optimizers.h"
+#include "gpubench/train/residual_norm.h"
 #include "gpubench/train/update.h"
 #include "models/attention.h"
 #include "models/token_batching.h"
@@ -42,6 +43,14 @@ Linear xavier_linear(int64_t in, int64_t out) {
 
 torch::nn::LayerNorm layer_norm(int64_t dim) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}));  // eps 1e-5, as fairseq's
+}
+
+/// norm(residual + dropout(sub)): ATen's ops, or one fused function (runtime.fused_norm).
+torch::Tensor end_sublayer(const torch::Tensor& sub, const torch::Tensor& residual,
+                           torch::nn::LayerNorm& norm, const FairseqTransformerOptions& o,
+                           bool train, bool fused) {
+  return train::residual_layer_norm(sub, residual, o.dropout(), train,
+                                    {norm->weight, norm->bias, norm->options.eps()}, fused);
 }
 
 }  // namespace
@@ -119,10 +128,10 @@ TransformerEncoderLayerImpl::TransformerEncoderLayerImpl(const FairseqTransforme
 torch::Tensor TransformerEncoderLayerImpl::forward(const torch::Tensor& x,
                                                    const std::optional<torch::Tensor>& mask) {
   const bool train = is_training();
-  auto h =
-      self_attn_norm(x + torch::dropout(self_attn(x, x, mask, false), options.dropout(), train));
+  auto h = end_sublayer(self_attn(x, x, mask, false), x, self_attn_norm, options, train,
+                        fused_norm);
   auto ff = fc2(torch::dropout(torch::relu(fc1(h)), options.activation_dropout(), train));
-  return final_norm(h + torch::dropout(ff, options.dropout(), train));
+  return end_sublayer(ff, h, final_norm, options, train, fused_norm);
 }
 
 TransformerDecoderLayerImpl::TransformerDecoderLayerImpl(const FairseqTransformerOptions& o)
@@ -143,13 +152,13 @@ torch::Tensor TransformerDecoderLayerImpl::forward(
     const torch::Tensor& x, const torch::Tensor& encoder_out,
     const std::optional<torch::Tensor>& encoder_mask) {
   const bool train = is_training();
-  const double p = options.dropout();
   // Causal only: target padding follows every real token, so no real query can see a pad.
-  auto h = self_attn_norm(x + torch::dropout(self_attn(x, x, std::nullopt, true), p, train));
-  h = encoder_attn_norm(
-      h + torch::dropout(encoder_attn(h, encoder_out, encoder_mask, false), p, train));
+  auto h = end_sublayer(self_attn(x, x, std::nullopt, true), x, self_attn_norm, options, train,
+                        fused_norm);
+  h = end_sublayer(encoder_attn(h, encoder_out, encoder_mask, false), h, encoder_attn_norm,
+                   options, train, fused_norm);
   auto ff = fc2(torch::dropout(torch::relu(fc1(h)), options.activation_dropout(), train));
-  return final_norm(h + torch::dropout(ff, p, train));
+  return end_sublayer(ff, h, final_norm, options, train, fused_norm);
 }
 
 FairseqTransformerImpl::FairseqTransformerImpl(const FairseqTransformerOptions& o) : options(o) {

@@ -84,8 +84,9 @@ class FairseqAttentionImpl : public torch::nn::Module, public FastPathSwitch {
 TORCH_MODULE(FairseqAttention);
 
 /// Post-norm encoder layer: self-attention, dropout, residual, LayerNorm; ReLU FFN, dropout,
-/// residual, LayerNorm.
-class TransformerEncoderLayerImpl : public torch::nn::Module {
+/// residual, LayerNorm (each ending train::residual_layer_norm, fused where runtime.fused_norm
+/// says).
+class TransformerEncoderLayerImpl : public torch::nn::Module, public FastPathSwitch {
  public:
   explicit TransformerEncoderLayerImpl(const FairseqTransformerOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const std::optional<torch::Tensor>& mask);
@@ -99,7 +100,7 @@ TORCH_MODULE(TransformerEncoderLayer);
 
 /// Post-norm decoder layer: causal self-attention, encoder attention, FFN, each followed by
 /// dropout, residual and LayerNorm.
-class TransformerDecoderLayerImpl : public torch::nn::Module {
+class TransformerDecoderLayerImpl : public torch::nn::Module, public FastPathSwitch {
  public:
   explicit TransformerDecoderLayerImpl(const FairseqTransformerOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& encoder_out,

@@ -100,8 +100,9 @@ class XlmAttentionImpl : public torch::nn::Module, public FastPathSwitch {
 TORCH_MODULE(XlmAttention);
 
 /// One post-norm layer: attention, LayerNorm (layer_norm1), [decoder: encoder attention,
-/// LayerNorm (layer_norm15)], feed-forward (lin1, GELU, lin2), LayerNorm (layer_norm2).
-class XlmLayerImpl : public torch::nn::Module {
+/// LayerNorm (layer_norm15)], feed-forward (lin1, GELU, lin2), LayerNorm (layer_norm2); in
+/// training each ending is train::residual_layer_norm, fused where runtime.fused_norm says.
+class XlmLayerImpl : public torch::nn::Module, public FastPathSwitch {
  public:
   explicit XlmLayerImpl(const XlmTransformerOptions& options);
 
@@ -126,6 +127,9 @@ class XlmLayerImpl : public torch::nn::Module {
 
  private:
   torch::Tensor feed_forward(const torch::Tensor& x);
+  /// norm(residual + dropout(sub)): ATen's ops, or one fused function (runtime.fused_norm).
+  torch::Tensor end_sublayer(const torch::Tensor& sub, const torch::Tensor& residual,
+                             torch::nn::LayerNorm& norm);
 };
 TORCH_MODULE(XlmLayer);
 

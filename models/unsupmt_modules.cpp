@@ -3,6 +3,7 @@
 // in unsupmt.cpp.
 #include "models/unsupmt.h"
 
+#include "gpubench/train/residual_norm.h"
 #include "models/attention.h"
 #include "models/xlm_batching.h"
 
@@ -139,17 +140,23 @@ torch::Tensor XlmLayerImpl::feed_forward(const torch::Tensor& x) {
   return torch::dropout(lin2(torch::gelu(lin1(x))), options.dropout(), is_training());
 }
 
+torch::Tensor XlmLayerImpl::end_sublayer(const torch::Tensor& sub, const torch::Tensor& residual,
+                                         torch::nn::LayerNorm& norm) {
+  return train::residual_layer_norm(sub, residual, options.dropout(), is_training(),
+                                    {norm->weight, norm->bias, options.layer_norm_eps()},
+                                    fused_norm);
+}
+
 torch::Tensor XlmLayerImpl::forward(const torch::Tensor& x,
                                     const std::optional<torch::Tensor>& self_mask, bool causal,
                                     const Source* source) {
-  const double p = options.dropout();
-  auto h = attention->self_attention(x, self_mask, causal);
-  h = layer_norm1(x + torch::dropout(h, p, is_training()));
+  auto h = end_sublayer(attention->self_attention(x, self_mask, causal), x, layer_norm1);
   if (source != nullptr) {
     auto a = encoder_attn->cross_attention(h, source->keys, source->values, source->mask);
-    h = layer_norm15(h + torch::dropout(a, p, is_training()));
+    h = end_sublayer(a, h, layer_norm15);
   }
-  return layer_norm2(h + feed_forward(h));
+  // feed_forward() with its dropout in the sub-layer's ending.
+  return end_sublayer(lin2(torch::gelu(lin1(h))), h, layer_norm2);
 }
 
 torch::Tensor XlmLayerImpl::forward_step(const torch::Tensor& x, torch::Tensor& key_cache,

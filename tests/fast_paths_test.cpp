@@ -9,6 +9,7 @@
 #include "gpubench/train/registry.h"
 #include "models/attention.h"
 #include "tests/builtin_store.h"
+#include "tests/smoke_training.h"
 
 #include <torch/torch.h>
 
@@ -237,70 +238,19 @@ TEST(FastPathsTest, CausalMaskHidesTheFuture) {
 
 // ---- The workloads ----
 
-/// Every trainable element of the step.
-int64_t trainable_elements(const TrainStep& step) {
-  int64_t total = 0;
-  for (const auto& [network, ps] : step.parameters()) {
-    for (const auto& p : ps) {
-      if (p.requires_grad()) total += p.numel();
-    }
-  }
-  return total;
-}
-
-/// The losses of `steps` runs of `model`'s smoke step with the fast paths on or off (fixed
-/// seed, fp32 on the CPU), by name and run; the step's trainable elements.
-struct Trained {
-  std::vector<std::map<std::string, double>> losses;
-  int64_t trainable = 0;
-  bool recorded_fast_paths = false;
-};
-
-Trained train_smoke(const std::string& model, bool fast, int steps,
-                    const Json& overlay = Json::object()) {
-  const ModelConfig& config = builtin_store().model(model);
-  const Architecture& arch = builtin_registry().get(config.architecture);
-  StepContext ctx = testing::smoke_context(config, config.smoke_batch);
-  if (!overlay.empty()) {
-    Json values = config.smoke_model.json();
-    values.update(overlay);
-    ctx.model = Params(arch.model_schema, values, Where{"test", "model"});
-  }
-  ctx.seed = 11;
-  ctx.runtime.fast_paths = fast;
-  auto step = arch.prepare(ctx);
-  Trained out;
-  out.trainable = trainable_elements(*step);
-  for (int i = 0; i < steps; ++i) {
-    step->run();
-    std::map<std::string, double> values;
-    for (const auto& [name, loss] : step->losses()) values[name] = loss.item<double>();
-    out.losses.push_back(values);
-  }
-  const Json info = step->runtime_info();
-  out.recorded_fast_paths = info.contains("fast_paths") && info["fast_paths"].get<bool>();
-  return out;
-}
-
+/// `model` trained with the fast paths off and on (fixed seed, fp32 on the CPU; `overlay` over
+/// its smoke model): the same trainable elements, losses and gradients, and each run's record
+/// says which paths ran.
 void expect_same_training(const std::string& model, const Json& overlay = Json::object()) {
-  constexpr int kSteps = 3;
-  const Trained plain = train_smoke(model, false, kSteps, overlay);
-  const Trained fast = train_smoke(model, true, kSteps, overlay);
+  const auto train = [&](bool fast) {
+    return testing::train_smoke(
+        model, 3, [&](StepContext& ctx) { ctx.runtime.fast_paths = fast; }, overlay);
+  };
+  const testing::SmokeTraining plain = train(false), fast = train(true);
   const std::string what = model + (overlay.empty() ? "" : " " + overlay.dump());
-  EXPECT_EQ(fast.trainable, plain.trainable) << what;
-  EXPECT_FALSE(plain.recorded_fast_paths) << what;
-  EXPECT_TRUE(fast.recorded_fast_paths) << what;
-  ASSERT_EQ(fast.losses.size(), plain.losses.size()) << what;
-  for (std::size_t i = 0; i < plain.losses.size(); ++i) {
-    ASSERT_EQ(fast.losses[i].size(), plain.losses[i].size()) << what << " step " << i;
-    for (const auto& [name, value] : plain.losses[i]) {
-      ASSERT_TRUE(fast.losses[i].count(name)) << what << " step " << i << " " << name;
-      const double other = fast.losses[i].at(name);
-      EXPECT_TRUE(std::isfinite(other)) << what << " step " << i << " " << name;
-      EXPECT_NEAR(other, value, 1e-5 * std::max(1.0, std::abs(value)))
-          << what << " step " << i << " " << name;
-    }
-  }
+  EXPECT_FALSE(plain.runtime_info.value("fast_paths", true)) << what;
+  EXPECT_TRUE(fast.runtime_info.value("fast_paths", false)) << what;
+  testing::expect_same_training(plain, fast, 1e-5, what);
 }
 
 TEST(FastPathsTest, BertPretrainingTrainsTheSameWithTheFastPaths) {

@@ -9,6 +9,7 @@
 #include "gpubench/config/config.h"
 #include "gpubench/train/registry.h"
 #include "tests/builtin_store.h"
+#include "tests/smoke_training.h"
 
 #include <torch/torch.h>
 
@@ -183,66 +184,22 @@ TEST(VocabLossTest, TheFusedFunctionRunsWhereItCan) {
 
 // ---- Whole workloads: the same training with the fused loss ----
 
-/// Each step's losses by name, and the last step's gradient norm of every parameter (the loss
-/// of a step can come before any update changes a parameter, with a warm-up that starts at a
-/// rate of 0; the gradient is the loss function's own).
-struct Trained {
-  std::vector<std::map<std::string, double>> losses;
-  std::vector<double> grad_norms;
-};
-
-Trained train(const std::string& model, bool fused, torch::Device device, Precision precision,
-              int steps) {
-  const ModelConfig& config = builtin_store().model(model);
-  const Architecture& arch = builtin_registry().get(config.architecture);
-  StepContext ctx = testing::smoke_context(config, config.smoke_batch);
-  ctx.seed = 11;
-  ctx.device = device;
-  ctx.precision = precision;
-  ctx.runtime.fused_loss = fused;
-  auto step = arch.prepare(ctx);
-  Trained out;
-  for (int i = 0; i < steps; ++i) {
-    step->run();
-    std::map<std::string, double> values;
-    for (const auto& [name, loss] : step->losses()) values[name] = loss.item<double>();
-    out.losses.push_back(values);
-  }
-  for (const auto& [network, params] : step->parameters()) {
-    for (const auto& p : params) {
-      out.grad_norms.push_back(p.grad().defined() ? p.grad().norm().item<double>() : -1.0);
-    }
-  }
-  const Json info = step->runtime_info();
-  EXPECT_EQ(info.value("fused_loss", !fused), fused) << model << ": runtime_info's fused_loss";
+testing::SmokeTraining train(const std::string& model, bool fused, torch::Device device,
+                             Precision precision) {
+  auto out = testing::train_smoke(model, 3, [&](StepContext& ctx) {
+    ctx.device = device;
+    ctx.precision = precision;
+    ctx.runtime.fused_loss = fused;
+  });
+  EXPECT_EQ(out.runtime_info.value("fused_loss", !fused), fused)
+      << model << ": runtime_info's fused_loss";
   return out;
 }
 
 void expect_same_training(const std::string& model, torch::Device device = torch::kCPU,
                           Precision precision = Precision::kFp32, double tol = 1e-5) {
-  constexpr int kSteps = 3;
-  const Trained plain = train(model, false, device, precision, kSteps);
-  const Trained fused = train(model, true, device, precision, kSteps);
-  ASSERT_EQ(fused.losses.size(), plain.losses.size());
-  for (std::size_t i = 0; i < plain.losses.size(); ++i) {
-    ASSERT_EQ(fused.losses[i].size(), plain.losses[i].size()) << model << " step " << i;
-    for (const auto& [name, value] : plain.losses[i]) {
-      ASSERT_TRUE(fused.losses[i].count(name)) << model << " step " << i << " " << name;
-      const double other = fused.losses[i].at(name);
-      EXPECT_TRUE(std::isfinite(other)) << model << " step " << i << " " << name;
-      EXPECT_NEAR(other, value, tol * std::max(1.0, std::abs(value)))
-          << model << " step " << i << " " << name;
-    }
-  }
-  ASSERT_EQ(fused.grad_norms.size(), plain.grad_norms.size()) << model;
-  int with_gradient = 0;
-  for (std::size_t k = 0; k < plain.grad_norms.size(); ++k) {
-    const double value = plain.grad_norms[k];
-    if (value > 0) ++with_gradient;
-    EXPECT_NEAR(fused.grad_norms[k], value, 10 * tol * std::max(1e-3, std::abs(value)))
-        << model << ": the gradient norm of parameter " << k;
-  }
-  EXPECT_GT(with_gradient, 0) << model << ": no parameter kept a gradient to compare";
+  testing::expect_same_training(train(model, false, device, precision),
+                                train(model, true, device, precision), tol, model);
 }
 
 TEST(VocabLossTest, BertTrainsTheSameWithTheFusedLoss) {

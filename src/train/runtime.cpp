@@ -3,6 +3,7 @@
 #include "gpubench/base/env.h"
 #include "gpubench/base/errors.h"
 #include "gpubench/train/losses.h"
+#include "gpubench/train/residual_norm.h"
 
 #include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/torch.h>
@@ -54,6 +55,10 @@ ParamSchema RuntimeSettings::schema() {
        "language models: the vocabulary cross-entropy as one fused function (one read of the "
        "logits forward and one backward, no fp32 copy; CUDA needs a build with gpubench's "
        "kernels, else the ATen path runs)"},
+      {"fused_norm", ParamKind::kBool, false,
+       "language models: each sub-layer's LayerNorm(residual + dropout(x)) as one fused "
+       "function (one kernel forward, one backward; CUDA needs a build with gpubench's "
+       "kernels, else the ATen path runs; its dropout mask is drawn apart from ATen's)"},
   };
 }
 
@@ -66,6 +71,7 @@ RuntimeSettings RuntimeSettings::from_params(const Params& params) {
   s.cudnn_benchmark_limit = static_cast<int>(params.i64("cudnn_benchmark_limit"));
   s.fast_paths = params.flag("fast_paths");
   s.fused_loss = params.flag("fused_loss");
+  s.fused_norm = params.flag("fused_norm");
   return s;
 }
 
@@ -397,6 +403,10 @@ Json Runtime::info() const {
               // What ran: a CUDA build without gpubench's kernels takes the ATen path.
               {"fused_loss", settings_.fused_loss &&
                                  (!device_.is_cuda() || train::have_vocab_loss_kernels())},
+              // Likewise; on the CPU under autocast the ATen path runs.
+              {"fused_norm", settings_.fused_norm &&
+                                 (device_.is_cuda() ? train::have_residual_norm_kernels()
+                                                    : !is_amp(precision_))},
               {"precision", to_string(precision_)},
               {"autocast",
                is_amp(precision_) ? (precision_ == Precision::kAmpBf16 ? "bf16" : "fp16") : "off"},

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# On the GPU machine (prepared 2026-12-07, not run yet): issue 44 item 2, the fused vocabulary
-# cross-entropy (runtime.fused_loss) checked and timed, in stages that continue where an earlier
-# call stopped (marker files under results/fused/), inside one call's time.
+# On the GPU machine (prepared 2026-12-07, not run yet): issue 44 items 2 and 4, the fused
+# vocabulary cross-entropy (runtime.fused_loss) and the fused residual + dropout + LayerNorm
+# (runtime.fused_norm) checked and timed, in stages that continue where an earlier call stopped
+# (marker files and finished records under results/fused/), inside one call's time.
 #
 #   docs/results/2026-12-07-fused-loss/call.sh [STAGE...]   (default: build check pairs)
-#   DEADLINE_S=560   seconds this call may use
+#   DEADLINE_S=560        seconds this call may use
+#   FUSED_VARIANTS="loss" the variants pairs times beside "off" (each one fresh process a case):
+#                         loss (runtime.fused_loss), norm (runtime.fused_norm), both
+#   FUSED_CASES="M:B:P ..." the cases (model, batch, precision)
 #
 # build   setup.sh for the executable and the tests (target all: the _CUDA tests need them);
 #         cmake's "own CUDA kernels: 1" line must be in build.log, or nothing else runs
-# check   the kernels against ATen and two workloads' fixed-seed losses fused against not
-#         (ctest -R 'VocabLossTest.*_CUDA'), into check.log
-# pairs   amp-bf16 (and bert-base-mlm in fp32) at a fixed batch, runtime.fused_loss off then on,
-#         one fresh process each (pairs/M-P-{off,on}.*); summary.txt compares throughput, the
-#         first losses and peak memory
+# check   the kernels against ATen and the workloads' fixed-seed losses fused against not
+#         (ctest -R '(VocabLossTest|ResidualNormTest).*_CUDA'), into check.log
+# pairs   each case at a fixed batch, "off" (both settings false) and each variant, one fresh
+#         process each (pairs/M-P-VARIANT.*); summary.txt compares each variant with off:
+#         throughput, the first losses and peak memory
 # Everything under results/fused goes to $OUT/fused.tgz after each stage.
 set -uo pipefail
 cd "$(dirname "$(readlink -f "$0")")/../../.."
@@ -40,7 +44,7 @@ build() {
 
 check() {
   [ -f "$R/check.done" ] && return 0
-  (cd build && ctest -R 'VocabLossTest.*_CUDA' --output-on-failure) > "$R/check.log" 2>&1
+  (cd build && ctest -R '(VocabLossTest|ResidualNormTest).*_CUDA' --output-on-failure) > "$R/check.log" 2>&1
   local rc=$?
   grep -E "tests passed|Failed|Skipped|Not Run" "$R/check.log" | tail -5 >&2
   log "check: ctest exit $rc"
@@ -65,15 +69,24 @@ one() {
 
 pairs() {
   local d=$R/pairs cases=${FUSED_CASES:-bert-base-mlm:128:amp-bf16 transformer-big:16384:amp-bf16 unsupmt:16000:amp-bf16 bert-base:256:amp-bf16 conv-seq2seq:16384:amp-bf16 bert-base-mlm:128:fp32}
-  local case m b p
+  local case m b p v
   mkdir -p "$d"
-  { echo "models:"; for m in $(for case in $cases; do echo "${case%%:*}"; done | sort -u); do
-      printf '  %s:\n    runtime:\n      fused_loss: true\n' "$m"; done; } > "$d/fused.yaml"
+  # One overlay a variant: every model of the cases with the variant's runtime settings.
+  local models
+  models=$(for case in $cases; do echo "${case%%:*}"; done | sort -u)
+  for v in off loss norm both; do
+    local loss=false norm=false
+    case $v in loss) loss=true ;; norm) norm=true ;; both) loss=true norm=true ;; esac
+    { echo "models:"; for m in $models; do
+        printf '  %s:\n    runtime:\n      fused_loss: %s\n      fused_norm: %s\n' "$m" $loss $norm
+      done; } > "$d/$v.yaml"
+  done
   for case in $cases; do
     IFS=: read -r m b p <<< "$case"
     local job=(build/gpubench run --gpu 0 --model "$m" --precision "$p" --batch "$b" --no-cache --max-seconds 8)
-    one "$m-$p-off" 60 "${job[@]}" || break
-    one "$m-$p-on" 60 "${job[@]}" --config "$d/fused.yaml" || break
+    for v in off ${FUSED_VARIANTS:-loss}; do
+      one "$m-$p-$v" 60 "${job[@]}" --config "$d/$v.yaml" || break 2
+    done
     pack
   done
   python3 - "$d" > "$d/summary.txt" 2>&1 <<'PY'
@@ -84,18 +97,24 @@ def job(path):
         return json.load(open(path))["jobs"][0]
     except Exception as e:  # noqa: BLE001 - a run that wrote nothing is a result too
         return {"status": f"no record ({e})"}
-print("job | batch | status off/on | fused_loss ran off/on | throughput off -> on | on/off | first losses off / on | peak GiB off/on")
+print("job | variant | batch | status off/variant | ran (loss, norm) | throughput off -> variant | variant/off | first losses off / variant | peak GiB off/variant")
 for off in sorted(glob.glob(os.path.join(d, "*-off.json"))):
     m = os.path.basename(off)[:-9]
-    a, b = job(off), job(os.path.join(d, m + "-on.json"))
-    ta, tb = a.get("throughput") or 0, b.get("throughput") or 0
-    ra, rb = ((r.get("runtime") or {}).get("fused_loss") for r in (a, b))
-    pa, pb = (a.get("peak_memory_bytes") or 0) / 2**30, (b.get("peak_memory_bytes") or 0) / 2**30
-    print(f"{m} | {a.get('batch')} | {a.get('status')}/{b.get('status')} | {ra}/{rb} | {ta:.5g} -> {tb:.5g} {a.get('throughput_unit', '')} | "
-          f"{(tb / ta if ta else 0):.3f} | {a.get('losses_start')} / {b.get('losses_start')} | {pa:.2f}/{pb:.2f}")
-    for side, r in (("off", a), ("on", b)):
-        if r.get("status") != "ok":
-            print(f"  {m} {side}: {r.get('message', '')[:400]}")
+    a = job(off)
+    for other in sorted(glob.glob(os.path.join(d, m + "-*.json"))):
+        v = os.path.basename(other)[len(m) + 1:-5]
+        if v == "off" or "-" in v:
+            continue
+        b = job(other)
+        ta, tb = a.get("throughput") or 0, b.get("throughput") or 0
+        ran = [tuple((r.get("runtime") or {}).get(k) for k in ("fused_loss", "fused_norm")) for r in (a, b)]
+        pa, pb = (a.get("peak_memory_bytes") or 0) / 2**30, (b.get("peak_memory_bytes") or 0) / 2**30
+        print(f"{m} | {v} | {a.get('batch')} | {a.get('status')}/{b.get('status')} | {ran[0]}/{ran[1]} | "
+              f"{ta:.5g} -> {tb:.5g} {a.get('throughput_unit', '')} | {(tb / ta if ta else 0):.3f} | "
+              f"{a.get('losses_start')} / {b.get('losses_start')} | {pa:.2f}/{pb:.2f}")
+        for side, r in (("off", a), (v, b)):
+            if r.get("status") != "ok":
+                print(f"  {m} {side}: {r.get('message', '')[:400]}")
 PY
   cat "$d/summary.txt" >&2
 }

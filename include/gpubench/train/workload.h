@@ -59,6 +59,13 @@ struct RuntimeSettings {
   /// kernels (else the ATen path runs); on the CPU the same algorithm runs in plain loops.
   /// Default: false until its gain is measured on the GPU
   bool fused_loss = false;
+  /// Each post-norm sub-layer's LayerNorm(residual + dropout(x)) in the language models as one
+  /// fused autograd function (issue 44 item 4; train::residual_layer_norm): one kernel forward,
+  /// one backward. On CUDA it needs a build with gpubench's kernels (else the ATen path runs);
+  /// on the CPU the same formulas run in double, except under autocast. Its dropout keeps
+  /// elements by its own draw (on CUDA not the one ATen's fused dropout makes). Default: false
+  /// until its gain is measured on the GPU
+  bool fused_norm = false;
 
   /// The keys of the `runtime:` section.
   static ParamSchema schema();
