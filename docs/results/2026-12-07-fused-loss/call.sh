@@ -7,7 +7,8 @@
 #   docs/results/2026-12-07-fused-loss/call.sh [STAGE...]   (default: build check pairs)
 #   DEADLINE_S=560        seconds this call may use
 #   FUSED_VARIANTS="loss" the variants pairs times beside "off" (each one fresh process a case):
-#                         loss (runtime.fused_loss), norm (runtime.fused_norm), both
+#                         loss (runtime.fused_loss), norm (runtime.fused_norm), both, graphs
+#                         (both, and runtime.cuda_graphs: issue 44 item 5)
 #   FUSED_CASES="M:B:P ..." the cases (model, batch, precision)
 #
 # build   setup.sh for the executable and the tests (target all: the _CUDA tests need them);
@@ -74,11 +75,13 @@ pairs() {
   # One overlay a variant: every model of the cases with the variant's runtime settings.
   local models
   models=$(for case in $cases; do echo "${case%%:*}"; done | sort -u)
-  for v in off loss norm both; do
-    local loss=false norm=false
-    case $v in loss) loss=true ;; norm) norm=true ;; both) loss=true norm=true ;; esac
+  for v in off loss norm both graphs; do
+    local loss=false norm=false graphs=false
+    case $v in loss) loss=true ;; norm) norm=true ;; both) loss=true norm=true ;;
+      graphs) loss=true norm=true graphs=true ;; esac
     { echo "models:"; for m in $models; do
-        printf '  %s:\n    runtime:\n      fused_loss: %s\n      fused_norm: %s\n' "$m" $loss $norm
+        printf '  %s:\n    runtime:\n      fused_loss: %s\n      fused_norm: %s\n      cuda_graphs: %s\n' \
+          "$m" $loss $norm $graphs
       done; } > "$d/$v.yaml"
   done
   for case in $cases; do
@@ -97,7 +100,7 @@ def job(path):
         return json.load(open(path))["jobs"][0]
     except Exception as e:  # noqa: BLE001 - a run that wrote nothing is a result too
         return {"status": f"no record ({e})"}
-print("job | variant | batch | status off/variant | ran (loss, norm) | throughput off -> variant | variant/off | first losses off / variant | peak GiB off/variant")
+print("job | variant | batch | status off/variant | ran (loss, norm, launch) | throughput off -> variant | variant/off | first losses off / variant | peak GiB off/variant")
 for off in sorted(glob.glob(os.path.join(d, "*-off.json"))):
     m = os.path.basename(off)[:-9]
     a = job(off)
@@ -107,7 +110,7 @@ for off in sorted(glob.glob(os.path.join(d, "*-off.json"))):
             continue
         b = job(other)
         ta, tb = a.get("throughput") or 0, b.get("throughput") or 0
-        ran = [tuple((r.get("runtime") or {}).get(k) for k in ("fused_loss", "fused_norm")) for r in (a, b)]
+        ran = [tuple((r.get("runtime") or {}).get(k) for k in ("fused_loss", "fused_norm", "launch")) for r in (a, b)]
         pa, pb = (a.get("peak_memory_bytes") or 0) / 2**30, (b.get("peak_memory_bytes") or 0) / 2**30
         print(f"{m} | {v} | {a.get('batch')} | {a.get('status')}/{b.get('status')} | {ran[0]}/{ran[1]} | "
               f"{ta:.5g} -> {tb:.5g} {a.get('throughput_unit', '')} | {(tb / ta if ta else 0):.3f} | "
