@@ -16,6 +16,7 @@
 
 #include "gpubench/base/compat.h"
 #include "gpubench/base/params.h"
+#include "gpubench/train/attention_softmax.h"
 #include "models/fast_paths.h"
 
 #include <torch/torch.h>
@@ -43,11 +44,14 @@ inline ParamSpec attention_param() {
 /// writes already scaled (alpha = 1/sqrt(head_dim), where the plain path divides in a pass of
 /// its own; the same value up to one rounding), on top of the causal mask built once per shape
 /// (`masks`; the plain path builds a boolean mask and fills the scores every call), the
-/// padding mask then added. q, k, v and the product with v are the plain path's.
+/// padding mask then added. q, k, v and the product with v are the plain path's. With
+/// `fused_softmax` (runtime.fused_softmax) the masks, softmax and dropout are one fused function
+/// where it runs (train::fused_attention_probs), which keeps the same tensors.
 inline torch::Tensor stored_attention_fast(const torch::Tensor& q, const torch::Tensor& k,
                                            const torch::Tensor& v,
                                            const std::optional<torch::Tensor>& mask,
-                                           double dropout_p, bool is_causal, CausalMasks* masks) {
+                                           double dropout_p, bool is_causal, CausalMasks* masks,
+                                           bool fused_softmax = false) {
   const int64_t batch = q.size(0), heads = q.size(1), q_len = q.size(2), k_len = k.size(2);
   const int64_t head_dim = q.size(3);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
@@ -60,6 +64,14 @@ inline torch::Tensor stored_attention_fast(const torch::Tensor& q, const torch::
   // as baddbmm's input with beta 1, which on libtorch 1.13's CPU read uninitialized memory
   // too (NaN losses in transformer-big's fast path, run alone in a process).
   torch::Tensor scores = compat::scaled_bmm(q3, k3.transpose(1, 2), scale);
+  if (fused_softmax) {
+    const auto scores4 = scores.view({batch, heads, q_len, k_len});
+    if (train::fused_attention_softmax_runs(scores4, mask)) {
+      const auto probs = train::fused_attention_probs(scores4, mask, is_causal, dropout_p);
+      return torch::bmm(probs.view({batch * heads, q_len, k_len}), v3)
+          .view({batch, heads, q_len, v.size(3)});
+    }
+  }
   if (is_causal) {
     torch::Tensor built;
     const torch::Tensor* causal = nullptr;
@@ -86,17 +98,20 @@ inline torch::Tensor stored_attention_fast(const torch::Tensor& q, const torch::
 /// broadcastable to [batch, heads, q_len, k_len]; `is_causal` lets query i see keys <= i.
 /// `kind`: "stored" or "fused" (attention_param()). `fast` (runtime.fast_paths) runs stored
 /// attention as stored_attention_fast, with the caller's cache of causal masks (`masks`, or
-/// none: built per call); fused attention is the same kernel either way.
+/// none: built per call) and `fused_softmax` (runtime.fused_softmax); fused attention is the
+/// same kernel either way.
 inline torch::Tensor attention(const std::string& kind, const torch::Tensor& q,
                                const torch::Tensor& k, const torch::Tensor& v,
                                const std::optional<torch::Tensor>& mask, double dropout_p,
                                bool is_causal = false, bool fast = false,
-                               CausalMasks* masks = nullptr) {
+                               CausalMasks* masks = nullptr, bool fused_softmax = false) {
   if (kind == "fused") {
     return compat::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal);
   }
   TORCH_CHECK(kind == "stored", "attention must be stored or fused, not ", kind);
-  if (fast) return stored_attention_fast(q, k, v, mask, dropout_p, is_causal, masks);
+  if (fast) {
+    return stored_attention_fast(q, k, v, mask, dropout_p, is_causal, masks, fused_softmax);
+  }
   // BERT's order: scores scaled after the product (fairseq scales q first: the same values up
   // to rounding), the mask added, softmax over the keys.
   auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));

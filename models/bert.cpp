@@ -147,7 +147,7 @@ torch::Tensor BertLayerImpl::forward(const torch::Tensor& x,
           : qkv(x).view({batch, length, 3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
   auto context = models::attention(options.attention(), qkv_heads[0], qkv_heads[1], qkv_heads[2],
                                    mask, is_training() ? options.attention_dropout() : 0.0,
-                                   /*is_causal=*/false, fast_paths);
+                                   /*is_causal=*/false, fast_paths, nullptr, fused.softmax);
   // A view where the attention kernel wrote [B, L, heads, head_dim] (the fused kernels), a copy
   // after the stored path's batched product.
   context = context.transpose(1, 2).reshape({batch, length, options.hidden_size()});
@@ -156,7 +156,7 @@ torch::Tensor BertLayerImpl::forward(const torch::Tensor& x,
                        torch::nn::LayerNorm& norm) {
     return train::residual_layer_norm(sub, residual, options.hidden_dropout(), is_training(),
                                       {norm->weight, norm->bias, options.layer_norm_eps()},
-                                      fused_norm);
+                                      fused.norm);
   };
   auto h = end(attention_out(context), x, attention_norm);
   return end(output(bert_gelu(intermediate(h), options.gelu())), h, output_norm);
@@ -424,7 +424,7 @@ class BertPretrainingStep final : public train::RuntimeStep {
         ctx.seed, [&] {
           return BertForPretraining(bert_options(ctx.model), ctx.model.flag("next_sentence"));
         });
-    set_fast_paths(*model, ctx.runtime.fast_paths, ctx.runtime.fused_norm);
+    set_fast_paths(*model, ctx.runtime.fast_paths, fusions(ctx.runtime));
     if (ctx.runtime.fast_paths) model->pad_vocab_projection();
     return model;
   }

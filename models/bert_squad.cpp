@@ -173,7 +173,7 @@ class BertSquadStep final : public train::RuntimeStep {
         train::reuse_key("bert-squad", ctx.model.json().dump(), ctx.seed), ctx.device, ctx.seed,
         [&] { return BertForQuestionAnswering(bert_options(ctx.model)); });
     // The encoder's layers (models/fast_paths.h); the span head has two outputs, no vocabulary.
-    set_fast_paths(*model, ctx.runtime.fast_paths, ctx.runtime.fused_norm);
+    set_fast_paths(*model, ctx.runtime.fast_paths, fusions(ctx.runtime));
     return model;
   }
 

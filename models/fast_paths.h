@@ -21,6 +21,8 @@
 //   (CausalMasks), in models/attention.h.
 #pragma once
 
+#include "gpubench/train/workload.h"
+
 #include <torch/nn/module.h>
 #include <torch/torch.h>
 
@@ -32,24 +34,39 @@
 
 namespace gpubench::models {
 
+/// The language models' fused functions (issue 44), each the same math as the ATen ops it
+/// replaces, switched by its runtime setting.
+struct Fusions {
+  /// Each post-norm sub-layer's LayerNorm(residual + dropout(x)) as one function
+  /// (runtime.fused_norm, train::residual_layer_norm).
+  bool norm = false;
+  /// Stored attention's mask + softmax + dropout as one function on the fast path
+  /// (runtime.fused_softmax, train::fused_attention_probs).
+  bool softmax = false;
+};
+
+/// The fusions a workload's runtime settings ask for.
+inline Fusions fusions(const RuntimeSettings& runtime) {
+  return {runtime.fused_norm, runtime.fused_softmax};
+}
+
 /// A module whose forward has a fast path; set_fast_paths() turns them on or off.
 class FastPathSwitch {
  public:
   virtual ~FastPathSwitch() = default;
   /// Run the fast path (runtime.fast_paths). Default: false, the plain path
   bool fast_paths = false;
-  /// End each post-norm sub-layer with the fused residual + dropout + LayerNorm
-  /// (runtime.fused_norm, train::residual_layer_norm). Default: false, the ATen ops
-  bool fused_norm = false;
+  /// The fused functions to run (runtime.fused_norm, runtime.fused_softmax). Default: none
+  Fusions fused;
 };
 
-/// Sets `on` and `fused_norm` in every FastPathSwitch among `module` and its submodules. A step
+/// Sets `on` and `fused` in every FastPathSwitch among `module` and its submodules. A step
 /// calls it after building (or reusing) its model, so a kept model follows the step's settings.
-inline void set_fast_paths(torch::nn::Module& module, bool on, bool fused_norm = false) {
+inline void set_fast_paths(torch::nn::Module& module, bool on, Fusions fused = {}) {
   for (const auto& m : module.modules(/*include_self=*/true)) {
     if (auto* s = dynamic_cast<FastPathSwitch*>(m.get())) {
       s->fast_paths = on;
-      s->fused_norm = fused_norm;
+      s->fused = fused;
     }
   }
 }

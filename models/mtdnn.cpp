@@ -518,7 +518,7 @@ class MtDnnStep final : public train::RuntimeStep {
                        ctx.model.f64("san_memory_dropout"));
         });
     // The encoder's layers (models/fast_paths.h); the task heads have no vocabulary.
-    set_fast_paths(*model, ctx.runtime.fast_paths, ctx.runtime.fused_norm);
+    set_fast_paths(*model, ctx.runtime.fast_paths, fusions(ctx.runtime));
     return model;
   }
 

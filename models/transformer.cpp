@@ -110,7 +110,7 @@ torch::Tensor FairseqAttentionImpl::forward(const torch::Tensor& query, const to
   if (mask) additive = mask->to(q.dtype());
   // fairseq scales q by head_dim^-0.5 before q k^T; the same scale up to rounding.
   const auto context = models::attention(kind, q, k, v, additive, is_training() ? dropout : 0.0,
-                                         causal, fast_paths, &causal_masks);
+                                         causal, fast_paths, &causal_masks, fused.softmax);
   return out_proj(context.transpose(1, 2).reshape({batch, length, dim}));
 }
 
@@ -129,9 +129,9 @@ torch::Tensor TransformerEncoderLayerImpl::forward(const torch::Tensor& x,
                                                    const std::optional<torch::Tensor>& mask) {
   const bool train = is_training();
   auto h = end_sublayer(self_attn(x, x, mask, false), x, self_attn_norm, options, train,
-                        fused_norm);
+                        fused.norm);
   auto ff = fc2(torch::dropout(torch::relu(fc1(h)), options.activation_dropout(), train));
-  return end_sublayer(ff, h, final_norm, options, train, fused_norm);
+  return end_sublayer(ff, h, final_norm, options, train, fused.norm);
 }
 
 TransformerDecoderLayerImpl::TransformerDecoderLayerImpl(const FairseqTransformerOptions& o)
@@ -154,11 +154,11 @@ torch::Tensor TransformerDecoderLayerImpl::forward(
   const bool train = is_training();
   // Causal only: target padding follows every real token, so no real query can see a pad.
   auto h = end_sublayer(self_attn(x, x, std::nullopt, true), x, self_attn_norm, options, train,
-                        fused_norm);
+                        fused.norm);
   h = end_sublayer(encoder_attn(h, encoder_out, encoder_mask, false), h, encoder_attn_norm,
-                   options, train, fused_norm);
+                   options, train, fused.norm);
   auto ff = fc2(torch::dropout(torch::relu(fc1(h)), options.activation_dropout(), train));
-  return end_sublayer(ff, h, final_norm, options, train, fused_norm);
+  return end_sublayer(ff, h, final_norm, options, train, fused.norm);
 }
 
 FairseqTransformerImpl::FairseqTransformerImpl(const FairseqTransformerOptions& o) : options(o) {

@@ -61,7 +61,7 @@ class TranslationStep final : public train::RuntimeStep {
         fast_paths_(ctx.runtime.fast_paths),
         fused_loss_(ctx.runtime.fused_loss) {
     // The model's attention modules follow the setting (models/fast_paths.h).
-    set_fast_paths(*model_, fast_paths_, ctx.runtime.fused_norm);
+    set_fast_paths(*model_, fast_paths_, fusions(ctx.runtime));
     std::vector<int64_t> order;  // the batches in turn; each batch is a captured variant
     for (int64_t i = 0; i < 2 * batches_.size(); ++i) order.push_back(i % batches_.size());
     warmup_steps_ = runtime_.warmup_steps(batches_.size(), order);

@@ -248,8 +248,8 @@ UnsupMtStep::UnsupMtStep(const StepContext& ctx)
       [&] { return XlmTransformer(xlm_options(m, true)); });
   // The fast paths (models/fast_paths.h); only the decoder's pred_layer is ever trained, so only
   // its vocabulary is padded.
-  set_fast_paths(*encoder_, ctx.runtime.fast_paths, ctx.runtime.fused_norm);
-  set_fast_paths(*decoder_, ctx.runtime.fast_paths, ctx.runtime.fused_norm);
+  set_fast_paths(*encoder_, ctx.runtime.fast_paths, fusions(ctx.runtime));
+  set_fast_paths(*decoder_, ctx.runtime.fast_paths, fusions(ctx.runtime));
   if (ctx.runtime.fast_paths) decoder_->pad_vocab_projection();
 
   // Two monolingual corpora, sorted and cut into token batches as XLM's iterator does; each

@@ -69,7 +69,8 @@ torch::Tensor XlmAttentionImpl::self_attention(const torch::Tensor& x,
   if (mask) typed_mask = mask->to(qkv_heads[0].scalar_type());
   auto context =
       models::attention(kind, qkv_heads[0], qkv_heads[1], qkv_heads[2], typed_mask,
-                        is_training() ? dropout : 0.0, causal, fast_paths, &causal_masks);
+                        is_training() ? dropout : 0.0, causal, fast_paths, &causal_masks,
+                        fused.softmax);
   return out(merge_heads(context));
 }
 
@@ -111,7 +112,8 @@ torch::Tensor XlmAttentionImpl::cross_attention(const torch::Tensor& x, const to
                                                 const torch::Tensor& mask) {
   auto query = split_heads(q(x));
   auto context = models::attention(kind, query, keys, values, mask.to(query.scalar_type()),
-                                   is_training() ? dropout : 0.0, /*is_causal=*/false, fast_paths);
+                                   is_training() ? dropout : 0.0, /*is_causal=*/false, fast_paths,
+                                   nullptr, fused.softmax);
   return out(merge_heads(context));
 }
 
@@ -144,7 +146,7 @@ torch::Tensor XlmLayerImpl::end_sublayer(const torch::Tensor& sub, const torch::
                                          torch::nn::LayerNorm& norm) {
   return train::residual_layer_norm(sub, residual, options.dropout(), is_training(),
                                     {norm->weight, norm->bias, options.layer_norm_eps()},
-                                    fused_norm);
+                                    fused.norm);
 }
 
 torch::Tensor XlmLayerImpl::forward(const torch::Tensor& x,

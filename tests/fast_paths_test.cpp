@@ -242,15 +242,9 @@ TEST(FastPathsTest, CausalMaskHidesTheFuture) {
 /// its smoke model): the same trainable elements, losses and gradients, and each run's record
 /// says which paths ran.
 void expect_same_training(const std::string& model, const Json& overlay = Json::object()) {
-  const auto train = [&](bool fast) {
-    return testing::train_smoke(
-        model, 3, [&](StepContext& ctx) { ctx.runtime.fast_paths = fast; }, overlay);
-  };
-  const testing::SmokeTraining plain = train(false), fast = train(true);
-  const std::string what = model + (overlay.empty() ? "" : " " + overlay.dump());
-  EXPECT_FALSE(plain.runtime_info.value("fast_paths", true)) << what;
-  EXPECT_TRUE(fast.runtime_info.value("fast_paths", false)) << what;
-  testing::expect_same_training(plain, fast, 1e-5, what);
+  testing::expect_setting_trains_the_same(
+      model, "fast_paths", [](RuntimeSettings& r, bool on) { r.fast_paths = on; }, torch::kCPU,
+      Precision::kFp32, 1e-5, overlay);
 }
 
 TEST(FastPathsTest, BertPretrainingTrainsTheSameWithTheFastPaths) {

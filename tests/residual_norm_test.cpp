@@ -185,27 +185,12 @@ TEST(ResidualNormTest, AMaskOfAnotherShapeOrTypeIsRefused) {
 
 // ---- Whole workloads: the same training with the fused norm ----
 
-testing::SmokeTraining train(const std::string& model, bool fused, torch::Device device,
-                             Precision precision, const Json& overlay = Json::object()) {
-  auto out = testing::train_smoke(
-      model, 3,
-      [&](StepContext& ctx) {
-        ctx.device = device;
-        ctx.precision = precision;
-        ctx.runtime.fused_norm = fused;
-      },
-      overlay);
-  EXPECT_EQ(out.runtime_info.value("fused_norm", !fused), fused)
-      << model << ": runtime_info's fused_norm";
-  return out;
-}
-
 void expect_same_training(const std::string& model, torch::Device device = torch::kCPU,
                           Precision precision = Precision::kFp32, double tol = 1e-5,
                           const Json& overlay = Json::object()) {
-  testing::expect_same_training(train(model, false, device, precision, overlay),
-                                train(model, true, device, precision, overlay), tol,
-                                model + " " + to_string(precision) + " " + overlay.dump());
+  testing::expect_setting_trains_the_same(
+      model, "fused_norm", [](RuntimeSettings& r, bool on) { r.fused_norm = on; }, device,
+      precision, tol, overlay);
 }
 
 TEST(ResidualNormTest, BertTrainsTheSameWithTheFusedNorm) {

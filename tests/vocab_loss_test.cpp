@@ -184,22 +184,11 @@ TEST(VocabLossTest, TheFusedFunctionRunsWhereItCan) {
 
 // ---- Whole workloads: the same training with the fused loss ----
 
-testing::SmokeTraining train(const std::string& model, bool fused, torch::Device device,
-                             Precision precision) {
-  auto out = testing::train_smoke(model, 3, [&](StepContext& ctx) {
-    ctx.device = device;
-    ctx.precision = precision;
-    ctx.runtime.fused_loss = fused;
-  });
-  EXPECT_EQ(out.runtime_info.value("fused_loss", !fused), fused)
-      << model << ": runtime_info's fused_loss";
-  return out;
-}
-
 void expect_same_training(const std::string& model, torch::Device device = torch::kCPU,
                           Precision precision = Precision::kFp32, double tol = 1e-5) {
-  testing::expect_same_training(train(model, false, device, precision),
-                                train(model, true, device, precision), tol, model);
+  testing::expect_setting_trains_the_same(
+      model, "fused_loss", [](RuntimeSettings& r, bool on) { r.fused_loss = on; }, device,
+      precision, tol);
 }
 
 TEST(VocabLossTest, BertTrainsTheSameWithTheFusedLoss) {

@@ -11,8 +11,8 @@
 
 #if GPUBENCH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 
+#include "src/train/kernel_glue.h"
 #include "src/train/residual_norm_kernel.h"
 #endif
 
@@ -81,21 +81,12 @@ Backward cpu_backward(const torch::Tensor& dy, const torch::Tensor& z, const tor
 }
 
 #if GPUBENCH_CUDA_KERNELS
-kernels::NormType kernel_type(torch::ScalarType type) {
-  switch (type) {
-    case torch::kFloat: return kernels::NormType::kFloat32;
-    case torch::kHalf: return kernels::NormType::kFloat16;
-    case torch::kBFloat16: return kernels::NormType::kBFloat16;
-    default: TORCH_CHECK(false, "fused residual norm: rows of type ", type);
-  }
-}
-
 kernels::NormRows rows_of(const torch::Tensor& x, torch::ScalarType z_type,
                           torch::ScalarType y_type, const torch::Tensor& mask, double scale) {
   kernels::NormRows r;
-  r.x_type = kernel_type(x.scalar_type());
-  r.z_type = kernel_type(z_type);
-  r.y_type = kernel_type(y_type);
+  r.x_type = kernels::element_type(x.scalar_type(), "fused residual norm");
+  r.z_type = kernels::element_type(z_type, "fused residual norm");
+  r.y_type = kernels::element_type(y_type, "fused residual norm");
   r.width = x.size(-1);
   r.rows = x.numel() / r.width;
   r.mask = mask.defined() ? mask.data_ptr<uint8_t>() : nullptr;
@@ -103,9 +94,6 @@ kernels::NormRows rows_of(const torch::Tensor& x, torch::ScalarType z_type,
   return r;
 }
 
-void* stream_of(const torch::Tensor& t) {
-  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
-}
 #endif
 
 class FusedResidualNorm : public torch::autograd::Function<FusedResidualNorm> {
@@ -130,7 +118,7 @@ class FusedResidualNorm : public torch::autograd::Function<FusedResidualNorm> {
                                      residual.data_ptr(), weight.data_ptr<float>(),
                                      bias.data_ptr<float>(), static_cast<float>(eps),
                                      f.z.data_ptr(), f.y.data_ptr(), f.mean.data_ptr<float>(),
-                                     f.rstd.data_ptr<float>(), stream_of(x));
+                                     f.rstd.data_ptr<float>(), kernels::current_stream(x));
 #endif
     } else {
       f = cpu_forward(x, residual, mask, scale, {weight, bias, eps}, z_type, y_type);
@@ -167,7 +155,7 @@ class FusedResidualNorm : public torch::autograd::Function<FusedResidualNorm> {
                                       b.grad_residual.data_ptr(), b.grad_x.data_ptr(),
                                       b.grad_weight.data_ptr<float>(),
                                       b.grad_bias.data_ptr<float>(),
-                                      workspace.data_ptr<float>(), stream_of(z));
+                                      workspace.data_ptr<float>(), kernels::current_stream(z));
 #endif
     } else {
       b = cpu_backward(dy, z, mask, scale, weight, mean, rstd, x_type);

@@ -5,9 +5,7 @@
 // and two backward (the second sums the weight's and bias's gradients over the blocks).
 #include "src/train/residual_norm_kernel.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
+#include "src/train/kernel_device.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -22,36 +20,10 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMaxBackwardBlocks = 1024;
 
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-
-/// x rounded to T and back.
-template <typename T>
-__device__ __forceinline__ float round_to(float x) {
-  return to_float(from_float<T>(x));
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
+using device::from_float;
+using device::round_to;
+using device::to_float;
+using device::warp_sum;
 
 /// One warp a row; lane l holds columns l, l + 32, ... (kPer of them at most).
 template <typename TX, typename TZ, typename TY, int kPer>
@@ -186,31 +158,25 @@ __global__ void sum_partials_kernel(int64_t blocks, int width, const float* __re
   grad_bias[c] = b;
 }
 
-void check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("residual norm kernel ") + what + ": " +
-                             cudaGetErrorString(err));
-  }
-}
+void check_launch(const char* what) { device::check_launch("residual norm", what); }
 
 /// Calls f(TX{}, TZ{}, TY{}) with the element types `r` names (residual_norm_types_supported).
 template <typename F>
 void with_types(const NormRows& r, F&& f) {
   const auto as_x = [&](auto tx) {
     using TX = decltype(tx);
-    if (r.z_type == NormType::kFloat32) {
+    if (r.z_type == ElementType::kFloat32) {
       f(tx, float{}, float{});  // z fp32 makes y fp32 too
-    } else if (r.y_type == NormType::kFloat32) {
+    } else if (r.y_type == ElementType::kFloat32) {
       f(tx, TX{}, float{});
     } else {
       f(tx, TX{}, TX{});
     }
   };
   switch (r.x_type) {
-    case NormType::kFloat32: as_x(float{}); break;
-    case NormType::kFloat16: as_x(__half{}); break;
-    case NormType::kBFloat16: as_x(__nv_bfloat16{}); break;
+    case ElementType::kFloat32: as_x(float{}); break;
+    case ElementType::kFloat16: as_x(__half{}); break;
+    case ElementType::kBFloat16: as_x(__nv_bfloat16{}); break;
   }
 }
 
@@ -238,9 +204,9 @@ void check_rows(const NormRows& r) {
 
 }  // namespace
 
-bool residual_norm_types_supported(NormType x, NormType z, NormType y) {
-  const bool z_ok = z == x || z == NormType::kFloat32;
-  const bool y_ok = y == z || y == NormType::kFloat32;
+bool residual_norm_types_supported(ElementType x, ElementType z, ElementType y) {
+  const bool z_ok = z == x || z == ElementType::kFloat32;
+  const bool y_ok = y == z || y == ElementType::kFloat32;
   return z_ok && y_ok;
 }
 

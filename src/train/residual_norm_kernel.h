@@ -6,19 +6,20 @@
 
 #include <cstdint>
 
+#include "src/train/kernel_types.h"
+
 namespace gpubench::train::kernels {
 
-/// An element type of the rows (the weight, the bias and the statistics are always fp32).
-enum class NormType { kFloat32, kFloat16, kBFloat16 };
 
 /// `rows` contiguous rows of `width` elements: x (the sub-layer's output, `x_type`), the residual
 /// and z = residual + dropout(x) (`z_type`: x's type or fp32), y = LayerNorm(z) (`y_type`: z's
 /// type or fp32). `mask` [rows, width] (1 keeps, 0 drops) or null for no dropout; a kept element
 /// is scaled by `scale`.
+/// (The weight, the bias and the statistics are always fp32.)
 struct NormRows {
-  NormType x_type = NormType::kFloat32;
-  NormType z_type = NormType::kFloat32;
-  NormType y_type = NormType::kFloat32;
+  ElementType x_type = ElementType::kFloat32;
+  ElementType z_type = ElementType::kFloat32;
+  ElementType y_type = ElementType::kFloat32;
   int64_t rows = 0;
   int64_t width = 0;
   const uint8_t* mask = nullptr;
@@ -29,7 +30,7 @@ struct NormRows {
 inline constexpr int64_t kMaxNormWidth = 1024;
 
 /// Whether the kernels take these types: z's is x's or fp32, y's is z's or fp32.
-bool residual_norm_types_supported(NormType x, NormType z, NormType y);
+bool residual_norm_types_supported(ElementType x, ElementType z, ElementType y);
 
 /// Forward, one warp a row: d = x * mask * scale rounded to x's type (the dropout's output),
 /// z = residual + d rounded to z's type, y = (z - mean) * rstd * weight + bias, with the row's

@@ -2,6 +2,7 @@
 
 #include "gpubench/base/env.h"
 #include "gpubench/base/errors.h"
+#include "gpubench/train/attention_softmax.h"
 #include "gpubench/train/losses.h"
 #include "gpubench/train/residual_norm.h"
 
@@ -59,6 +60,11 @@ ParamSchema RuntimeSettings::schema() {
        "language models: each sub-layer's LayerNorm(residual + dropout(x)) as one fused "
        "function (one kernel forward, one backward; CUDA needs a build with gpubench's "
        "kernels, else the ATen path runs; its dropout mask is drawn apart from ATen's)"},
+      {"fused_softmax", ParamKind::kBool, false,
+       "language models with stored attention on the fast paths: the masks, softmax and dropout "
+       "of the attention probabilities as one fused function keeping the same tensors (CUDA "
+       "needs a build with gpubench's kernels, else the ATen path runs; its dropout mask is "
+       "drawn apart from ATen's)"},
   };
 }
 
@@ -72,6 +78,7 @@ RuntimeSettings RuntimeSettings::from_params(const Params& params) {
   s.fast_paths = params.flag("fast_paths");
   s.fused_loss = params.flag("fused_loss");
   s.fused_norm = params.flag("fused_norm");
+  s.fused_softmax = params.flag("fused_softmax");
   return s;
 }
 
@@ -407,6 +414,9 @@ Json Runtime::info() const {
               {"fused_norm", settings_.fused_norm &&
                                  (device_.is_cuda() ? train::have_residual_norm_kernels()
                                                     : !is_amp(precision_))},
+              {"fused_softmax", settings_.fused_softmax &&
+                                    (device_.is_cuda() ? train::have_attention_softmax_kernels()
+                                                       : !is_amp(precision_))},
               {"precision", to_string(precision_)},
               {"autocast",
                is_amp(precision_) ? (precision_ == Precision::kAmpBf16 ? "bf16" : "fp16") : "off"},

@@ -11,8 +11,8 @@
 
 #if GPUBENCH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 
+#include "src/train/kernel_glue.h"
 #include "src/train/vocab_loss_kernel.h"
 #endif
 
@@ -104,12 +104,7 @@ torch::Tensor cpu_backward(const torch::Tensor& logits, const torch::Tensor& tar
 kernels::VocabRows rows_of(const torch::Tensor& logits, const torch::Tensor& target, int64_t vocab,
                            int64_t ignore_index) {
   kernels::VocabRows r;
-  switch (logits.scalar_type()) {
-    case torch::kFloat: r.type = kernels::LogitType::kFloat32; break;
-    case torch::kHalf: r.type = kernels::LogitType::kFloat16; break;
-    case torch::kBFloat16: r.type = kernels::LogitType::kBFloat16; break;
-    default: TORCH_CHECK(false, "fused vocabulary loss: logits of type ", logits.scalar_type());
-  }
+  r.type = kernels::element_type(logits.scalar_type(), "fused vocabulary loss");
   r.logits = logits.data_ptr();
   r.rows = logits.size(0);
   r.row_stride = logits.stride(0);
@@ -120,9 +115,6 @@ kernels::VocabRows rows_of(const torch::Tensor& logits, const torch::Tensor& tar
   return r;
 }
 
-void* stream_of(const torch::Tensor& t) {
-  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
-}
 #endif
 
 class FusedVocabLoss : public torch::autograd::Function<FusedVocabLoss> {
@@ -137,7 +129,7 @@ class FusedVocabLoss : public torch::autograd::Function<FusedVocabLoss> {
       per_row = torch::empty({logits.size(0), 2}, logits.options().dtype(torch::kFloat));
       kernels::vocab_loss_forward(rows_of(logits, target, vocab, ignore_index),
                                   lse.data_ptr<float>(), per_row.data_ptr<float>(),
-                                  stream_of(logits));
+                                  kernels::current_stream(logits));
 #endif
     } else {
       cpu_forward(logits, target, vocab, ignore_index, lse, per_row);
@@ -163,7 +155,7 @@ class FusedVocabLoss : public torch::autograd::Function<FusedVocabLoss> {
       grad_logits = torch::empty({logits.size(0), logits.size(1)}, logits.options());
       kernels::vocab_loss_backward(rows_of(logits, target, vocab, ignore_index),
                                    lse.data_ptr<float>(), grad.data_ptr<float>(),
-                                   grad_logits.data_ptr(), stream_of(logits));
+                                   grad_logits.data_ptr(), kernels::current_stream(logits));
 #endif
     } else {
       grad_logits = cpu_backward(logits, target, vocab, ignore_index, lse, grad);

@@ -6,9 +6,7 @@
 // these read it twice and write it once, in its own type.
 #include "src/train/vocab_loss_kernel.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
+#include "src/train/kernel_device.cuh"
 
 #include <cmath>
 #include <cstdint>
@@ -21,24 +19,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+using device::from_float;
+using device::to_float;
 
 /// (m, s): the largest value seen and the sum of exp(v - m) over the values seen.
 __device__ __forceinline__ void add_value(float& m, float& s, float v) {
@@ -183,13 +165,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-void check_launch(const char* what) {
-  const cudaError_t error = cudaGetLastError();
-  if (error != cudaSuccess) {
-    throw std::runtime_error(std::string("the fused vocabulary loss's ") + what +
-                             " kernel did not start: " + cudaGetErrorString(error));
-  }
-}
+void check_launch(const char* what) { device::check_launch("vocabulary loss", what); }
 
 /// Whether 16-byte packs fit every row: the rows start 16-byte aligned and `width` of the
 /// gradient's rows keeps them so.
@@ -236,9 +212,9 @@ void vocab_loss_forward(const VocabRows& rows, float* lse, float* per_row, void*
   if (rows.rows == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   switch (rows.type) {
-    case LogitType::kFloat32: forward_as<float>(rows, lse, per_row, s); break;
-    case LogitType::kFloat16: forward_as<__half>(rows, lse, per_row, s); break;
-    case LogitType::kBFloat16: forward_as<__nv_bfloat16>(rows, lse, per_row, s); break;
+    case ElementType::kFloat32: forward_as<float>(rows, lse, per_row, s); break;
+    case ElementType::kFloat16: forward_as<__half>(rows, lse, per_row, s); break;
+    case ElementType::kBFloat16: forward_as<__nv_bfloat16>(rows, lse, per_row, s); break;
   }
 }
 
@@ -247,9 +223,9 @@ void vocab_loss_backward(const VocabRows& rows, const float* lse, const float* g
   if (rows.rows == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   switch (rows.type) {
-    case LogitType::kFloat32: backward_as<float>(rows, lse, grad, grad_logits, s); break;
-    case LogitType::kFloat16: backward_as<__half>(rows, lse, grad, grad_logits, s); break;
-    case LogitType::kBFloat16:
+    case ElementType::kFloat32: backward_as<float>(rows, lse, grad, grad_logits, s); break;
+    case ElementType::kFloat16: backward_as<__half>(rows, lse, grad, grad_logits, s); break;
+    case ElementType::kBFloat16:
       backward_as<__nv_bfloat16>(rows, lse, grad, grad_logits, s);
       break;
   }

@@ -6,16 +6,16 @@
 
 #include <cstdint>
 
+#include "src/train/kernel_types.h"
+
 namespace gpubench::train::kernels {
 
-/// The element type of the logits (and of their gradient).
-enum class LogitType { kFloat32, kFloat16, kBFloat16 };
 
 /// One row's shape: `rows` rows of `width` logits, row r at logits + r * row_stride elements
 /// (the last dimension contiguous); the first `vocab` columns are the words, the rest padding
 /// (-inf, probability 0). `target` [rows] (int64, on the device): a column, or ignore_index.
 struct VocabRows {
-  LogitType type = LogitType::kFloat32;
+  ElementType type = ElementType::kFloat32;
   const void* logits = nullptr;
   int64_t rows = 0;
   int64_t row_stride = 0;

@@ -66,6 +66,13 @@ struct RuntimeSettings {
   /// elements by its own draw (on CUDA not the one ATen's fused dropout makes). Default: false
   /// until its gain is measured on the GPU
   bool fused_norm = false;
+  /// Stored attention's masks + softmax + dropout on the language models' fast paths as one
+  /// fused autograd function (issue 44 item 3; train::fused_attention_probs), keeping the same
+  /// tensors for the backward (the probabilities in softmax's type, the keep-mask). On CUDA it
+  /// needs a build with gpubench's kernels; on the CPU the same formulas in double, except
+  /// under autocast. Its dropout keeps elements by its own draw (on CUDA not ATen's). Default:
+  /// false until its gain is measured on the GPU
+  bool fused_softmax = false;
 
   /// The keys of the `runtime:` section.
   static ParamSchema schema();
