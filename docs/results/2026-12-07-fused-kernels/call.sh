@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
-# On the GPU machine (prepared 2026-12-07, not run yet): issue 44 items 2 and 4, the fused
-# vocabulary cross-entropy (runtime.fused_loss) and the fused residual + dropout + LayerNorm
-# (runtime.fused_norm) checked and timed, in stages that continue where an earlier call stopped
+# On the GPU machine (prepared 2026-12-07, not run yet): issue 44 items 2-5, the fused
+# vocabulary cross-entropy (runtime.fused_loss), the fused residual + dropout + LayerNorm
+# (runtime.fused_norm), stored attention's fused masks + softmax + dropout
+# (runtime.fused_softmax) and CUDA graphs over them, checked and timed, in stages that continue where an earlier call stopped
 # (marker files and finished records under results/fused/), inside one call's time.
 #
-#   docs/results/2026-12-07-fused-loss/call.sh [STAGE...]   (default: build check pairs)
+#   docs/results/2026-12-07-fused-kernels/call.sh [STAGE...]   (default: build check pairs)
 #   DEADLINE_S=560        seconds this call may use
 #   FUSED_VARIANTS="loss" the variants pairs times beside "off" (each one fresh process a case):
-#                         loss (runtime.fused_loss), norm (runtime.fused_norm), both, graphs
-#                         (both, and runtime.cuda_graphs: issue 44 item 5)
+#                         loss (runtime.fused_loss), norm (runtime.fused_norm), softmax
+#                         (runtime.fused_softmax), all three, graphs (all three and
+#                         runtime.cuda_graphs: issue 44 item 5)
 #   FUSED_CASES="M:B:P ..." the cases (model, batch, precision)
 #
 # build   setup.sh for the executable and the tests (target all: the _CUDA tests need them);
 #         cmake's "own CUDA kernels: 1" line must be in build.log, or nothing else runs
 # check   the kernels against ATen and the workloads' fixed-seed losses fused against not
-#         (ctest -R '(VocabLossTest|ResidualNormTest).*_CUDA'), into check.log
+#         (ctest -R '(VocabLossTest|ResidualNormTest|AttentionSoftmaxTest).*_CUDA'), into check.log
 # pairs   each case at a fixed batch, "off" (both settings false) and each variant, one fresh
 #         process each (pairs/M-P-VARIANT.*); summary.txt compares each variant with off:
 #         throughput, the first losses and peak memory
+# peers   the torch.compile peers (below), after the pairs or in a call of their own
 # Everything under results/fused goes to $OUT/fused.tgz after each stage.
 set -uo pipefail
 cd "$(dirname "$(readlink -f "$0")")/../../.."
@@ -45,7 +48,7 @@ build() {
 
 check() {
   [ -f "$R/check.done" ] && return 0
-  (cd build && ctest -R '(VocabLossTest|ResidualNormTest).*_CUDA' --output-on-failure) > "$R/check.log" 2>&1
+  (cd build && ctest -R '(VocabLossTest|ResidualNormTest|AttentionSoftmaxTest).*_CUDA' --output-on-failure) > "$R/check.log" 2>&1
   local rc=$?
   grep -E "tests passed|Failed|Skipped|Not Run" "$R/check.log" | tail -5 >&2
   log "check: ctest exit $rc"
@@ -75,13 +78,14 @@ pairs() {
   # One overlay a variant: every model of the cases with the variant's runtime settings.
   local models
   models=$(for case in $cases; do echo "${case%%:*}"; done | sort -u)
-  for v in off loss norm both graphs; do
-    local loss=false norm=false graphs=false
-    case $v in loss) loss=true ;; norm) norm=true ;; both) loss=true norm=true ;;
-      graphs) loss=true norm=true graphs=true ;; esac
+  for v in off loss norm softmax all graphs; do
+    local loss=false norm=false softmax=false graphs=false
+    case $v in loss) loss=true ;; norm) norm=true ;; softmax) softmax=true ;;
+      all) loss=true norm=true softmax=true ;;
+      graphs) loss=true norm=true softmax=true graphs=true ;; esac
     { echo "models:"; for m in $models; do
-        printf '  %s:\n    runtime:\n      fused_loss: %s\n      fused_norm: %s\n      cuda_graphs: %s\n' \
-          "$m" $loss $norm $graphs
+        printf '  %s:\n    runtime:\n      fused_loss: %s\n      fused_norm: %s\n' "$m" $loss $norm
+        printf '      fused_softmax: %s\n      cuda_graphs: %s\n' $softmax $graphs
       done; } > "$d/$v.yaml"
   done
   for case in $cases; do
@@ -100,7 +104,7 @@ def job(path):
         return json.load(open(path))["jobs"][0]
     except Exception as e:  # noqa: BLE001 - a run that wrote nothing is a result too
         return {"status": f"no record ({e})"}
-print("job | variant | batch | status off/variant | ran (loss, norm, launch) | throughput off -> variant | variant/off | first losses off / variant | peak GiB off/variant")
+print("job | variant | batch | status off/variant | ran (loss, norm, softmax, launch) | throughput off -> variant | variant/off | first losses off / variant | peak GiB off/variant")
 for off in sorted(glob.glob(os.path.join(d, "*-off.json"))):
     m = os.path.basename(off)[:-9]
     a = job(off)
@@ -110,7 +114,7 @@ for off in sorted(glob.glob(os.path.join(d, "*-off.json"))):
             continue
         b = job(other)
         ta, tb = a.get("throughput") or 0, b.get("throughput") or 0
-        ran = [tuple((r.get("runtime") or {}).get(k) for k in ("fused_loss", "fused_norm", "launch")) for r in (a, b)]
+        ran = [tuple((r.get("runtime") or {}).get(k) for k in ("fused_loss", "fused_norm", "fused_softmax", "launch")) for r in (a, b)]
         pa, pb = (a.get("peak_memory_bytes") or 0) / 2**30, (b.get("peak_memory_bytes") or 0) / 2**30
         print(f"{m} | {v} | {a.get('batch')} | {a.get('status')}/{b.get('status')} | {ran[0]}/{ran[1]} | "
               f"{ta:.5g} -> {tb:.5g} {a.get('throughput_unit', '')} | {(tb / ta if ta else 0):.3f} | "
@@ -122,11 +126,30 @@ PY
   cat "$d/summary.txt" >&2
 }
 
+# The torch.compile peers (issue 44 item 6): scripts/dev/gpu/step_speed.sh through campaign.sh's
+# speed stage into results/fused/compile-{fused,stored}: gpubench by default, gpubench with the
+# overlay (fused-all.yaml: fused attention and the three fusions; stored-fused.yaml: stored
+# attention and the three), and the Python twin under torch.compile with the same attention.
+# PEER_CASES (default bert-base-mlm:amp-bf16 transformer-big:amp-bf16; the transformer-big
+# twin's compile of its batch shapes took more than 250 s on 2026-12-06).
+peers() {
+  local here=docs/results/2026-12-07-fused-kernels
+  local cases=${PEER_CASES:-bert-base-mlm:amp-bf16 transformer-big:amp-bf16}
+  GPUBENCH_DEADLINE_S=$(( $(left) - 15 )) CARD=fused TWIN_COMPILE=1 WARM48=0 \
+    VARIANT=fusedall:$here/fused-all.yaml SPEED_DIR=compile-fused GPUBENCH_SPEED_CASES="$cases" \
+    scripts/dev/gpu/campaign.sh speed
+  [ "$(left)" -gt 60 ] || return 0
+  GPUBENCH_DEADLINE_S=$(( $(left) - 15 )) CARD=fused TWIN_COMPILE=1 TWIN_ATTENTION=stored \
+    WARM48=0 VARIANT=storedfused:$here/stored-fused.yaml SPEED_DIR=compile-stored \
+    GPUBENCH_SPEED_CASES="$cases" scripts/dev/gpu/campaign.sh speed
+}
+
 for s in ${*:-build check pairs}; do
   case $s in
     build) build || { pack; exit 2; } ;;
     check) check ;;
     pairs) pairs ;;
+    peers) peers ;;
     *) log "unknown stage '$s'"; exit 2 ;;
   esac
   pack
