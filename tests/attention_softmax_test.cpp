@@ -64,9 +64,8 @@ Result backward_of(const torch::Tensor& out, const torch::Tensor& leaf) {
 
 Result fused(const Case& c, bool causal, bool with_keep = true) {
   auto leaf = c.scores.detach().clone().requires_grad_(true);
-  const auto out = fused_attention_softmax(leaf, c.mask, causal,
-                                           with_keep ? c.keep : torch::Tensor(),
-                                           with_keep ? c.scale : 1.0);
+  const auto out = fused_attention_softmax(
+      leaf, c.mask, causal, with_keep ? c.keep : torch::Tensor(), with_keep ? c.scale : 1.0);
   return backward_of(out, leaf);
 }
 
@@ -201,11 +200,11 @@ TEST(AttentionSoftmaxTest, KernelsGiveATensProbabilitiesAndGradient_CUDA) {
   };
   // BERT's 128 and 512 keys, a causal 100 (no lane count divides it), cross attention with
   // fewer queries, the widest row.
-  for (const Shape s : {Shape{4, 3, 128, 128, false}, Shape{2, 2, 512, 512, false},
-                        Shape{3, 2, 100, 100, true}, Shape{2, 2, 17, 40, false},
-                        Shape{1, 1, 8, 1024, false}}) {
-    const std::string what = std::to_string(s.q_len) + "x" + std::to_string(s.k_len) +
-                             (s.causal ? " causal" : "");
+  for (const Shape s :
+       {Shape{4, 3, 128, 128, false}, Shape{2, 2, 512, 512, false}, Shape{3, 2, 100, 100, true},
+        Shape{2, 2, 17, 40, false}, Shape{1, 1, 8, 1024, false}}) {
+    const std::string what =
+        std::to_string(s.q_len) + "x" + std::to_string(s.k_len) + (s.causal ? " causal" : "");
     const Case f = make_case(s.batch, s.heads, s.q_len, s.k_len, torch::kFloat, cuda);
     expect_close(fused(f, s.causal), aten(f, s.causal, torch::kFloat), 1e-5, what + " fp32");
     expect_close(fused(f, s.causal, false), aten(f, s.causal, torch::kFloat, false), 1e-5,

@@ -82,11 +82,12 @@ Result fused(const Case& c, bool with_mask = true) {
 Result aten(const Case& c, torch::ScalarType y_type, bool with_mask = true) {
   Leaves l = leaves(c);
   auto d = l.x;
-  if (with_mask) d = (l.x.to(torch::kFloat) * c.mask.to(torch::kFloat) * c.scale).to(l.x.scalar_type());
+  if (with_mask)
+    d = (l.x.to(torch::kFloat) * c.mask.to(torch::kFloat) * c.scale).to(l.x.scalar_type());
   const auto z = l.r + d;
-  const auto y = torch::layer_norm(z.to(torch::kFloat), {c.x.size(-1)}, l.n.weight, l.n.bias,
-                                   l.n.eps)
-                     .to(y_type);
+  const auto y =
+      torch::layer_norm(z.to(torch::kFloat), {c.x.size(-1)}, l.n.weight, l.n.bias, l.n.eps)
+          .to(y_type);
   return backward_of(y, l.x, l.r, l.n);
 }
 
@@ -145,8 +146,8 @@ TEST(ResidualNormTest, OnTheCpuTheMaskIsATensDropoutsDraw) {
   EXPECT_TRUE(torch::allclose(fused_y, plain, 1e-5, 1e-5));
   // Not training, or p 0: no dropout either way.
   EXPECT_TRUE(torch::allclose(residual_layer_norm(c.x, c.residual, 0.3, false, c.norm, true),
-                              residual_layer_norm(c.x, c.residual, 0.3, false, c.norm, false),
-                              1e-5, 1e-5));
+                              residual_layer_norm(c.x, c.residual, 0.3, false, c.norm, false), 1e-5,
+                              1e-5));
 }
 
 TEST(ResidualNormTest, TheFusedFunctionRunsWhereItCan) {
@@ -228,13 +229,13 @@ TEST(ResidualNormTest, KernelsGiveATensOutputAndGradients_CUDA) {
   // BERT's 768 and the transformers' 1024 (24 and 32 columns a lane), a width no lane count
   // divides, one under a warp; fp32, amp's mixes, all bf16; more rows than the backward's blocks.
   for (const int64_t width : {768, 1024, 100, 17}) {
-    for (const Types t : {Types{torch::kFloat, torch::kFloat, 2e-5},
-                          Types{torch::kBFloat16, torch::kFloat, 1e-4},
-                          Types{torch::kHalf, torch::kFloat, 1e-4},
-                          Types{torch::kBFloat16, torch::kBFloat16, 2e-2}}) {
+    for (const Types t :
+         {Types{torch::kFloat, torch::kFloat, 2e-5}, Types{torch::kBFloat16, torch::kFloat, 1e-4},
+          Types{torch::kHalf, torch::kFloat, 1e-4},
+          Types{torch::kBFloat16, torch::kBFloat16, 2e-2}}) {
       const Case c = make_case({9000, width}, t.x, t.residual, cuda);
-      const std::string what = std::to_string(width) + " " + c10::toString(t.x) + "+" +
-                               c10::toString(t.residual);
+      const std::string what =
+          std::to_string(width) + " " + c10::toString(t.x) + "+" + c10::toString(t.residual);
       const auto y_type = torch::promote_types(t.x, t.residual);
       expect_close(fused(c), aten(c, y_type), t.tol, what);
       expect_close(fused(c, false), aten(c, y_type, false), t.tol, what + " without dropout");
@@ -250,7 +251,8 @@ TEST(ResidualNormTest, KernelsGiveATensOutputAndGradients_CUDA) {
 
 TEST(ResidualNormTest, TheKernelsDropTheShareAskedFor_CUDA) {
   if (!have_residual_norm_kernels()) GTEST_SKIP() << "this build has no CUDA kernels";
-  const Case c = make_case({4096, 1024}, torch::kFloat, torch::kFloat, torch::Device(torch::kCUDA, 0));
+  const Case c =
+      make_case({4096, 1024}, torch::kFloat, torch::kFloat, torch::Device(torch::kCUDA, 0));
   Leaves l = leaves(c);
   const auto y = residual_layer_norm(l.x, l.r, 0.1, true, l.n, true);
   const Result r = backward_of(y, l.x, l.r, l.n);
@@ -259,8 +261,8 @@ TEST(ResidualNormTest, TheKernelsDropTheShareAskedFor_CUDA) {
   const double share = dropped.to(torch::kDouble).mean().item<double>();
   EXPECT_NEAR(share, 0.1, 0.003);
   const auto kept = dropped.logical_not();
-  EXPECT_TRUE(torch::allclose(r.gx.masked_select(kept), r.gr.masked_select(kept) / 0.9, 1e-5,
-                              1e-6));
+  EXPECT_TRUE(
+      torch::allclose(r.gx.masked_select(kept), r.gr.masked_select(kept) / 0.9, 1e-5, 1e-6));
 }
 
 TEST(ResidualNormTest, LanguageModelsTrainTheSameWithTheFusedNormInBf16_CUDA) {
@@ -269,8 +271,7 @@ TEST(ResidualNormTest, LanguageModelsTrainTheSameWithTheFusedNormInBf16_CUDA) {
   const torch::Device cuda(torch::kCUDA, 0);
   expect_same_training("bert-base-mlm", cuda, Precision::kAmpBf16, 2e-3,
                        Json{{"hidden_dropout", 0.0}, {"attention_dropout", 0.0}});
-  expect_same_training("transformer-big", cuda, Precision::kAmpBf16, 2e-3,
-                       Json{{"dropout", 0.0}});
+  expect_same_training("transformer-big", cuda, Precision::kAmpBf16, 2e-3, Json{{"dropout", 0.0}});
   expect_same_training("transformer-big", cuda, Precision::kFp32, 1e-4, Json{{"dropout", 0.0}});
 }
 

@@ -99,11 +99,12 @@ inline void expect_same_training(const SmokeTraining& a, const SmokeTraining& b,
 /// `model` trained with one runtime setting off and on (`set` turns it), on `device` in
 /// `precision` with `overlay` over its smoke model: the same training (expect_same_training),
 /// and each run's runtime_info()[`key`] saying whether it ran.
-inline void expect_setting_trains_the_same(
-    const std::string& model, const std::string& key,
-    const std::function<void(RuntimeSettings&, bool)>& set, torch::Device device = torch::kCPU,
-    Precision precision = Precision::kFp32, double tol = 1e-5,
-    const Json& overlay = Json::object()) {
+inline void expect_setting_trains_the_same(const std::string& model, const std::string& key,
+                                           const std::function<void(RuntimeSettings&, bool)>& set,
+                                           torch::Device device = torch::kCPU,
+                                           Precision precision = Precision::kFp32,
+                                           double tol = 1e-5,
+                                           const Json& overlay = Json::object()) {
   const std::string what = model + " " + to_string(precision) + " " + key +
                            (overlay.empty() ? "" : " " + overlay.dump());
   const auto train = [&](bool on) {

@@ -3,18 +3,18 @@
 // and the same formulas in double on the CPU.
 #include "gpubench/train/attention_softmax.h"
 
+#include "gpubench/base/compat.h"
+
 #include <torch/torch.h>
 
 #include <limits>
 #include <string>
 
-#include "gpubench/base/compat.h"
-
 #if GPUBENCH_CUDA_KERNELS
-#include <c10/cuda/CUDAGuard.h>
-
 #include "src/train/attention_softmax_kernel.h"
 #include "src/train/kernel_glue.h"
+
+#include <c10/cuda/CUDAGuard.h>
 #endif
 
 namespace gpubench::train {
@@ -38,8 +38,8 @@ struct Types {
 
 Types types_of(const torch::Tensor& scores, const std::optional<torch::Tensor>& mask) {
   Types t;
-  t.sum = mask ? torch::promote_types(scores.scalar_type(), mask->scalar_type())
-               : scores.scalar_type();
+  t.sum =
+      mask ? torch::promote_types(scores.scalar_type(), mask->scalar_type()) : scores.scalar_type();
   t.round_sum = mask && t.sum == scores.scalar_type();
   t.probs = scores.is_cuda() && compat::autocast_enabled(torch::kCUDA) ? torch::kFloat : t.sum;
   return t;
@@ -118,9 +118,9 @@ class FusedAttentionSoftmax : public torch::autograd::Function<FusedAttentionSof
  public:
   /// `mask`: fp32, expanded to the scores' shape, or empty; `keep`: uint8 or empty.
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& scores,
-                               const torch::Tensor& mask_or_none,
-                               const torch::Tensor& keep_or_none, bool causal, double keep_scale,
-                               bool round_sum, torch::ScalarType probs_type) {
+                               const torch::Tensor& mask_or_none, const torch::Tensor& keep_or_none,
+                               bool causal, double keep_scale, bool round_sum,
+                               torch::ScalarType probs_type) {
     const auto mask = present(mask_or_none), keep = present(keep_or_none);
     const bool separate_out = keep.defined() || probs_type != scores.scalar_type();
     Forward f;
@@ -130,8 +130,8 @@ class FusedAttentionSoftmax : public torch::autograd::Function<FusedAttentionSof
       f.probs = torch::empty(scores.sizes(), scores.options().dtype(probs_type));
       if (separate_out) f.out = torch::empty_like(scores);
       kernels::attention_softmax_forward(
-          rows_of(scores, probs_type, mask, round_sum, causal, keep, keep_scale),
-          scores.data_ptr(), f.probs.data_ptr(), separate_out ? f.out.data_ptr() : nullptr,
+          rows_of(scores, probs_type, mask, round_sum, causal, keep, keep_scale), scores.data_ptr(),
+          f.probs.data_ptr(), separate_out ? f.out.data_ptr() : nullptr,
           kernels::current_stream(scores));
 #endif
     } else {
@@ -158,11 +158,11 @@ class FusedAttentionSoftmax : public torch::autograd::Function<FusedAttentionSof
 #if GPUBENCH_CUDA_KERNELS
       const c10::cuda::CUDAGuard guard(probs.device());
       grad_scores = torch::empty(probs.sizes(), probs.options().dtype(score_type));
-      const auto scores_like = grad_scores;  // the geometry and types: the scores'
-      kernels::attention_softmax_backward(
-          rows_of(scores_like, probs.scalar_type(), torch::Tensor(), false, false, keep,
-                  keep_scale),
-          grad_out.data_ptr(), probs.data_ptr(), grad_scores.data_ptr(), kernels::current_stream(probs));
+      // The geometry and the types are the scores', which grad_scores has.
+      kernels::attention_softmax_backward(rows_of(grad_scores, probs.scalar_type(), torch::Tensor(),
+                                                  false, false, keep, keep_scale),
+                                          grad_out.data_ptr(), probs.data_ptr(),
+                                          grad_scores.data_ptr(), kernels::current_stream(probs));
 #endif
     } else {
       grad_scores = cpu_backward(grad_out, probs, keep, keep_scale, score_type);
@@ -217,8 +217,9 @@ torch::Tensor fused_attention_softmax(const torch::Tensor& scores,
               scores.is_cuda() && !have_attention_softmax_kernels()
                   ? " (this build has no CUDA kernels)"
                   : "");
-  TORCH_CHECK(!keep.defined() || (keep.scalar_type() == torch::kByte && keep.sizes() == scores.sizes()),
-              "fused attention softmax: the keep-mask is uint8 of the scores' shape");
+  TORCH_CHECK(
+      !keep.defined() || (keep.scalar_type() == torch::kByte && keep.sizes() == scores.sizes()),
+      "fused attention softmax: the keep-mask is uint8 of the scores' shape");
   const Types t = types_of(scores, mask);
   const auto empty = [&](torch::ScalarType type) {
     return torch::empty({0}, scores.options().dtype(type));
@@ -242,12 +243,11 @@ torch::Tensor fused_attention_probs(const torch::Tensor& scores,
     const auto t = types_of(scores, mask);
     // On the CPU ATen's dropout of the probabilities draws empty_like(probs).bernoulli_(1 - p):
     // the same draw here keeps the same elements. On CUDA one byte an element.
-    keep = scores.is_cuda()
-               ? torch::empty(scores.sizes(), scores.options().dtype(torch::kByte))
-                     .bernoulli_(1 - dropout_p)
-               : torch::empty(scores.sizes(), scores.options().dtype(t.probs))
-                     .bernoulli_(1 - dropout_p)
-                     .to(torch::kByte);
+    keep = scores.is_cuda() ? torch::empty(scores.sizes(), scores.options().dtype(torch::kByte))
+                                  .bernoulli_(1 - dropout_p)
+                            : torch::empty(scores.sizes(), scores.options().dtype(t.probs))
+                                  .bernoulli_(1 - dropout_p)
+                                  .to(torch::kByte);
     scale = 1.0 / (1.0 - dropout_p);
   }
   return fused_attention_softmax(scores, mask, causal, keep, scale);

@@ -4,7 +4,6 @@
 // kernel each way, keeping what ATen keeps (the fp32 probabilities and the keep-mask; the
 // product with v keeps its input, this output).
 #include "src/train/attention_softmax_kernel.h"
-
 #include "src/train/kernel_device.cuh"
 
 #include <cstdint>
@@ -126,9 +125,18 @@ Geometry geometry(const SoftmaxRows& r) {
     throw std::runtime_error("attention softmax kernel: unsupported rows (k_len " +
                              std::to_string(r.k_len) + ")");
   }
-  return {r.rows,        r.q_len,           r.heads,           static_cast<int>(r.k_len),
-          r.causal,      r.mask,            r.mask_strides[0], r.mask_strides[1],
-          r.mask_strides[2], r.mask_strides[3], r.round_sum,   r.keep,
+  return {r.rows,
+          r.q_len,
+          r.heads,
+          static_cast<int>(r.k_len),
+          r.causal,
+          r.mask,
+          r.mask_strides[0],
+          r.mask_strides[1],
+          r.mask_strides[2],
+          r.mask_strides[3],
+          r.round_sum,
+          r.keep,
           r.keep_scale};
 }
 
@@ -144,9 +152,15 @@ void with_types(const SoftmaxRows& r, F&& f) {
     }
   };
   switch (r.score_type) {
-    case ElementType::kFloat32: as_scores(float{}); break;
-    case ElementType::kFloat16: as_scores(__half{}); break;
-    case ElementType::kBFloat16: as_scores(__nv_bfloat16{}); break;
+    case ElementType::kFloat32:
+      as_scores(float{});
+      break;
+    case ElementType::kFloat16:
+      as_scores(__half{});
+      break;
+    case ElementType::kBFloat16:
+      as_scores(__nv_bfloat16{});
+      break;
   }
 }
 

@@ -3,17 +3,17 @@
 // the same formulas in double on the CPU.
 #include "gpubench/train/residual_norm.h"
 
+#include "gpubench/base/compat.h"
+
 #include <torch/torch.h>
 
 #include <cmath>
 
-#include "gpubench/base/compat.h"
-
 #if GPUBENCH_CUDA_KERNELS
-#include <c10/cuda/CUDAGuard.h>
-
 #include "src/train/kernel_glue.h"
 #include "src/train/residual_norm_kernel.h"
+
+#include <c10/cuda/CUDAGuard.h>
 #endif
 
 namespace gpubench::train {
@@ -72,7 +72,8 @@ Backward cpu_backward(const torch::Tensor& dy, const torch::Tensor& z, const tor
   const int64_t width = z.size(-1);
   const auto d = dy.to(torch::kDouble).reshape({-1, width});
   const auto rs = rstd.to(torch::kDouble).reshape({-1, 1});
-  const auto xhat = (z.to(torch::kDouble).reshape({-1, width}) - mean.to(torch::kDouble).reshape({-1, 1})) * rs;
+  const auto xhat =
+      (z.to(torch::kDouble).reshape({-1, width}) - mean.to(torch::kDouble).reshape({-1, 1})) * rs;
   const auto g = d * weight.to(torch::kDouble);
   const auto dz = rs * (g - g.mean(1, true) - xhat * (g * xhat).mean(1, true));
   auto dx = mask.defined() ? dz * mask.to(torch::kDouble).reshape({-1, width}) * scale : dz;
@@ -147,20 +148,20 @@ class FusedResidualNorm : public torch::autograd::Function<FusedResidualNorm> {
       b.grad_residual = torch::empty_like(z);
       b.grad_weight = torch::empty({width}, z.options().dtype(torch::kFloat));
       b.grad_bias = torch::empty_like(b.grad_weight);
-      const auto workspace = torch::empty({2 * kernels::residual_norm_backward_blocks(rows) * width},
-                                          z.options().dtype(torch::kFloat));
+      const auto workspace =
+          torch::empty({2 * kernels::residual_norm_backward_blocks(rows) * width},
+                       z.options().dtype(torch::kFloat));
       auto r = rows_of(b.grad_x, z.scalar_type(), y_type, mask, scale);
-      kernels::residual_norm_backward(r, dy.data_ptr(), z.data_ptr(), weight.data_ptr<float>(),
-                                      mean.data_ptr<float>(), rstd.data_ptr<float>(),
-                                      b.grad_residual.data_ptr(), b.grad_x.data_ptr(),
-                                      b.grad_weight.data_ptr<float>(),
-                                      b.grad_bias.data_ptr<float>(),
-                                      workspace.data_ptr<float>(), kernels::current_stream(z));
+      kernels::residual_norm_backward(
+          r, dy.data_ptr(), z.data_ptr(), weight.data_ptr<float>(), mean.data_ptr<float>(),
+          rstd.data_ptr<float>(), b.grad_residual.data_ptr(), b.grad_x.data_ptr(),
+          b.grad_weight.data_ptr<float>(), b.grad_bias.data_ptr<float>(),
+          workspace.data_ptr<float>(), kernels::current_stream(z));
 #endif
     } else {
       b = cpu_backward(dy, z, mask, scale, weight, mean, rstd, x_type);
     }
-    return {b.grad_x,         b.grad_residual,  b.grad_weight,   b.grad_bias,
+    return {b.grad_x,        b.grad_residual, b.grad_weight,   b.grad_bias,
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -180,8 +181,8 @@ bool fused_residual_norm_runs(const torch::Tensor& x, const torch::Tensor& resid
   if (!x.defined() || !residual.defined() || !norm.weight.defined() || !norm.bias.defined()) {
     return false;
   }
-  if (x.dim() == 0 || x.sizes() != residual.sizes() || x.size(-1) < 1 ||
-      x.size(-1) > kMaxWidth || x.device() != residual.device()) {
+  if (x.dim() == 0 || x.sizes() != residual.sizes() || x.size(-1) < 1 || x.size(-1) > kMaxWidth ||
+      x.device() != residual.device()) {
     return false;
   }
   if (!row_type(x) || !row_type(residual)) return false;
@@ -203,21 +204,18 @@ bool fused_residual_norm_runs(const torch::Tensor& x, const torch::Tensor& resid
 torch::Tensor fused_residual_layer_norm(const torch::Tensor& x, const torch::Tensor& residual,
                                         const torch::Tensor& mask, double scale,
                                         const NormParams& norm) {
-  TORCH_CHECK(fused_residual_norm_runs(x, residual, norm),
-              "the fused residual norm does not run for x ", x.defined() ? x.toString() : "undefined",
-              " ", x.sizes(), " and residual ", residual.defined() ? residual.toString() : "undefined",
-              " ", residual.sizes(),
-              x.is_cuda() && !have_residual_norm_kernels() ? " (this build has no CUDA kernels)"
-                                                           : "");
+  TORCH_CHECK(
+      fused_residual_norm_runs(x, residual, norm), "the fused residual norm does not run for x ",
+      x.defined() ? x.toString() : "undefined", " ", x.sizes(), " and residual ",
+      residual.defined() ? residual.toString() : "undefined", " ", residual.sizes(),
+      x.is_cuda() && !have_residual_norm_kernels() ? " (this build has no CUDA kernels)" : "");
   TORCH_CHECK(!mask.defined() || (mask.scalar_type() == torch::kByte && mask.sizes() == x.sizes()),
               "fused residual norm: the mask is uint8 of x's shape");
   const auto y_type = norm_type(x, sum_type(x, residual));
-  return FusedResidualNorm::apply(x.contiguous(), residual.contiguous(),
-                                  norm.weight.contiguous(), norm.bias.contiguous(),
-                                  mask.defined() ? mask.contiguous()
-                                                 : torch::empty({0}, x.options().dtype(torch::kByte)),
-                                  scale, norm.eps,
-                                  y_type);
+  return FusedResidualNorm::apply(
+      x.contiguous(), residual.contiguous(), norm.weight.contiguous(), norm.bias.contiguous(),
+      mask.defined() ? mask.contiguous() : torch::empty({0}, x.options().dtype(torch::kByte)),
+      scale, norm.eps, y_type);
 }
 
 torch::Tensor residual_layer_norm(const torch::Tensor& x, const torch::Tensor& residual, double p,

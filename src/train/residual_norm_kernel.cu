@@ -3,9 +3,8 @@
 // backward (LayerNorm's two, the cast of the residual's gradient, the dropout's, the sum into the
 // residual), each reading or writing whole [tokens, hidden] tensors; these are one kernel forward
 // and two backward (the second sums the weight's and bias's gradients over the blocks).
-#include "src/train/residual_norm_kernel.h"
-
 #include "src/train/kernel_device.cuh"
+#include "src/train/residual_norm_kernel.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -77,10 +76,10 @@ __global__ void __launch_bounds__(kThreads)
 template <typename TX, typename TZ, typename TY, int kPer>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(int64_t rows, int width, const TY* __restrict__ dy, const TZ* __restrict__ z,
-                    const uint8_t* __restrict__ mask, float scale,
-                    const float* __restrict__ weight, const float* __restrict__ mean,
-                    const float* __restrict__ rstd, TZ* __restrict__ grad_residual,
-                    TX* __restrict__ grad_x, float* __restrict__ partial) {
+                    const uint8_t* __restrict__ mask, float scale, const float* __restrict__ weight,
+                    const float* __restrict__ mean, const float* __restrict__ rstd,
+                    TZ* __restrict__ grad_residual, TX* __restrict__ grad_x,
+                    float* __restrict__ partial) {
   __shared__ float block_sums[2][kMaxNormWidth];
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   float dw[kPer], db[kPer];
@@ -174,9 +173,15 @@ void with_types(const NormRows& r, F&& f) {
     }
   };
   switch (r.x_type) {
-    case ElementType::kFloat32: as_x(float{}); break;
-    case ElementType::kFloat16: as_x(__half{}); break;
-    case ElementType::kBFloat16: as_x(__nv_bfloat16{}); break;
+    case ElementType::kFloat32:
+      as_x(float{});
+      break;
+    case ElementType::kFloat16:
+      as_x(__half{});
+      break;
+    case ElementType::kBFloat16:
+      as_x(__nv_bfloat16{});
+      break;
   }
 }
 
@@ -224,8 +229,8 @@ void residual_norm_forward(const NormRows& r, const void* x, const void* residua
     with_per_lane(r.width, [&](auto per) {
       forward_kernel<TX, TZ, TY, decltype(per)::value><<<blocks, kThreads, 0, s>>>(
           r.rows, static_cast<int>(r.width), static_cast<const TX*>(x),
-          static_cast<const TZ*>(residual), r.mask, r.scale, weight, bias, eps,
-          static_cast<TZ*>(z), static_cast<TY*>(y), mean, rstd);
+          static_cast<const TZ*>(residual), r.mask, r.scale, weight, bias, eps, static_cast<TZ*>(z),
+          static_cast<TY*>(y), mean, rstd);
     });
   });
   check_launch("forward");
@@ -235,10 +240,9 @@ int64_t residual_norm_backward_blocks(int64_t rows) {
   return std::max<int64_t>(1, std::min(kMaxBackwardBlocks, (rows + kWarps - 1) / kWarps));
 }
 
-void residual_norm_backward(const NormRows& r, const void* dy, const void* z,
-                            const float* weight, const float* mean, const float* rstd,
-                            void* grad_residual, void* grad_x, float* grad_weight,
-                            float* grad_bias, float* workspace, void* stream) {
+void residual_norm_backward(const NormRows& r, const void* dy, const void* z, const float* weight,
+                            const float* mean, const float* rstd, void* grad_residual, void* grad_x,
+                            float* grad_weight, float* grad_bias, float* workspace, void* stream) {
   check_rows(r);
   const int64_t blocks = residual_norm_backward_blocks(r.rows);
   auto* s = static_cast<cudaStream_t>(stream);
