@@ -10,9 +10,10 @@
 #include <limits>
 #include <string>
 
+#include "src/train/kernel_glue.h"
+
 #if GPUBENCH_CUDA_KERNELS
 #include "src/train/attention_softmax_kernel.h"
-#include "src/train/kernel_glue.h"
 
 #include <c10/cuda/CUDAGuard.h>
 #endif
@@ -24,10 +25,6 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 constexpr int64_t kMaxKeys = 1024;  // kernels::kMaxSoftmaxWidth, also where none are built
-
-bool element_type(torch::ScalarType type) {
-  return type == torch::kFloat || type == torch::kHalf || type == torch::kBFloat16;
-}
 
 /// The types ATen's path has: the sum scores + mask, softmax's output (fp32 under CUDA autocast),
 /// and whether it rounds the sum to the scores' type.
@@ -111,9 +108,6 @@ kernels::SoftmaxRows rows_of(const torch::Tensor& scores, torch::ScalarType prob
 
 #endif
 
-/// libtorch 1.13's Function::apply takes no undefined tensor: an absent one comes empty.
-torch::Tensor present(const torch::Tensor& t) { return t.numel() > 0 ? t : torch::Tensor(); }
-
 class FusedAttentionSoftmax : public torch::autograd::Function<FusedAttentionSoftmax> {
  public:
   /// `mask`: fp32, expanded to the scores' shape, or empty; `keep`: uint8 or empty.
@@ -121,7 +115,7 @@ class FusedAttentionSoftmax : public torch::autograd::Function<FusedAttentionSof
                                const torch::Tensor& mask_or_none, const torch::Tensor& keep_or_none,
                                bool causal, double keep_scale, bool round_sum,
                                torch::ScalarType probs_type) {
-    const auto mask = present(mask_or_none), keep = present(keep_or_none);
+    const auto mask = kernels::present(mask_or_none), keep = kernels::present(keep_or_none);
     const bool separate_out = keep.defined() || probs_type != scores.scalar_type();
     Forward f;
     if (scores.is_cuda()) {
@@ -149,7 +143,7 @@ class FusedAttentionSoftmax : public torch::autograd::Function<FusedAttentionSof
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto& probs = saved[0];
-    const auto keep = present(saved[1]);
+    const auto keep = kernels::present(saved[1]);
     const double keep_scale = ctx->saved_data["keep_scale"].toDouble();
     const auto score_type = static_cast<torch::ScalarType>(ctx->saved_data["score_type"].toInt());
     const auto grad_out = grads[0].to(score_type).contiguous();
@@ -178,10 +172,10 @@ bool have_attention_softmax_kernels() { return GPUBENCH_CUDA_KERNELS != 0; }
 
 bool fused_attention_softmax_runs(const torch::Tensor& scores,
                                   const std::optional<torch::Tensor>& mask) {
-  if (!scores.defined() || scores.dim() != 4 || !element_type(scores.scalar_type())) return false;
+  if (!scores.defined() || scores.dim() != 4 || !kernels::has_element_type(scores.scalar_type())) return false;
   if (scores.size(3) < 1 || scores.size(3) > kMaxKeys || scores.size(2) < 1) return false;
   if (mask) {
-    if (!mask->defined() || !element_type(mask->scalar_type()) || mask->dim() > 4 ||
+    if (!mask->defined() || !kernels::has_element_type(mask->scalar_type()) || mask->dim() > 4 ||
         mask->device() != scores.device()) {
       return false;
     }
@@ -221,15 +215,14 @@ torch::Tensor fused_attention_softmax(const torch::Tensor& scores,
       !keep.defined() || (keep.scalar_type() == torch::kByte && keep.sizes() == scores.sizes()),
       "fused attention softmax: the keep-mask is uint8 of the scores' shape");
   const Types t = types_of(scores, mask);
-  const auto empty = [&](torch::ScalarType type) {
-    return torch::empty({0}, scores.options().dtype(type));
-  };
   // The kernels read an fp32 mask through strides (0 on its broadcast dimensions); the CPU
   // twin adds it with broadcasting.
-  torch::Tensor m = empty(torch::kFloat);
+  torch::Tensor m;
   if (mask) m = scores.is_cuda() ? mask->to(torch::kFloat).expand(scores.sizes()) : *mask;
-  return FusedAttentionSoftmax::apply(scores.contiguous(), m,
-                                      keep.defined() ? keep.contiguous() : empty(torch::kByte),
+  return FusedAttentionSoftmax::apply(scores.contiguous(),
+                                      kernels::as_input(m, scores.options().dtype(torch::kFloat)),
+                                      kernels::as_input(keep, scores.options().dtype(torch::kByte))
+                                          .contiguous(),
                                       causal, keep_scale, t.round_sum, t.probs);
 }
 

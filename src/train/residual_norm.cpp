@@ -9,8 +9,9 @@
 
 #include <cmath>
 
-#if GPUBENCH_CUDA_KERNELS
 #include "src/train/kernel_glue.h"
+
+#if GPUBENCH_CUDA_KERNELS
 #include "src/train/residual_norm_kernel.h"
 
 #include <c10/cuda/CUDAGuard.h>
@@ -23,11 +24,6 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 constexpr int64_t kMaxWidth = 1024;  // kernels::kMaxNormWidth, also where no kernels are built
-
-bool row_type(const torch::Tensor& t) {
-  const auto type = t.scalar_type();
-  return type == torch::kFloat || type == torch::kHalf || type == torch::kBFloat16;
-}
 
 /// The type of residual + dropout(x): the add's promotion.
 torch::ScalarType sum_type(const torch::Tensor& x, const torch::Tensor& residual) {
@@ -104,7 +100,7 @@ class FusedResidualNorm : public torch::autograd::Function<FusedResidualNorm> {
                                const torch::Tensor& bias, const torch::Tensor& mask_or_none,
                                double scale, double eps, torch::ScalarType y_type) {
     // libtorch 1.13's Function::apply takes no undefined tensor: no mask comes as an empty one.
-    const torch::Tensor mask = mask_or_none.numel() > 0 ? mask_or_none : torch::Tensor();
+    const torch::Tensor mask = kernels::present(mask_or_none);
     const auto z_type = sum_type(x, residual);
     Forward f;
     if (x.is_cuda()) {
@@ -134,7 +130,7 @@ class FusedResidualNorm : public torch::autograd::Function<FusedResidualNorm> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &z = saved[0], &weight = saved[2], &mean = saved[3], &rstd = saved[4];
-    const torch::Tensor mask = saved[1].numel() > 0 ? saved[1] : torch::Tensor();
+    const torch::Tensor mask = kernels::present(saved[1]);
     const double scale = ctx->saved_data["scale"].toDouble();
     const auto x_type = static_cast<torch::ScalarType>(ctx->saved_data["x_type"].toInt());
     const auto y_type = static_cast<torch::ScalarType>(ctx->saved_data["y_type"].toInt());
@@ -185,7 +181,10 @@ bool fused_residual_norm_runs(const torch::Tensor& x, const torch::Tensor& resid
       x.device() != residual.device()) {
     return false;
   }
-  if (!row_type(x) || !row_type(residual)) return false;
+  if (!kernels::has_element_type(x.scalar_type()) ||
+      !kernels::has_element_type(residual.scalar_type())) {
+    return false;
+  }
   const auto z_type = sum_type(x, residual);
   // The kernels read the residual in the sum's type, and the sum is x's type or fp32 (not for
   // bf16 + fp16, whose sum is fp32: neither's).
@@ -214,7 +213,7 @@ torch::Tensor fused_residual_layer_norm(const torch::Tensor& x, const torch::Ten
   const auto y_type = norm_type(x, sum_type(x, residual));
   return FusedResidualNorm::apply(
       x.contiguous(), residual.contiguous(), norm.weight.contiguous(), norm.bias.contiguous(),
-      mask.defined() ? mask.contiguous() : torch::empty({0}, x.options().dtype(torch::kByte)),
+      kernels::as_input(mask, x.options().dtype(torch::kByte)).contiguous(),
       scale, norm.eps, y_type);
 }
 

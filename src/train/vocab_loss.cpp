@@ -9,10 +9,11 @@
 #include <limits>
 #include <stdexcept>
 
+#include "src/train/kernel_glue.h"
+
 #if GPUBENCH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
 
-#include "src/train/kernel_glue.h"
 #include "src/train/vocab_loss_kernel.h"
 #endif
 
@@ -164,17 +165,12 @@ class FusedVocabLoss : public torch::autograd::Function<FusedVocabLoss> {
   }
 };
 
-bool supported_type(const torch::Tensor& t) {
-  const auto type = t.scalar_type();
-  return type == torch::kFloat || type == torch::kHalf || type == torch::kBFloat16;
-}
-
 }  // namespace
 
 bool have_vocab_loss_kernels() { return GPUBENCH_CUDA_KERNELS != 0; }
 
 bool fused_vocab_loss_runs(const torch::Tensor& logits) {
-  if (!logits.defined() || !supported_type(logits)) return false;
+  if (!logits.defined() || !kernels::has_element_type(logits.scalar_type())) return false;
   if (logits.is_cuda()) return have_vocab_loss_kernels();
   return logits.is_cpu();
 }
