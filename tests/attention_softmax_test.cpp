@@ -180,6 +180,32 @@ TEST(AttentionSoftmaxTest, UnsupMtTrainsTheSameWithTheFusedSoftmax) {
   expect_same_training("unsupmt");  // causal decoder, cross attention
 }
 
+TEST(AttentionSoftmaxTest, TheRecordSaysItDidNotRunWhereNothingTakesIt) {
+  // Fused attention has no stored probabilities to fuse; with fast_paths off the plain path
+  // runs. Either way the record must not say the fused softmax ran.
+  const auto train = [](bool fast_paths, const Json& overlay) {
+    return testing::train_smoke(
+        "bert-base", 1,
+        [&](StepContext& ctx) {
+          ctx.runtime.fused_softmax = true;
+          ctx.runtime.fast_paths = fast_paths;
+        },
+        overlay);
+  };
+  for (const auto& [what, info] :
+       {std::pair{"fused attention", train(true, Json{{"attention", "fused"}}).runtime_info},
+        std::pair{"fast_paths off", train(false, Json::object()).runtime_info}}) {
+    EXPECT_EQ(info.value("fused_softmax", true), false) << what;
+    EXPECT_NE(info.value("fused_softmax_note", "").find("no layer ran the fused softmax"),
+              std::string::npos)
+        << what << ": " << info.dump();
+  }
+  // And where it runs, no note.
+  const Json ran = train(true, Json{{"attention", "stored"}}).runtime_info;
+  EXPECT_EQ(ran.value("fused_softmax", false), true) << ran.dump();
+  EXPECT_FALSE(ran.contains("fused_softmax_note")) << ran.dump();
+}
+
 TEST(AttentionSoftmaxTest, TheSettingIsInTheRuntimeSectionAndOffByDefault) {
   EXPECT_FALSE(RuntimeSettings{}.fused_softmax);
   for (const char* name : {"bert-base", "unsupmt", "transformer-big", "mt-dnn"}) {

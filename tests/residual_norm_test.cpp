@@ -208,6 +208,23 @@ TEST(ResidualNormTest, TransformerTrainsTheSameWithTheFusedNorm) {
 
 TEST(ResidualNormTest, UnsupMtTrainsTheSameWithTheFusedNorm) { expect_same_training("unsupmt"); }
 
+TEST(ResidualNormTest, TheRecordSaysItDidNotRunWhereNoLayerTookIt) {
+  // Rows wider than the kernels take run ATen's path: the record must not say the fused norm did.
+  const auto info = [](const Json& overlay) {
+    return testing::train_smoke(
+               "bert-base", 1, [](StepContext& ctx) { ctx.runtime.fused_norm = true; }, overlay)
+        .runtime_info;
+  };
+  const Json wide = info(Json{{"hidden_size", 1056}, {"heads", 2}, {"intermediate_size", 64}});
+  EXPECT_EQ(wide.value("fused_norm", true), false) << wide.dump();
+  EXPECT_NE(wide.value("fused_norm_note", "").find("no layer ran the fused norm"),
+            std::string::npos)
+      << wide.dump();
+  const Json ran = info(Json::object());
+  EXPECT_EQ(ran.value("fused_norm", false), true) << ran.dump();
+  EXPECT_FALSE(ran.contains("fused_norm_note")) << ran.dump();
+}
+
 TEST(ResidualNormTest, TheSettingIsInTheRuntimeSectionAndOffByDefault) {
   EXPECT_FALSE(RuntimeSettings{}.fused_norm);
   for (const char* name : {"bert-base", "unsupmt", "transformer-big", "mt-dnn"}) {

@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <limits>
 #include <string>
 
@@ -170,6 +171,12 @@ class FusedAttentionSoftmax : public torch::autograd::Function<FusedAttentionSof
 
 bool have_attention_softmax_kernels() { return GPUBENCH_CUDA_KERNELS != 0; }
 
+namespace {
+std::atomic<int64_t> softmax_calls{0};
+}  // namespace
+
+int64_t fused_attention_softmax_calls() { return softmax_calls.load(); }
+
 bool fused_attention_softmax_runs(const torch::Tensor& scores,
                                   const std::optional<torch::Tensor>& mask) {
   if (!scores.defined() || scores.dim() != 4 || !kernels::has_element_type(scores.scalar_type())) return false;
@@ -219,6 +226,7 @@ torch::Tensor fused_attention_softmax(const torch::Tensor& scores,
   // twin adds it with broadcasting.
   torch::Tensor m;
   if (mask) m = scores.is_cuda() ? mask->to(torch::kFloat).expand(scores.sizes()) : *mask;
+  ++softmax_calls;
   return FusedAttentionSoftmax::apply(scores.contiguous(),
                                       kernels::as_input(m, scores.options().dtype(torch::kFloat)),
                                       kernels::as_input(keep, scores.options().dtype(torch::kByte))

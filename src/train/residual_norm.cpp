@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "src/train/kernel_glue.h"
@@ -172,6 +173,12 @@ torch::Tensor aten_path(const torch::Tensor& x, const torch::Tensor& residual, d
 
 bool have_residual_norm_kernels() { return GPUBENCH_CUDA_KERNELS != 0; }
 
+namespace {
+std::atomic<int64_t> norm_calls{0};
+}  // namespace
+
+int64_t fused_residual_norm_calls() { return norm_calls.load(); }
+
 bool fused_residual_norm_runs(const torch::Tensor& x, const torch::Tensor& residual,
                               const NormParams& norm) {
   if (!x.defined() || !residual.defined() || !norm.weight.defined() || !norm.bias.defined()) {
@@ -211,6 +218,7 @@ torch::Tensor fused_residual_layer_norm(const torch::Tensor& x, const torch::Ten
   TORCH_CHECK(!mask.defined() || (mask.scalar_type() == torch::kByte && mask.sizes() == x.sizes()),
               "fused residual norm: the mask is uint8 of x's shape");
   const auto y_type = norm_type(x, sum_type(x, residual));
+  ++norm_calls;
   return FusedResidualNorm::apply(
       x.contiguous(), residual.contiguous(), norm.weight.contiguous(), norm.bias.contiguous(),
       kernels::as_input(mask, x.options().dtype(torch::kByte)).contiguous(),

@@ -119,7 +119,9 @@ Runtime::Runtime(const StepContext& ctx)
     : precision_(ctx.precision),
       device_(ctx.device),
       settings_(ctx.runtime),
-      sync_(ctx.gradient_sync ? ctx.gradient_sync : std::make_shared<GradientSync>()) {
+      sync_(ctx.gradient_sync ? ctx.gradient_sync : std::make_shared<GradientSync>()),
+      norm_calls_at_start_(train::fused_residual_norm_calls()),
+      softmax_calls_at_start_(train::fused_attention_softmax_calls()) {
   if (!settings_.cuda_graphs) return;
   graphs_note_ = graphs_problem();
   if (graphs_note_.empty()) {
@@ -400,6 +402,10 @@ Json Runtime::info() const {
     }
     updaters.push_back(entry);
   }
+  const bool norm_ran =
+      settings_.fused_norm && train::fused_residual_norm_calls() > norm_calls_at_start_;
+  const bool softmax_ran =
+      settings_.fused_softmax && train::fused_attention_softmax_calls() > softmax_calls_at_start_;
   Json out = {{"launch", graphs_active_ ? "cuda-graphs" : "eager"},
               {"cuda_graphs", settings_.cuda_graphs},
               {"cuda_graphs_if_host_bound", settings_.cuda_graphs_if_host_bound},
@@ -410,13 +416,9 @@ Json Runtime::info() const {
               // What ran: a CUDA build without gpubench's kernels takes the ATen path.
               {"fused_loss", settings_.fused_loss &&
                                  (!device_.is_cuda() || train::have_vocab_loss_kernels())},
-              // Likewise; on the CPU under autocast the ATen path runs.
-              {"fused_norm", settings_.fused_norm &&
-                                 (device_.is_cuda() ? train::have_residual_norm_kernels()
-                                                    : !is_amp(precision_))},
-              {"fused_softmax", settings_.fused_softmax &&
-                                    (device_.is_cuda() ? train::have_attention_softmax_kernels()
-                                                       : !is_amp(precision_))},
+              // Whether a layer ran them (notes below say why not where they are on).
+              {"fused_norm", norm_ran},
+              {"fused_softmax", softmax_ran},
               {"precision", to_string(precision_)},
               {"autocast",
                is_amp(precision_) ? (precision_ == Precision::kAmpBf16 ? "bf16" : "fp16") : "off"},
@@ -430,6 +432,17 @@ Json Runtime::info() const {
     out["graphs_from"] = graphs_enabled_late_ ? "host-bound warm-up" : "start";
   }
   if (!graphs_note_.empty()) out["cuda_graphs_note"] = graphs_note_;
+  // Why a setting that is on ran nowhere: the ATen path ran instead.
+  const std::string ran_aten =
+      "the ATen path ran (autocast on the CPU, a CUDA build without gpubench's kernels, or "
+      "shapes the kernels do not take";
+  if (settings_.fused_norm && !norm_ran) {
+    out["fused_norm_note"] = "on, but no layer ran the fused norm: " + ran_aten + ")";
+  }
+  if (settings_.fused_softmax && !softmax_ran) {
+    out["fused_softmax_note"] = "on, but no layer ran the fused softmax: " + ran_aten +
+                                "; it runs in stored attention with fast_paths on only)";
+  }
   return out;
 }
 

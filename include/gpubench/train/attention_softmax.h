@@ -41,4 +41,8 @@ torch::Tensor fused_attention_softmax(const torch::Tensor& scores,
 /// Whether this build has the fused softmax's CUDA kernels.
 bool have_attention_softmax_kernels();
 
+/// How many times the fused function has run in this process (forward calls, a CUDA graph's
+/// replays not counted): the record says the fused softmax ran only where this grew.
+int64_t fused_attention_softmax_calls();
+
 }  // namespace gpubench::train

@@ -41,4 +41,8 @@ torch::Tensor fused_residual_layer_norm(const torch::Tensor& x, const torch::Ten
 /// Whether this build has the fused residual norm's CUDA kernels.
 bool have_residual_norm_kernels();
 
+/// How many times the fused function has run in this process (forward calls, a CUDA graph's
+/// replays not counted): the record says the fused norm ran only where this grew.
+int64_t fused_residual_norm_calls();
+
 }  // namespace gpubench::train

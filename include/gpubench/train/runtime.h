@@ -198,6 +198,11 @@ class Runtime {
   std::unique_ptr<Graphs> graphs_;
   std::map<std::string, torch::Tensor> losses_;
   std::map<const Updater*, std::pair<int64_t, int64_t>> window_start_;  // checked, skipped
+  /// The fused norm's and softmax's calls in this process when this runtime began: info() says
+  /// each ran only where its count grew since (a setting that is on where nothing takes it,
+  /// fused attention or fast_paths off, did not run).
+  int64_t norm_calls_at_start_ = 0;
+  int64_t softmax_calls_at_start_ = 0;
 };
 
 /// A TrainStep whose iterations run through `runtime_`: its losses and the record's runtime
