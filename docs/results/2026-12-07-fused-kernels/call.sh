@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine (prepared 2026-12-07, not run yet): issue 44 items 2-5, the fused
+# On the GPU machine (prepared 2026-12-07; first run on an H100: docs/results/2026-12-08-h100-fused-kernels): issue 44 items 2-5, the fused
 # vocabulary cross-entropy (runtime.fused_loss), the fused residual + dropout + LayerNorm
 # (runtime.fused_norm), stored attention's fused masks + softmax + dropout
 # (runtime.fused_softmax) and CUDA graphs over them, checked and timed, in stages that continue where an earlier call stopped
