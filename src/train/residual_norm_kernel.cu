@@ -142,19 +142,40 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/// grad_weight[c] and grad_bias[c]: the blocks' partial sums added in block order.
-__global__ void sum_partials_kernel(int64_t blocks, int width, const float* __restrict__ partial,
-                                    float* __restrict__ grad_weight,
-                                    float* __restrict__ grad_bias) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= width) return;
+/// grad_weight[c] and grad_bias[c]: the backward blocks' partial sums. A block takes
+/// kSumColumns columns; its kSumSlices rows of threads each add every kSumSlices-th partial
+/// (slice y: partials y, y + kSumSlices, ...), then the slices are added in slice order: a fixed
+/// order, so the same inputs give the same sums, with a chain of blocks / kSumSlices loads a
+/// thread where one thread a column would wait on every block's partial in turn.
+constexpr int kSumColumns = 32;
+constexpr int kSumSlices = 16;
+
+__global__ void __launch_bounds__(kSumColumns* kSumSlices)
+    sum_partials_kernel(int64_t blocks, int width, const float* __restrict__ partial,
+                        float* __restrict__ grad_weight, float* __restrict__ grad_bias) {
+  __shared__ float sums[2][kSumSlices][kSumColumns];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int c = blockIdx.x * kSumColumns + tx;
   float w = 0.0f, b = 0.0f;
-  for (int64_t k = 0; k < blocks; ++k) {
-    w += partial[k * 2 * width + c];
-    b += partial[k * 2 * width + width + c];
+  if (c < width) {
+    for (int64_t k = ty; k < blocks; k += kSumSlices) {
+      w += partial[k * 2 * width + c];
+      b += partial[k * 2 * width + width + c];
+    }
   }
-  grad_weight[c] = w;
-  grad_bias[c] = b;
+  sums[0][ty][tx] = w;
+  sums[1][ty][tx] = b;
+  __syncthreads();
+  if (ty == 0 && c < width) {
+    float tw = 0.0f, tb = 0.0f;
+#pragma unroll
+    for (int y = 0; y < kSumSlices; ++y) {
+      tw += sums[0][y][tx];
+      tb += sums[1][y][tx];
+    }
+    grad_weight[c] = tw;
+    grad_bias[c] = tb;
+  }
 }
 
 void check_launch(const char* what) { device::check_launch("residual norm", what); }
@@ -259,8 +280,8 @@ void residual_norm_backward(const NormRows& r, const void* dy, const void* z, co
     });
   });
   check_launch("backward");
-  const int threads = 256;
-  sum_partials_kernel<<<static_cast<unsigned>((r.width + threads - 1) / threads), threads, 0, s>>>(
+  sum_partials_kernel<<<static_cast<unsigned>((r.width + kSumColumns - 1) / kSumColumns),
+                        dim3(kSumColumns, kSumSlices), 0, s>>>(
       blocks, static_cast<int>(r.width), workspace, grad_weight, grad_bias);
   check_launch("backward sums");
 }
