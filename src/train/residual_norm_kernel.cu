@@ -281,8 +281,8 @@ void residual_norm_backward(const NormRows& r, const void* dy, const void* z, co
   });
   check_launch("backward");
   sum_partials_kernel<<<static_cast<unsigned>((r.width + kSumColumns - 1) / kSumColumns),
-                        dim3(kSumColumns, kSumSlices), 0, s>>>(
-      blocks, static_cast<int>(r.width), workspace, grad_weight, grad_bias);
+                        dim3(kSumColumns, kSumSlices), 0, s>>>(blocks, static_cast<int>(r.width),
+                                                               workspace, grad_weight, grad_bias);
   check_launch("backward sums");
 }
 
