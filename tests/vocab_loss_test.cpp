@@ -203,6 +203,23 @@ TEST(VocabLossTest, TranslationTrainsTheSameWithTheFusedLoss) {
 
 TEST(VocabLossTest, UnsupMtTrainsTheSameWithTheFusedLoss) { expect_same_training("unsupmt"); }
 
+TEST(VocabLossTest, TheRecordSaysItDidNotRunWhereNoLossTookIt) {
+  // bert-finetune's loss is over answer positions, not a vocabulary: nothing takes the setting.
+  const auto info = [](const std::string& model) {
+    return testing::train_smoke(model, 1,
+                                [](StepContext& ctx) { ctx.runtime.fused_loss = true; })
+        .runtime_info;
+  };
+  const Json finetune = info("bert-finetune");
+  EXPECT_EQ(finetune.value("fused_loss", true), false) << finetune.dump();
+  EXPECT_NE(finetune.value("fused_loss_note", "").find("no loss ran the fused cross-entropy"),
+            std::string::npos)
+      << finetune.dump();
+  const Json mlm = info("bert-base-mlm");
+  EXPECT_EQ(mlm.value("fused_loss", false), true) << mlm.dump();
+  EXPECT_FALSE(mlm.contains("fused_loss_note")) << mlm.dump();
+}
+
 TEST(VocabLossTest, TheSettingIsInTheRuntimeSectionAndOffByDefault) {
   EXPECT_FALSE(RuntimeSettings{}.fused_loss);
   for (const char* name : {"bert-base", "unsupmt", "transformer-big"}) {

@@ -120,6 +120,7 @@ Runtime::Runtime(const StepContext& ctx)
       device_(ctx.device),
       settings_(ctx.runtime),
       sync_(ctx.gradient_sync ? ctx.gradient_sync : std::make_shared<GradientSync>()),
+      loss_calls_at_start_(train::fused_vocab_loss_calls()),
       norm_calls_at_start_(train::fused_residual_norm_calls()),
       softmax_calls_at_start_(train::fused_attention_softmax_calls()) {
   if (!settings_.cuda_graphs) return;
@@ -402,6 +403,8 @@ Json Runtime::info() const {
     }
     updaters.push_back(entry);
   }
+  const bool loss_ran =
+      settings_.fused_loss && train::fused_vocab_loss_calls() > loss_calls_at_start_;
   const bool norm_ran =
       settings_.fused_norm && train::fused_residual_norm_calls() > norm_calls_at_start_;
   const bool softmax_ran =
@@ -413,10 +416,8 @@ Json Runtime::info() const {
               {"cudnn_benchmark", settings_.cudnn_benchmark},
               {"cudnn_benchmark_limit", settings_.cudnn_benchmark_limit},
               {"fast_paths", settings_.fast_paths},
-              // What ran: a CUDA build without gpubench's kernels takes the ATen path.
-              {"fused_loss", settings_.fused_loss &&
-                                 (!device_.is_cuda() || train::have_vocab_loss_kernels())},
-              // Whether a layer ran them (notes below say why not where they are on).
+              // Whether a loss or layer ran them (notes below say why not where they are on).
+              {"fused_loss", loss_ran},
               {"fused_norm", norm_ran},
               {"fused_softmax", softmax_ran},
               {"precision", to_string(precision_)},
@@ -436,6 +437,11 @@ Json Runtime::info() const {
   const std::string ran_aten =
       "the ATen path ran (autocast on the CPU, a CUDA build without gpubench's kernels, or "
       "shapes the kernels do not take";
+  if (settings_.fused_loss && !loss_ran) {
+    out["fused_loss_note"] =
+        "on, but no loss ran the fused cross-entropy: ATen's ran (a CUDA build without "
+        "gpubench's kernels, or a workload with no vocabulary loss)";
+  }
   if (settings_.fused_norm && !norm_ran) {
     out["fused_norm_note"] = "on, but no layer ran the fused norm: " + ran_aten + ")";
   }

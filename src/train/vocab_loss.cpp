@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -169,6 +170,12 @@ class FusedVocabLoss : public torch::autograd::Function<FusedVocabLoss> {
 
 bool have_vocab_loss_kernels() { return GPUBENCH_CUDA_KERNELS != 0; }
 
+namespace {
+std::atomic<int64_t> loss_calls{0};
+}  // namespace
+
+int64_t fused_vocab_loss_calls() { return loss_calls.load(); }
+
 bool fused_vocab_loss_runs(const torch::Tensor& logits) {
   if (!logits.defined() || !kernels::has_element_type(logits.scalar_type())) return false;
   if (logits.is_cuda()) return have_vocab_loss_kernels();
@@ -189,6 +196,7 @@ torch::Tensor fused_vocab_loss_sums(const torch::Tensor& logits, const torch::Te
   TORCH_CHECK(target.scalar_type() == torch::kLong, "fused vocabulary loss: int64 targets");
   // The kernels read each row's columns contiguously; a row stride is fine.
   const auto rows = logits.stride(1) == 1 ? logits : logits.contiguous();
+  ++loss_calls;
   return FusedVocabLoss::apply(rows, target.contiguous(), vocab, ignore_index);
 }
 

@@ -54,4 +54,8 @@ torch::Tensor fused_vocab_loss_sums(const torch::Tensor& logits, const torch::Te
 /// Whether this build has the fused loss's CUDA kernels.
 bool have_vocab_loss_kernels();
 
+/// How many times the fused function has run in this process (forward calls, a CUDA graph's
+/// replays not counted): the record says the fused loss ran only where this grew.
+int64_t fused_vocab_loss_calls();
+
 }  // namespace gpubench::train

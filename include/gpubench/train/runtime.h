@@ -198,9 +198,10 @@ class Runtime {
   std::unique_ptr<Graphs> graphs_;
   std::map<std::string, torch::Tensor> losses_;
   std::map<const Updater*, std::pair<int64_t, int64_t>> window_start_;  // checked, skipped
-  /// The fused norm's and softmax's calls in this process when this runtime began: info() says
-  /// each ran only where its count grew since (a setting that is on where nothing takes it,
-  /// fused attention or fast_paths off, did not run).
+  /// The fused loss's, norm's and softmax's calls in this process when this runtime began:
+  /// info() says each ran only where its count grew since (a setting that is on where nothing
+  /// takes it, such as the softmax in fused attention, did not run).
+  int64_t loss_calls_at_start_ = 0;
   int64_t norm_calls_at_start_ = 0;
   int64_t softmax_calls_at_start_ = 0;
 };
